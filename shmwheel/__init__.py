@@ -1,0 +1,28 @@
+"""shmwheel: Kafka's hierarchical timing wheel, SystemTimer and purgatory for Python.
+
+The in-process, Kafka-faithful layer (API.md section 1) is importable from here.
+"""
+
+from .errors import Full, LayoutError, ShmwheelError
+from .mock_timer import ManualClock, MockTimer
+from .purgatory import DelayedOperation, DelayedOperationPurgatory
+from .system_timer import SystemTimer
+from .timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
+from .wheel_core import WheelCore
+
+__all__ = [
+    "DelayedOperation",
+    "DelayedOperationPurgatory",
+    "Full",
+    "LayoutError",
+    "ManualClock",
+    "MockTimer",
+    "ShmwheelError",
+    "SystemTimer",
+    "TimerTask",
+    "TimerTaskEntry",
+    "TimingWheel",
+    "WheelCore",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,194 @@
+"""Kafka's SystemTimer: a thread-safe timing wheel with a task-executor thread.
+
+Invariants: ``add`` may be called from any number of threads; clock advance is exclusive
+(one lock guards the wheel, and task objects are touched outside it, so no lock-order
+cycle exists). A task never runs before its deadline: the expiration is the exact
+nanosecond deadline rounded *up* to a millisecond, and the wheel's clock only moves to
+milliseconds that have fully passed. Every exception a task raises is logged and
+counted in ``task_errors`` (Kafka's executor drops them silently).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from .errors import ShmwheelError
+from .timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
+from .wheel_core import warm_up
+
+log = logging.getLogger("shmwheel.timer")
+
+_NS_PER_MS = 1_000_000
+
+
+class TaskExecutor:
+    """One daemon thread that runs submitted tasks in order (Kafka's single-thread executor).
+
+    ``shutdown`` runs what is already queued, then joins the thread."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: deque[TimerTask] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.tasks_run = 0
+        self.task_errors = 0
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit_many(self, tasks: Iterable[TimerTask]) -> None:
+        with self._cond:
+            if self._stopping:
+                raise ShmwheelError("the timer's executor is shut down")
+            self._queue.extend(tasks)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        queue = self._queue
+        while True:
+            with self._cond:
+                while not queue and not self._stopping:
+                    self._cond.wait()
+                if not queue:
+                    return
+                batch = list(queue)
+                queue.clear()
+            for task in batch:
+                try:
+                    task.run()
+                except Exception:
+                    self.task_errors += 1
+                    log.exception("timer task %r raised", task)
+                self.tasks_run += 1
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+class SystemTimer:
+    """Kafka's SystemTimer over the array wheel; see the module docstring for invariants."""
+
+    def __init__(self, name: str, tick_ms: int = 1, wheel_size: int = 20,
+                 start_ms: int | None = None, *,
+                 clock_ns: Callable[[], int] = time.monotonic_ns,
+                 cascade_budget: int = 4096) -> None:
+        warm_up()
+        self.name = name
+        self._clock_ns = clock_ns
+        start = self._now_ms() if start_ms is None else start_ms
+        self._wheel = TimingWheel(tick_ms, wheel_size, start)
+        self._cond = threading.Condition(threading.Lock())
+        self._wait_target: int | None = None  # ms the advancing thread sleeps until
+        self._cascade_budget = cascade_budget
+        self._closed = False
+        self._executor = self._make_executor()
+
+    # -- hooks MockTimer overrides ----------------------------------------------------
+    def _make_executor(self) -> TaskExecutor | None:
+        return TaskExecutor(f"executor-{self.name}")
+
+    def _submit(self, tasks: list[TimerTask]) -> None:
+        assert self._executor is not None
+        self._executor.submit_many(tasks)
+
+    # -- public API -------------------------------------------------------------------
+    def _now_ms(self) -> int:
+        return self._clock_ns() // _NS_PER_MS
+
+    def add(self, task: TimerTask) -> None:
+        """Schedule ``task`` to run ``task.delay_ms`` from now; an already-expired task is
+        handed to the executor at once. Adding a task again reschedules it."""
+        if self._closed:
+            raise ShmwheelError(f"timer {self.name!r} is shut down")
+        deadline_ns = self._clock_ns() + task.delay_ms * _NS_PER_MS
+        entry = TimerTaskEntry(task, -(-deadline_ns // _NS_PER_MS))
+        self._add_entry(entry)
+
+    def _add_entry(self, entry: TimerTaskEntry) -> None:
+        with self._cond:
+            added = self._wheel.add(entry)
+            if added:
+                entry._remover = self._remove
+                target = self._wait_target
+                if target is not None and entry.expiration_ms < target:
+                    self._cond.notify_all()
+        if not added and not entry.cancelled:
+            self._submit([entry.timer_task])
+
+    def _remove(self, entry: TimerTaskEntry) -> None:
+        with self._cond:
+            self._wheel.remove(entry)
+
+    def advance_clock(self, timeout_ms: int) -> bool:
+        """Wait up to ``timeout_ms`` for the wheel to have work (an expired bucket, or a
+        bucket to pre-cascade), then advance it to now and submit what came due.
+        Returns True if the clock advanced over any work."""
+        give_up = time.monotonic_ns() + max(0, timeout_ms) * _NS_PER_MS
+        with self._cond:
+            while True:
+                now_ns = self._clock_ns()
+                wake = self._wheel.next_wakeup_ms()
+                if wake is not None and wake * _NS_PER_MS <= now_ns:
+                    break
+                remaining = give_up - time.monotonic_ns()
+                if remaining <= 0 or self._closed:
+                    return False
+                if wake is not None:
+                    remaining = min(remaining, wake * _NS_PER_MS - now_ns)
+                self._wait_target = wake if wake is not None else 2**62
+                self._cond.wait(remaining / 1e9)
+                self._wait_target = None
+            due, moved = self._advance_locked(now_ns // _NS_PER_MS)
+        self._run_due(due)
+        return bool(due) or moved > 0
+
+    def _advance_locked(self, now_ms: int) -> tuple[list[TimerTaskEntry], int]:
+        due = self._wheel.advance_clock(now_ms)
+        moved = self._wheel.cascade_step(self._cascade_budget)
+        return due, moved
+
+    def _run_due(self, due: list[TimerTaskEntry]) -> None:
+        tasks = [e.timer_task for e in due if not e.cancelled]
+        if tasks:
+            self._submit(tasks)
+
+    @property
+    def size(self) -> int:
+        """Tasks pending in the wheel."""
+        return self._wheel.size
+
+    @property
+    def task_errors(self) -> int:
+        """Exceptions raised by tasks (each is also logged)."""
+        return self._executor.task_errors if self._executor else 0
+
+    @property
+    def tasks_run(self) -> int:
+        return self._executor.tasks_run if self._executor else 0
+
+    @property
+    def current_time_ms(self) -> int:
+        return self._wheel.current_time_ms
+
+    def shutdown(self) -> None:
+        """Stop accepting tasks, wake any advancing thread, run what was already submitted."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._executor is not None:
+            self._executor.shutdown()
+
+    close = shutdown
+
+    def __enter__(self) -> SystemTimer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
