@@ -174,6 +174,10 @@ class SystemTimer:
         return self._executor.tasks_run if self._executor else 0
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def current_time_ms(self) -> int:
         return self._wheel.current_time_ms
 

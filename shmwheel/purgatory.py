@@ -1,0 +1,283 @@
+"""Kafka's DelayedOperation and DelayedOperationPurgatory.
+
+Invariants:
+* ``force_complete`` succeeds for exactly one caller (a compare-and-set), so
+  ``on_complete`` runs exactly once whether the operation completes or expires.
+* No missed wake-up: ``try_complete_else_watch`` checks, watches every key, and checks
+  again while holding the operation's lock; ``check_and_complete`` takes the same lock
+  before it checks. A change signalled at any moment is seen by one of the two checks.
+* Completed operations are purged from watch lists once the estimated number of
+  operations exceeds the pending ones by more than ``purge_interval``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from .system_timer import SystemTimer
+from .timing_wheel import TimerTask
+
+SHARDS = 512  # Kafka's watcher-list shard count
+
+
+class DelayedOperation(TimerTask):
+    """An operation that completes when ``try_complete`` says so, or expires after delay_ms.
+
+    Override ``try_complete`` (call ``force_complete`` when the condition holds),
+    ``on_complete`` and ``on_expiration``."""
+
+    def __init__(self, delay_ms: int, lock: threading.Lock | threading.RLock | None = None
+                 ) -> None:
+        super().__init__(delay_ms)
+        self.lock = lock if lock is not None else threading.Lock()
+        self._completed = False
+        self._cas = threading.Lock()
+        self._try_complete_pending = False
+        self._pending_lock = threading.Lock()
+
+    # -- to override ----------------------------------------------------------------
+    def try_complete(self) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError("override DelayedOperation.try_complete()")
+
+    def on_complete(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError("override DelayedOperation.on_complete()")
+
+    def on_expiration(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError("override DelayedOperation.on_expiration()")
+
+    # -- Kafka's machinery ----------------------------------------------------------
+    def force_complete(self) -> bool:
+        """Complete now: cancel the timeout and run on_complete. True only for the one
+        caller that completed it."""
+        with self._cas:
+            if self._completed:
+                return False
+            self._completed = True
+        self.cancel()
+        self.on_complete()
+        return True
+
+    @property
+    def is_completed(self) -> bool:
+        return self._completed
+
+    def run(self) -> None:
+        """Expiry: complete, then on_expiration (only if the expiry won)."""
+        if self.force_complete():
+            self.on_expiration()
+
+    def safe_try_complete(self) -> bool:
+        """try_complete under the operation's lock (Kafka since KAFKA-8334)."""
+        with self.lock:
+            return self.try_complete()
+
+    def safe_try_complete_or_else(self, f: Callable[[], None]) -> bool:
+        """Under the lock: try_complete; if not done, run f (watch the keys) and try again."""
+        with self.lock:
+            if self.try_complete():
+                return True
+            f()
+            return self.try_complete()
+
+    def maybe_try_complete(self) -> bool:
+        """Kafka's tryCompletePending: if another thread holds the lock, leave it a note to
+        retry instead of blocking; whoever holds the lock retries until no note is left."""
+        done = False
+        while True:
+            if self.lock.acquire(blocking=False):
+                try:
+                    with self._pending_lock:
+                        self._try_complete_pending = False
+                    done = self.try_complete()
+                finally:
+                    self.lock.release()
+                with self._pending_lock:
+                    retry = self._try_complete_pending
+            else:
+                with self._pending_lock:
+                    retry = not self._try_complete_pending
+                    self._try_complete_pending = True
+            if self.is_completed or not retry:
+                return done
+
+
+class _Watchers:
+    """The operations watching one key, in arrival order."""
+
+    __slots__ = ("key", "operations")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.operations: list[DelayedOperation] = []
+
+
+class _WatcherList:
+    __slots__ = ("lock", "by_key")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_key: dict[Hashable, _Watchers] = {}
+
+
+class DelayedOperationPurgatory:
+    """Kafka's purgatory: operations watched by keys, completed by key checks or expired by
+    the timer, whose reaper thread loops ``advance_clock(200)``."""
+
+    def __init__(self, name: str, timer: SystemTimer | None = None,
+                 purge_interval: int = 1000, reaper_enabled: bool = True,
+                 timer_enabled: bool = True) -> None:
+        self.name = name
+        self.timeout_timer = timer if timer is not None else SystemTimer(name)
+        self.purge_interval = purge_interval
+        self.timer_enabled = timer_enabled
+        self._shards = [_WatcherList() for _ in range(SHARDS)]
+        self._estimated = 0
+        self._estimated_lock = threading.Lock()
+        self._shutdown = threading.Event()
+        self._reaper: threading.Thread | None = None
+        if reaper_enabled:
+            self._reaper = threading.Thread(target=self._reap, daemon=True,
+                                            name=f"ExpirationReaper-{name}")
+            self._reaper.start()
+
+    def _shard(self, key: Hashable) -> _WatcherList:
+        return self._shards[hash(key) % SHARDS]
+
+    # -- the two entry points --------------------------------------------------------
+    def try_complete_else_watch(self, operation: DelayedOperation,
+                                watch_keys: Sequence[Hashable]) -> bool:
+        """Complete the operation now if it can; otherwise watch it on every key and add it
+        to the timer. True iff this call completed it."""
+        if not watch_keys:
+            raise ValueError("the watch key list can't be empty")
+
+        def watch_all() -> None:
+            for key in watch_keys:
+                self._watch(key, operation)
+            with self._estimated_lock:
+                self._estimated += 1
+
+        if operation.safe_try_complete_or_else(watch_all):
+            return True
+        if not operation.is_completed:
+            if self.timer_enabled:
+                self.timeout_timer.add(operation)
+            if operation.is_completed:
+                operation.cancel()  # completed meanwhile: take it off the timer
+        return False
+
+    def check_and_complete(self, key: Hashable) -> int:
+        """Try to complete every operation watching ``key``; returns how many completed."""
+        wl = self._shard(key)
+        with wl.lock:
+            watchers = wl.by_key.get(key)
+            ops = list(watchers.operations) if watchers else []
+        if not ops:
+            return 0
+        done: set[int] = set()
+        completed = 0
+        for op in ops:
+            if op.is_completed:
+                done.add(id(op))
+            elif op.safe_try_complete():
+                done.add(id(op))
+                completed += 1
+        self._drop(key, watchers, done)
+        return completed
+
+    # -- watch lists -----------------------------------------------------------------
+    def _watch(self, key: Hashable, operation: DelayedOperation) -> None:
+        wl = self._shard(key)
+        with wl.lock:
+            watchers = wl.by_key.get(key)
+            if watchers is None:
+                watchers = wl.by_key[key] = _Watchers(key)
+            watchers.operations.append(operation)
+
+    def _drop(self, key: Hashable, watchers: _Watchers | None, ids: set[int]) -> int:
+        """Remove the given operations from a key's list; forget the key once it is empty."""
+        if watchers is None or not ids:
+            return 0
+        wl = self._shard(key)
+        with wl.lock:
+            before = len(watchers.operations)
+            watchers.operations = [o for o in watchers.operations if id(o) not in ids]
+            if not watchers.operations and wl.by_key.get(key) is watchers:
+                del wl.by_key[key]
+            return before - len(watchers.operations)
+
+    def watched(self) -> int:
+        """Operations in watch lists, counted once per key (Kafka's PurgatorySize)."""
+        total = 0
+        for wl in self._shards:
+            with wl.lock:
+                total += sum(len(w.operations) for w in wl.by_key.values())
+        return total
+
+    def delayed(self) -> int:
+        """Operations pending in the timer (Kafka's NumDelayedOperations)."""
+        return self.timeout_timer.size
+
+    purgatory_size = property(watched)
+    num_delayed_operations = property(delayed)
+
+    def cancel_for_key(self, key: Hashable) -> list[DelayedOperation]:
+        """Stop watching ``key``: cancel the timeout of each operation watching it and return
+        them (they are not completed; other keys may still watch them)."""
+        wl = self._shard(key)
+        with wl.lock:
+            watchers = wl.by_key.pop(key, None)
+        if watchers is None:
+            return []
+        for op in watchers.operations:
+            op.cancel()
+        return list(watchers.operations)
+
+    def purge_completed(self) -> int:
+        """Remove completed operations from every watch list; returns how many."""
+        purged = 0
+        for wl in self._shards:
+            with wl.lock:
+                for key, watchers in list(wl.by_key.items()):
+                    keep = [o for o in watchers.operations if not o.is_completed]
+                    purged += len(watchers.operations) - len(keep)
+                    watchers.operations = keep
+                    if not keep:
+                        del wl.by_key[key]
+        return purged
+
+    @property
+    def estimated_operations(self) -> int:
+        return self._estimated
+
+    # -- expiry ----------------------------------------------------------------------
+    def advance_clock(self, timeout_ms: int) -> None:
+        """Advance the timer, then purge watch lists if the estimate of completed-but-still-
+        watched operations exceeds ``purge_interval``."""
+        self.timeout_timer.advance_clock(timeout_ms)
+        delayed = self.delayed()
+        with self._estimated_lock:
+            purge = self._estimated - delayed > self.purge_interval
+            if purge:
+                self._estimated = delayed
+        if purge:
+            self.purge_completed()
+
+    def _reap(self) -> None:
+        while not self._shutdown.is_set() and not self.timeout_timer.closed:
+            self.advance_clock(200)
+
+    def shutdown(self) -> None:
+        """Stop the reaper (waking it at once) and shut the timer down."""
+        self._shutdown.set()
+        self.timeout_timer.shutdown()  # wakes an advance_clock in progress
+        if self._reaper is not None and self._reaper is not threading.current_thread():
+            self._reaper.join()
+
+    def __enter__(self) -> DelayedOperationPurgatory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()

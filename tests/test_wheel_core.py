@@ -1,0 +1,242 @@
+import heapq
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shmwheel import Full, LayoutError, WheelCore
+from shmwheel import wheel_kernels as K
+from shmwheel.wheel_core import WheelGeometry, layout, words_needed
+
+
+def ceil_to(x, t):
+    return -((-x) // t) * t
+
+
+def test_insert_advance_cancel_roundtrip():
+    c = WheelCore(1, 20, 0, 8)
+    a, b, far = c.insert(5), c.insert(100), c.insert(100_000)
+    assert c.size == 3
+    c.verify()
+    assert list(c.advance(4)) == []
+    assert list(c.advance(5)) == [a & K.SLOT_MASK]
+    assert c.cancel(b) and not c.cancel(b)
+    assert not c.cancel(a), "a fired handle must not cancel"
+    assert list(c.advance(99_999)) == []
+    assert list(c.advance(100_000)) == [far & K.SLOT_MASK]
+    assert c.size == 0
+    c.verify()
+
+
+def test_already_due_is_not_inserted_and_range_is_enforced():
+    c = WheelCore(1, 4, 1000, 4, max_range=1000)
+    assert c.insert(1000) == K.ALREADY_DUE and c.insert(3) == K.ALREADY_DUE
+    assert c.size == 0
+    limit = c.max_deadline()
+    assert c.insert(limit - 1) >= 0
+    with pytest.raises(ValueError, match="beyond the wheel's range"):
+        c.insert(limit)
+    codes = c.insert_many(np.array([limit, 999, 1001]))
+    assert codes[0] == K.OUT_OF_RANGE and codes[1] == K.ALREADY_DUE and codes[2] >= 0
+
+
+def test_stale_handle_never_touches_a_reused_slot():
+    c = WheelCore(1, 8, 0, 1, growable=False)
+    h1 = c.insert(10)
+    assert c.cancel(h1)
+    h2 = c.insert(20)
+    assert h1 & K.SLOT_MASK == h2 & K.SLOT_MASK and h1 != h2
+    assert not c.cancel(h1)
+    assert c.is_pending(h2) and c.size == 1
+    assert not c.cancel(-5) and not c.cancel((1 << 32) | 7)
+
+
+def test_fixed_capacity_raises_full_and_cancel_frees_at_once():
+    c = WheelCore(1, 8, 0, 3, growable=False)
+    hs = [c.insert(10 + i) for i in range(3)]
+    with pytest.raises(Full, match="larger capacity"):
+        c.insert(50)
+    codes = c.insert_many(np.array([60, 61]))
+    assert list(codes) == [K.NO_SLOT, K.NO_SLOT]
+    assert c.cancel(hs[1])
+    assert c.insert(50) >= 0
+
+
+def test_growth_keeps_entries_and_handles():
+    c = WheelCore(1, 4, 0, 2)
+    hs = c.insert_many(np.arange(1, 200) * 7)
+    assert c.capacity >= 199 and (hs >= 0).all()
+    c.verify()
+    assert c.cancel(int(hs[0])) and c.is_pending(int(hs[-1]))
+    fired = c.advance(10_000)
+    assert len(fired) == 198
+    c.verify()
+
+
+def test_never_early_with_coarse_tick():
+    c = WheelCore(10, 8, 0, 4)
+    h = c.insert(105)
+    assert list(c.advance(109)) == []
+    assert list(c.advance(110)) == [h & K.SLOT_MASK]
+
+
+def test_batch_matches_single_operations():
+    rng = np.random.default_rng(7)
+    d = rng.integers(1, 50_000, 5000)
+    a, b = WheelCore(1, 16, 0, 16), WheelCore(1, 16, 0, 16)
+    ha = a.insert_many(d)
+    hb = np.array([b.insert(int(x)) for x in d])
+    assert (ha == hb).all()
+    drop = ha[::3]
+    assert a.cancel_many(drop).all()
+    assert all(b.cancel(int(h)) for h in drop)
+    assert (a.advance(60_000) == b.advance(60_000)).all()
+
+
+def test_pre_cascade_empties_a_bucket_before_it_expires():
+    """The next bucket of level 1 moves down in bounded steps ahead of its expiration, so
+    advancing to it finds nothing to cascade (no stall)."""
+    c = WheelCore(1, 64, 0, 20_000)
+    d = np.arange(64, 128).repeat(150)  # level 1, bucket 1 (expires at 64), 9600 entries
+    c.insert_many(d)
+    moved, steps = 0, 0
+    while (m := c.cascade_step(1000)) > 0:
+        assert m <= 1000
+        moved, steps = moved + m, steps + 1
+    assert moved == len(d) and steps == 10
+    c.verify()
+    assert c.current_time == 0 and c.next_wakeup() == 64
+    assert len(c.advance(64)) == 150
+
+
+def test_two_storages_one_algorithm():
+    """The same operations over process memory and over a foreign buffer (as a shared
+    segment would be) give identical bytes."""
+    g = WheelGeometry.spanning(1, 20, 256)
+    buf = bytearray(words_needed(g) * 8)
+    mem = np.frombuffer(buf, dtype=np.int64)
+    WheelCore.format(mem, g, 0)
+    shared = WheelCore.attach(mem)
+    local = WheelCore(1, 20, 0, 256, growable=False)
+    rng = np.random.default_rng(3)
+    for core in (shared, local):
+        hs = core.insert_many(rng.integers(1, 9000, 200))
+        core.cancel_many(hs[::4])
+        core.advance(4000)
+        core.cascade_step(50)
+        rng = np.random.default_rng(3)
+    assert (shared.mem == local.mem).all()
+    assert layout(g)["total"] == len(mem)
+
+
+def test_attach_refuses_a_foreign_or_newer_layout():
+    g = WheelGeometry.spanning(1, 8, 16)
+    mem = np.zeros(words_needed(g), dtype=np.int64)
+    with pytest.raises(LayoutError, match="magic"):
+        WheelCore.attach(mem)
+    WheelCore.format(mem, g, 0)
+    mem[K.H_VERSION] = 99
+    with pytest.raises(LayoutError, match="version 99"):
+        WheelCore.attach(mem)
+    WheelCore.format(mem, g, 0)
+    with pytest.raises(LayoutError, match="inconsistent"):
+        WheelCore.attach(mem[:-1])
+
+
+def test_bad_geometry_is_refused():
+    with pytest.raises(ValueError, match="tick"):
+        WheelCore(0, 8)
+    with pytest.raises(ValueError, match="wheel_size"):
+        WheelCore(1, 1)
+
+
+def test_advance_resumes_when_out_fills():
+    c = WheelCore(1, 8, 0, 64)
+    c.insert_many(np.full(10, 5))
+    out = np.empty(4, dtype=np.int64)
+    got = []
+    while (n := c.advance_into(5, out, True)) == len(out):
+        got += list(out)
+    got += list(out[:n])
+    assert sorted(got) == list(range(10)) and c.size == 0
+
+
+def test_release_false_keeps_slots_until_released():
+    c = WheelCore(1, 8, 0, 2, growable=False)
+    c.insert(3)
+    slots = c.advance(3, release=False)
+    assert c.size == 0
+    with pytest.raises(Full):
+        c.insert(5), c.insert(6)
+    c.verify()
+    assert c.release(slots) == 1 and c.release(slots) == 0
+
+
+# -- property test against a heap oracle --------------------------------------------
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.integers(-3, 3000)),
+        st.tuples(st.just("cancel"), st.integers(0, 10_000)),
+        st.tuples(st.just("advance"), st.integers(0, 700)),
+        st.tuples(st.just("cascade"), st.integers(1, 40)),
+        st.tuples(st.just("batch"), st.lists(st.integers(1, 5000), max_size=30)),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tick=st.sampled_from([1, 2, 7]), wheel=st.sampled_from([2, 3, 4, 8, 20]),
+       start=st.integers(0, 10_000), program=ops)
+def test_wheel_matches_heap_oracle(tick, wheel, start, program):
+    """Every non-cancelled entry comes out exactly once, never before its deadline, in the
+    first advance whose tick-floored time reaches its tick-ceiled deadline; cancelled ones
+    never; the structure's invariants hold throughout."""
+    c = WheelCore(tick, wheel, start, 4)
+    now = c.current_time
+    live: dict[int, int] = {}  # handle -> deadline
+    heap: list[tuple[int, int]] = []
+    handles: list[int] = []
+
+    def add(d, h):
+        if d <= now:
+            assert h == K.ALREADY_DUE
+        else:
+            assert h >= 0
+            live[h] = d
+            heapq.heappush(heap, (ceil_to(d, tick), h))
+            handles.append(h)
+
+    for op, arg in program:
+        if op == "insert":
+            d = now + arg
+            add(d, c.insert(d))
+        elif op == "batch":
+            ds = [now + x for x in arg]
+            for d, h in zip(ds, c.insert_many(np.array(ds, dtype=np.int64)), strict=True):
+                add(d, int(h))
+        elif op == "cancel" and handles:
+            h = handles[arg % len(handles)]
+            assert c.cancel(h) == (h in live)
+            live.pop(h, None)
+        elif op == "cascade":
+            c.cascade_step(arg)
+        elif op == "advance":
+            t = now + arg
+            fired = sorted(int(s) for s in c.advance(t, release=False))
+            floor_t = t // tick * tick
+            expect = []
+            while heap and heap[0][0] <= floor_t:
+                _, h = heapq.heappop(heap)
+                if h in live:
+                    assert live[h] <= t, "oracle: never early"
+                    expect.append(h & K.SLOT_MASK)
+                    del live[h]
+            assert fired == sorted(expect)
+            c.release(np.array(fired, dtype=np.int64))
+            now = c.current_time
+            assert now == max(now, floor_t)
+    assert c.size == len(live)
+    c.verify()
