@@ -382,6 +382,8 @@ def _next_event(mem):
     ob = mem[H_OFF_BEXP]
     for k in range(mem[H_LEVELS]):
         tk = mem[ot + k]
+        if k > 0 and (now // tk + 1) * tk > best_t:
+            break  # level k holds nothing before (c_k + 1) * tick_k, and higher levels later
         i = _first_occupied(mem, k, (now // tk) % slots)
         if i >= 0:
             t = mem[ob + k * slots + i]

@@ -240,3 +240,31 @@ def test_wheel_matches_heap_oracle(tick, wheel, start, program):
             assert now == max(now, floor_t)
     assert c.size == len(live)
     c.verify()
+
+
+def _level_of(core, handle):
+    """Which level an entry's bucket is on (tests only): walk back to its sentinel."""
+    g = core.geometry
+    nodes = core.mem[int(core.mem[K.H_OFF_NODES]):].reshape(-1, K.NODE_WORDS)
+    node = g.sentinels + (handle & K.SLOT_MASK)
+    while node >= g.sentinels:
+        node = int(nodes[node, K.F_PREV])
+    return node // g.slots, node % g.slots
+
+
+def test_concepts_worked_example():
+    """docs/concepts.md: tick 1, wheel_size 4; A@3, B@9, C@30."""
+    c = WheelCore(1, 4, 0, 8)
+    a, b, cc = c.insert(3), c.insert(9), c.insert(30)
+    assert _level_of(c, a) == (0, 3) and _level_of(c, b) == (1, 2) and _level_of(c, cc) == (2, 1)
+    assert c.next_wakeup() == 0, "C's level-2 bucket is the next one: eligible now"
+    assert c.cascade_step(100) == 1 and _level_of(c, cc) == (1, 7)
+    assert list(c.advance(3)) == [a & K.SLOT_MASK]
+    c.advance(4)
+    assert c.cascade_step(100) == 1 and _level_of(c, b) == (0, 1)
+    assert list(c.advance(9)) == [b & K.SLOT_MASK]
+    c.advance(23)
+    assert c.cascade_step(100) == 0 and _level_of(c, cc) == (1, 7)
+    c.advance(24)
+    assert c.cascade_step(100) == 1 and _level_of(c, cc) == (0, 30 % 8)
+    assert list(c.advance(29)) == [] and list(c.advance(30)) == [cc & K.SLOT_MASK]

@@ -1,0 +1,66 @@
+"""The peers shmwheel is measured against, each driven the way its users drive it."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+
+_REMOVED = None  # heapq recipe: a cancelled entry's callback is replaced by this marker
+
+
+class HeapTimer:
+    """A heapq + threading.Condition timer thread: the classic hand-rolled Python timer.
+
+    ``schedule`` pushes ``[deadline, seq, fn]``; ``cancel`` marks the entry (the heapq
+    docs' lazy-deletion recipe); a daemon thread sleeps until the earliest deadline and
+    runs what is due."""
+
+    def __init__(self) -> None:
+        self._heap: list[list] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="heap-timer")
+        self._thread.start()
+
+    def schedule(self, delay_s: float, fn: Callable[[], None]) -> list:
+        entry = [time.monotonic() + delay_s, next(self._seq), fn]
+        with self._cond:
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                self._cond.notify()
+        return entry
+
+    def cancel(self, entry: list) -> None:
+        entry[2] = _REMOVED
+
+    def _loop(self) -> None:
+        heap = self._heap
+        while True:
+            with self._cond:
+                while not self._stop and (not heap or heap[0][0] > time.monotonic()):
+                    self._cond.wait(None if not heap else heap[0][0] - time.monotonic())
+                if self._stop:
+                    return
+                now = time.monotonic()
+                due = []
+                while heap and heap[0][0] <= now:
+                    due.append(heapq.heappop(heap)[2])
+            for fn in due:
+                if fn is not _REMOVED:
+                    fn()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join()
+
+
+def asyncio_loop() -> asyncio.AbstractEventLoop:
+    """A fresh event loop; the caller closes it."""
+    return asyncio.new_event_loop()

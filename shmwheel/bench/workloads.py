@@ -1,0 +1,321 @@
+"""One repetition of each in-process workload, for shmwheel and its peers.
+
+Every function takes the sizes and returns ``{system: figure}`` for one repetition; the
+runner interleaves repetitions (A B A B ...) and keeps medians. Rates are operations per
+second; memory is bytes per pending timer. Deadlines are uniform in [1, 60] s unless
+the workload says otherwise.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+
+import numpy as np
+
+from ..system_timer import SystemTimer
+from ..timing_wheel import TimerTask
+from ..wheel_core import WheelCore, warm_up
+from .baselines import HeapTimer, asyncio_loop
+
+Figures = dict[str, float]
+
+
+def _deadlines(n: int, seed: int = 1, lo_ms: int = 1_000, hi_ms: int = 60_000) -> np.ndarray:
+    return np.random.default_rng(seed).integers(lo_ms, hi_ms + 1, n).astype(np.int64)
+
+
+def _rate(n: int, fn: Callable[[], object]) -> float:
+    gc.collect()
+    t = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - t)
+
+
+# -- wheel core vs heapq -----------------------------------------------------------------
+
+def core_schedule_batch(n: int) -> Figures:
+    d = _deadlines(n)
+    core = WheelCore(1, 4096, 0, n, growable=False)
+    items = list(zip(d.tolist(), range(n), strict=True))
+    return {"shmwheel core insert_many": _rate(n, lambda: core.insert_many(d)),
+            "heapq heapify": _rate(n, lambda: heapq.heapify(list(items)))}
+
+
+def core_schedule_call(n: int) -> Figures:
+    d = _deadlines(n).tolist()
+    core = WheelCore(1, 4096, 0, n, growable=False)
+    heap: list = []
+
+    def wheel() -> None:
+        insert = core.insert
+        for x in d:
+            insert(x)
+
+    def push() -> None:
+        seq = itertools.count()
+        for x in d:
+            heapq.heappush(heap, [x, next(seq), None])
+
+    return {"shmwheel core insert": _rate(n, wheel), "heapq heappush": _rate(n, push)}
+
+
+def core_cancel(n: int) -> Figures:
+    d = _deadlines(n)
+    batch = WheelCore(1, 4096, 0, n, growable=False)
+    hb = batch.insert_many(d)
+    single = WheelCore(1, 4096, 0, n, growable=False)
+    hs = single.insert_many(d).tolist()
+    seq = itertools.count()
+    entries = [[x, next(seq), print] for x in d.tolist()]
+    heap = list(entries)
+    heapq.heapify(heap)
+
+    def wheel_one() -> None:
+        cancel = single.cancel
+        for h in hs:
+            cancel(h)
+
+    def lazy() -> None:
+        for e in entries:
+            e[2] = None
+
+    return {"shmwheel core cancel_many": _rate(n, lambda: batch.cancel_many(hb)),
+            "shmwheel core cancel": _rate(n, wheel_one),
+            "heapq lazy cancel": _rate(n, lazy)}
+
+
+def core_expire(n: int) -> Figures:
+    """Collect every due entry. shmwheel does the work its reaper does: pre-cascade steps
+    while idle, then advance; both are timed. heapq pops in order."""
+    d = _deadlines(n)
+    core = WheelCore(1, 4096, 0, n, growable=False)
+    core.insert_many(d)
+    out = np.empty(n, dtype=np.int64)
+
+    def wheel() -> None:
+        t = 0
+        got = 0
+        while got < n:
+            t += 1000
+            while core.cascade_step(1 << 16):
+                pass
+            got += core.advance_into(t, out[got:], True)
+
+    heap = [(x, i) for i, x in enumerate(d.tolist())]
+    heapq.heapify(heap)
+
+    def pop() -> None:
+        pop_ = heapq.heappop
+        while heap:
+            pop_(heap)
+
+    return {"shmwheel core advance": _rate(n, wheel), "heapq heappop": _rate(n, pop)}
+
+
+def core_memory(n: int) -> Figures:
+    """Bytes per pending timer: the wheel array for shmwheel; traced allocations of the
+    pending entries for the Python peers (a heap entry; an asyncio TimerHandle; a
+    SystemTimer TimerTask with its entry, which the caller owns)."""
+    core = WheelCore(1, 4096, 0, n, growable=False)
+    core.insert_many(_deadlines(n))
+    figures = {"shmwheel core": core.mem.nbytes / n}
+
+    m = min(n, 200_000)  # per-object bytes do not depend on n; tracing 1 M objects is slow
+
+    def traced(build: Callable[[], object]) -> float:
+        gc.collect()
+        tracemalloc.start()
+        keep = build()
+        size, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del keep
+        return size / m
+
+    d = _deadlines(m).tolist()
+    figures["heapq entry"] = traced(lambda: [[x, i, None] for i, x in enumerate(d)])
+    loop = asyncio_loop()
+    try:
+        figures["asyncio call_later"] = traced(
+            lambda: [loop.call_later(x / 1000, _noop) for x in d])
+    finally:
+        loop.close()
+    return figures
+
+
+# -- in-process timers ---------------------------------------------------------------
+
+def _noop() -> None:
+    pass
+
+
+class _Count(TimerTask):
+    __slots__ = ("box",)
+
+    def __init__(self, delay_ms: int, box: list) -> None:
+        super().__init__(delay_ms)
+        self.box = box
+
+    def run(self) -> None:
+        self.box[0] += 1
+
+
+def timer_schedule_cancel(n: int) -> Figures:
+    delays = (_deadlines(n) // 1).tolist()
+    fig: Figures = {}
+    timer = SystemTimer("bench", tick_ms=1, wheel_size=4096)
+    box = [0]
+    tasks = [_Count(x, box) for x in delays]
+    try:
+        fig["add: shmwheel SystemTimer"] = _rate(n, lambda: [timer.add(t) for t in tasks])
+        fig["cancel: shmwheel SystemTimer"] = _rate(n, lambda: [t.cancel() for t in tasks])
+    finally:
+        timer.shutdown()
+    loop = asyncio_loop()
+    try:
+        handles: list = []
+        fig["add: asyncio call_later"] = _rate(
+            n, lambda: handles.extend(loop.call_later(x / 1000, _noop) for x in delays))
+        fig["cancel: asyncio call_later"] = _rate(n, lambda: [h.cancel() for h in handles])
+    finally:
+        loop.close()
+    ht = HeapTimer()
+    try:
+        entries: list = []
+        fig["add: heapq+thread"] = _rate(
+            n, lambda: entries.extend(ht.schedule(x / 1000, _noop) for x in delays))
+        fig["cancel: heapq+thread"] = _rate(n, lambda: [ht.cancel(e) for e in entries])
+    finally:
+        ht.stop()
+    return fig
+
+
+def timer_fire(n: int) -> Figures:
+    """Fired-and-run no-op tasks per second. Every system gets n timers whose deadlines lie
+    at one absolute time after all are scheduled, spread over 20 ms; the rate is n over the
+    time from the first deadline to the last run."""
+    fig: Figures = {}
+    spread = [i % 20 for i in range(n)]
+    margin_s = 0.2 + n * 10e-6  # comfortably longer than scheduling n timers takes
+
+    def wait_until(t: float) -> None:
+        time.sleep(max(0.0, t - time.monotonic()))
+
+    box = [0]
+    timer = SystemTimer("bench-fire", tick_ms=1, wheel_size=4096)
+    try:
+        base = time.monotonic() + margin_s
+        for s in spread:
+            timer.add(_Count(int((base - time.monotonic()) * 1000) + s, box))
+        wait_until(base)
+        t0 = time.monotonic()
+        while box[0] < n:
+            timer.advance_clock(5)
+        fig["shmwheel SystemTimer"] = n / (time.monotonic() - t0)
+    finally:
+        timer.shutdown()
+    loop = asyncio_loop()
+    try:
+        count = [0]
+        done = loop.create_future()
+
+        def bump() -> None:
+            count[0] += 1
+            if count[0] == n:
+                done.set_result(None)
+
+        base = time.monotonic() + margin_s  # asyncio's loop.time() is time.monotonic()
+        for s in spread:
+            loop.call_at(base + s / 1000, bump)
+        wait_until(base)
+        t0 = time.monotonic()
+        loop.run_until_complete(done)
+        fig["asyncio call_later"] = n / (time.monotonic() - t0)
+    finally:
+        loop.close()
+    ht = HeapTimer()
+    try:
+        hcount = [0]
+
+        def hbump() -> None:
+            hcount[0] += 1
+
+        base = time.monotonic() + margin_s
+        for s in spread:
+            ht.schedule(base + s / 1000 - time.monotonic(), hbump)
+        wait_until(base)
+        t0 = time.monotonic()
+        while hcount[0] < n:
+            time.sleep(0.0005)
+        fig["heapq+thread"] = n / (time.monotonic() - t0)
+    finally:
+        ht.stop()
+    return fig
+
+
+# -- the choice of numba -------------------------------------------------------------
+
+_INTERPRETED = """
+import json, time, numpy as np
+from shmwheel.wheel_core import WheelCore, warm_up
+warm_up()
+n = {n}
+d = np.random.default_rng(1).integers(1000, 60001, n).astype(np.int64)
+c = WheelCore(1, 4096, 0, n, growable=False)
+t = time.perf_counter(); h = c.insert_many(d); ins = n / (time.perf_counter() - t)
+t = time.perf_counter(); c.cancel_many(h[: n // 2]); can = (n // 2) / (time.perf_counter() - t)
+t = time.perf_counter()
+while c.cascade_step(1 << 20): pass
+got = len(c.advance(61000)); adv = got / (time.perf_counter() - t)
+print(json.dumps([ins, can, adv]))
+"""
+
+
+def kernel_choice(n: int) -> Figures:
+    """The same kernels compiled (this process) and interpreted (NUMBA_DISABLE_JIT=1 in a
+    child), on the same n entries: what numba buys."""
+    warm_up()
+    code = _INTERPRETED.format(n=n)
+    compiled = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
+                                         capture_output=True, text=True).stdout)
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    interp = json.loads(subprocess.run([sys.executable, "-c", code], check=True, env=env,
+                                       capture_output=True, text=True).stdout)
+    names = ("insert_many", "cancel_many", "cascade+advance")
+    fig: Figures = {}
+    for name, a, b in zip(names, compiled, interp, strict=True):
+        fig[f"{name}: numba"] = a
+        fig[f"{name}: interpreted"] = b
+    return fig
+
+
+def cascade_stall(n: int) -> Figures:
+    """Longest single clock step (µs) while n timers over [1, 60] s come due 1 ms at a time,
+    wheel_size 20 (Kafka's default). shmwheel's reaper pre-cascades (advance, then a bounded
+    cascade_step); Kafka's way re-inserts a coarse bucket only when it expires (advance
+    alone, which then cascades the whole bucket). Same kernels, same timers."""
+    d = _deadlines(n)
+    fig: Figures = {}
+    for label, pre in (("pre-cascade", True), ("cascade at expiry (Kafka)", False)):
+        core = WheelCore(1, 20, 0, n, growable=False)
+        core.insert_many(d)
+        out = np.empty(n, dtype=np.int64)
+        steps = np.empty(60_001, dtype=np.int64)
+        clock = time.perf_counter_ns
+        for t in range(60_001):
+            t0 = clock()
+            core.advance_into(t, out, True)
+            if pre:
+                core.cascade_step(4096)
+            steps[t] = clock() - t0
+        fig[f"max step: {label}"] = steps.max() / 1000
+        fig[f"p99.9 step: {label}"] = float(np.percentile(steps, 99.9)) / 1000
+    return fig
