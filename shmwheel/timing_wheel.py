@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .wheel_core import WheelCore
+from .wheel_core import DEFAULT_RANGE, WheelCore
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -92,8 +92,8 @@ class TimingWheel:
 
     def __init__(self, tick_ms: int, wheel_size: int, start_ms: int, *,
                  capacity: int = 1024, max_range_ms: int | None = None) -> None:
-        kw = {} if max_range_ms is None else {"max_range": max_range_ms}
-        self.core = WheelCore(tick_ms, wheel_size, start_ms, capacity, **kw)
+        self.core = WheelCore(tick_ms, wheel_size, start_ms, capacity,
+                              max_range=DEFAULT_RANGE if max_range_ms is None else max_range_ms)
         self.tick_ms = tick_ms
         self.wheel_size = wheel_size
         self.start_ms = self.core.current_time

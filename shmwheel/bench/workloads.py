@@ -18,6 +18,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ..wheel_core import WheelCore, warm_up
 from .baselines import HeapTimer, asyncio_loop
 
 Figures = dict[str, float]
+T = TypeVar("T")
 
 
 def _deadlines(n: int, seed: int = 1, lo_ms: int = 1_000, hi_ms: int = 60_000) -> np.ndarray:
@@ -168,6 +170,11 @@ class _Count(TimerTask):
         self.box[0] += 1
 
 
+def _each(fn: Callable[[T], None], items: list[T]) -> None:
+    for x in items:
+        fn(x)
+
+
 def timer_schedule_cancel(n: int) -> Figures:
     delays = (_deadlines(n) // 1).tolist()
     fig: Figures = {}
@@ -175,8 +182,8 @@ def timer_schedule_cancel(n: int) -> Figures:
     box = [0]
     tasks = [_Count(x, box) for x in delays]
     try:
-        fig["add: shmwheel SystemTimer"] = _rate(n, lambda: [timer.add(t) for t in tasks])
-        fig["cancel: shmwheel SystemTimer"] = _rate(n, lambda: [t.cancel() for t in tasks])
+        fig["add: shmwheel SystemTimer"] = _rate(n, lambda: _each(timer.add, tasks))
+        fig["cancel: shmwheel SystemTimer"] = _rate(n, lambda: _each(TimerTask.cancel, tasks))
     finally:
         timer.shutdown()
     loop = asyncio_loop()
@@ -192,7 +199,7 @@ def timer_schedule_cancel(n: int) -> Figures:
         entries: list = []
         fig["add: heapq+thread"] = _rate(
             n, lambda: entries.extend(ht.schedule(x / 1000, _noop) for x in delays))
-        fig["cancel: heapq+thread"] = _rate(n, lambda: [ht.cancel(e) for e in entries])
+        fig["cancel: heapq+thread"] = _rate(n, lambda: _each(ht.cancel, entries))
     finally:
         ht.stop()
     return fig
