@@ -128,8 +128,8 @@ class SystemTimer:
 
     def advance_clock(self, timeout_ms: int) -> bool:
         """Wait up to ``timeout_ms`` for the wheel to have work (an expired bucket, or a
-        bucket to pre-cascade), then advance it to now and submit what came due.
-        Returns True if the clock advanced over any work."""
+        bucket to pre-cascade), then advance it to now, submit what came due and do one
+        bounded pre-cascade step. Returns True if there was work, False on timeout."""
         give_up = time.monotonic_ns() + max(0, timeout_ms) * _NS_PER_MS
         with self._cond:
             while True:
@@ -145,14 +145,10 @@ class SystemTimer:
                 self._wait_target = wake if wake is not None else 2**62
                 self._cond.wait(remaining / 1e9)
                 self._wait_target = None
-            due, moved = self._advance_locked(now_ns // _NS_PER_MS)
+            due = self._wheel.advance_clock(now_ns // _NS_PER_MS)
+            self._wheel.cascade_step(self._cascade_budget)
         self._run_due(due)
-        return bool(due) or moved > 0
-
-    def _advance_locked(self, now_ms: int) -> tuple[list[TimerTaskEntry], int]:
-        due = self._wheel.advance_clock(now_ms)
-        moved = self._wheel.cascade_step(self._cascade_budget)
-        return due, moved
+        return True
 
     def _run_due(self, due: list[TimerTaskEntry]) -> None:
         tasks = [e.timer_task for e in due if not e.cancelled]
