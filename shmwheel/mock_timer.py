@@ -36,6 +36,7 @@ class MockTimer(SystemTimer):
     def __init__(self, clock: ManualClock | None = None, tick_ms: int = 1,
                  wheel_size: int = 20) -> None:
         self.clock = clock or ManualClock()
+        self._inline_runs = 0
         super().__init__("mock", tick_ms, wheel_size, self.clock.ms, clock_ns=self.clock)
 
     def _make_executor(self) -> None:
@@ -45,8 +46,6 @@ class MockTimer(SystemTimer):
         self._inline_runs += len(tasks)
         for task in tasks:
             task.run()
-
-    _inline_runs = 0
 
     @property
     def tasks_run(self) -> int:

@@ -103,22 +103,14 @@ class DelayedOperation(TimerTask):
                 return done
 
 
-class _Watchers:
-    """The operations watching one key, in arrival order."""
-
-    __slots__ = ("key", "operations")
-
-    def __init__(self, key: Hashable) -> None:
-        self.key = key
-        self.operations: list[DelayedOperation] = []
-
-
 class _WatcherList:
+    """One shard: each key's watching operations, in arrival order, under one lock."""
+
     __slots__ = ("lock", "by_key")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.by_key: dict[Hashable, _Watchers] = {}
+        self.by_key: dict[Hashable, list[DelayedOperation]] = {}
 
 
 class DelayedOperationPurgatory:
@@ -173,7 +165,7 @@ class DelayedOperationPurgatory:
         wl = self._shard(key)
         with wl.lock:
             watchers = wl.by_key.get(key)
-            ops = list(watchers.operations) if watchers else []
+            ops = list(watchers) if watchers else []
         if not ops:
             return 0
         done: set[int] = set()
@@ -191,29 +183,27 @@ class DelayedOperationPurgatory:
     def _watch(self, key: Hashable, operation: DelayedOperation) -> None:
         wl = self._shard(key)
         with wl.lock:
-            watchers = wl.by_key.get(key)
-            if watchers is None:
-                watchers = wl.by_key[key] = _Watchers(key)
-            watchers.operations.append(operation)
+            wl.by_key.setdefault(key, []).append(operation)
 
-    def _drop(self, key: Hashable, watchers: _Watchers | None, ids: set[int]) -> int:
+    def _drop(self, key: Hashable, watchers: list[DelayedOperation] | None,
+              ids: set[int]) -> int:
         """Remove the given operations from a key's list; forget the key once it is empty."""
         if watchers is None or not ids:
             return 0
         wl = self._shard(key)
         with wl.lock:
-            before = len(watchers.operations)
-            watchers.operations = [o for o in watchers.operations if id(o) not in ids]
-            if not watchers.operations and wl.by_key.get(key) is watchers:
+            before = len(watchers)
+            watchers[:] = [o for o in watchers if id(o) not in ids]
+            if not watchers and wl.by_key.get(key) is watchers:
                 del wl.by_key[key]
-            return before - len(watchers.operations)
+            return before - len(watchers)
 
     def watched(self) -> int:
         """Operations in watch lists, counted once per key (Kafka's PurgatorySize)."""
         total = 0
         for wl in self._shards:
             with wl.lock:
-                total += sum(len(w.operations) for w in wl.by_key.values())
+                total += sum(len(w) for w in wl.by_key.values())
         return total
 
     def delayed(self) -> int:
@@ -231,9 +221,9 @@ class DelayedOperationPurgatory:
             watchers = wl.by_key.pop(key, None)
         if watchers is None:
             return []
-        for op in watchers.operations:
+        for op in watchers:
             op.cancel()
-        return list(watchers.operations)
+        return watchers
 
     def purge_completed(self) -> int:
         """Remove completed operations from every watch list; returns how many."""
@@ -241,10 +231,10 @@ class DelayedOperationPurgatory:
         for wl in self._shards:
             with wl.lock:
                 for key, watchers in list(wl.by_key.items()):
-                    keep = [o for o in watchers.operations if not o.is_completed]
-                    purged += len(watchers.operations) - len(keep)
-                    watchers.operations = keep
-                    if not keep:
+                    before = len(watchers)
+                    watchers[:] = [o for o in watchers if not o.is_completed]
+                    purged += before - len(watchers)
+                    if not watchers:
                         del wl.by_key[key]
         return purged
 

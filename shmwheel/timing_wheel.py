@@ -72,9 +72,6 @@ class TimerTaskEntry:
         if remover is not None:
             remover(self)
 
-    def __lt__(self, other: TimerTaskEntry) -> bool:
-        return self.expiration_ms < other.expiration_ms
-
     def __repr__(self) -> str:
         return (f"TimerTaskEntry({type(self.timer_task).__name__}, "
                 f"expiration_ms={self.expiration_ms}, cancelled={self.cancelled})")
@@ -114,7 +111,7 @@ class TimingWheel:
         handle = self.core.insert(entry.expiration_ms)
         if handle < 0:
             return False
-        slot = handle & 0xFFFFFFFF
+        slot = WheelCore.slot_of(handle)
         if slot >= len(self._owners):
             self._owners.extend([None] * (self.core.capacity - len(self._owners)))
         self._owners[slot] = entry
@@ -126,7 +123,7 @@ class TimingWheel:
         """Unlink an entry in O(1); its slot is free at once."""
         handle = entry._handle
         if handle >= 0 and self.core.cancel(handle):
-            self._owners[handle & 0xFFFFFFFF] = None
+            self._owners[WheelCore.slot_of(handle)] = None
         entry._handle = -1
         entry._remover = None
 

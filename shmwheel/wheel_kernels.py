@@ -370,9 +370,11 @@ def release_batch(mem, slots):
 
 
 @njit(cache=True)
-def _next_event(mem):
-    """(time, level, index) of the earliest occupied bucket over all levels; ties go to the
-    higher level (a cascade must precede a fire at the same time). level -1 when empty."""
+def _earliest(mem, eligibility):
+    """(time, level, index) of the earliest occupied bucket over all levels (level -1 when
+    empty); ties go to the higher level, since a cascade must precede a fire at the same
+    time. With `eligibility`, a higher level's time is the moment its bucket becomes
+    eligible for pre-cascading: one tick of that level before it expires."""
     best_t = NEVER
     best_k = -1
     best_i = -1
@@ -382,11 +384,13 @@ def _next_event(mem):
     ob = mem[H_OFF_BEXP]
     for k in range(mem[H_LEVELS]):
         tk = mem[ot + k]
-        if k > 0 and (now // tk + 1) * tk > best_t:
+        if not eligibility and k > 0 and (now // tk + 1) * tk > best_t:
             break  # level k holds nothing before (c_k + 1) * tick_k, and higher levels later
         i = _first_occupied(mem, k, (now // tk) % slots)
         if i >= 0:
             t = mem[ob + k * slots + i]
+            if eligibility and k > 0:
+                t -= tk
             if t <= best_t:
                 best_t = t
                 best_k = k
@@ -396,24 +400,9 @@ def _next_event(mem):
 
 @njit(cache=True)
 def next_wakeup(mem):
-    """When the wheel next has work: the earliest level-0 bucket expiration, or for a higher
-    level the moment its earliest bucket becomes eligible for cascading (one tick of that
-    level before it expires). Values <= now mean work is pending now. NEVER when empty."""
-    best = NEVER
-    now = mem[H_NOW]
-    slots = mem[H_SLOTS]
-    ot = mem[H_OFF_TICKS]
-    ob = mem[H_OFF_BEXP]
-    for k in range(mem[H_LEVELS]):
-        tk = mem[ot + k]
-        i = _first_occupied(mem, k, (now // tk) % slots)
-        if i >= 0:
-            t = mem[ob + k * slots + i]
-            if k > 0:
-                t -= tk
-            if t < best:
-                best = t
-    return best
+    """When the wheel next has work: a level-0 bucket to fire or a higher bucket to
+    pre-cascade. Values <= now mean work is pending now; NEVER when empty."""
+    return _earliest(mem, True)[0]
 
 
 @njit(cache=True, inline="always")
@@ -470,7 +459,7 @@ def advance(mem, now, out, release):
     cap = out.shape[0]
     count = 0
     while True:
-        t, k, i = _next_event(mem)
+        t, k, i = _earliest(mem, False)
         if k < 0 or t > target:
             break
         b = k * slots + i

@@ -18,7 +18,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -176,31 +176,33 @@ def _each(fn: Callable[[T], None], items: list[T]) -> None:
 
 
 def timer_schedule_cancel(n: int) -> Figures:
-    delays = (_deadlines(n) // 1).tolist()
-    fig: Figures = {}
-    timer = SystemTimer("bench", tick_ms=1, wheel_size=4096)
+    """Per-call add, then cancel of everything added, for each in-process timer."""
+    delays = _deadlines(n).tolist()
     box = [0]
     tasks = [_Count(x, box) for x in delays]
+    timer = SystemTimer("bench", tick_ms=1, wheel_size=4096)
+    loop = asyncio_loop()
+    ht = HeapTimer()
+
+    def add_tasks() -> list:
+        _each(timer.add, tasks)
+        return tasks
+
+    systems: list[tuple[str, Callable[[], list], Callable[[Any], None]]] = [
+        ("shmwheel SystemTimer", add_tasks, TimerTask.cancel),
+        ("asyncio call_later", lambda: [loop.call_later(x / 1000, _noop) for x in delays],
+         lambda h: h.cancel()),
+        ("heapq+thread", lambda: [ht.schedule(x / 1000, _noop) for x in delays], ht.cancel),
+    ]
+    fig: Figures = {}
     try:
-        fig["add: shmwheel SystemTimer"] = _rate(n, lambda: _each(timer.add, tasks))
-        fig["cancel: shmwheel SystemTimer"] = _rate(n, lambda: _each(TimerTask.cancel, tasks))
+        for name, add_all, cancel in systems:
+            added: list = []
+            fig[f"add: {name}"] = _rate(n, lambda: added.extend(add_all()))  # noqa: B023
+            fig[f"cancel: {name}"] = _rate(n, lambda: _each(cancel, added))  # noqa: B023
     finally:
         timer.shutdown()
-    loop = asyncio_loop()
-    try:
-        handles: list = []
-        fig["add: asyncio call_later"] = _rate(
-            n, lambda: handles.extend(loop.call_later(x / 1000, _noop) for x in delays))
-        fig["cancel: asyncio call_later"] = _rate(n, lambda: [h.cancel() for h in handles])
-    finally:
         loop.close()
-    ht = HeapTimer()
-    try:
-        entries: list = []
-        fig["add: heapq+thread"] = _rate(
-            n, lambda: entries.extend(ht.schedule(x / 1000, _noop) for x in delays))
-        fig["cancel: heapq+thread"] = _rate(n, lambda: _each(ht.cancel, entries))
-    finally:
         ht.stop()
     return fig
 
