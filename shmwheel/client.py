@@ -1,0 +1,421 @@
+"""The worker side of the service: ``connect(name)`` gives a ``Client`` that schedules
+timers through its own producer ring and cancels them directly in the shared wheel.
+
+A client owns a cache of RESERVED slots (taken from the wheel's free stack under the
+segment lock, in batches), so ``schedule`` knows its handle at once: it writes the
+slot's side record and deadline, marks it SUBMITTED, and publishes (handle, check) on
+its ring; the coordinator links it. ``cancel`` takes the segment lock and decides then
+and there (see ``service_kernels.cancel_handles``): no round trip through a queue.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+
+from . import payload as P
+from . import service_kernels as SK
+from . import service_layout as L
+from . import wheel_kernels as K
+from .errors import Full, ShmwheelError
+
+RING_WAIT_S = 2.0  # how long a full ring may block a producer before Full is raised
+_GEN_BITS = ~np.int64(0xFFFFFFFF)
+_CHECK = int(SK.CHECK_KEY)
+
+
+def now_ms() -> int:
+    """Monotonic milliseconds, the service's clock (the same in every process)."""
+    return time.monotonic_ns() // 1_000_000
+
+
+class TimerHandle:
+    """A scheduled timer: ``id`` is unique while the service lives; ``cancel()`` is True
+    iff the task will never run."""
+
+    __slots__ = ("_client", "deadline_ms", "id")
+
+    def __init__(self, client: Client, id: int, deadline_ms: int) -> None:
+        self._client = client
+        self.id = id
+        self.deadline_ms = deadline_ms
+
+    def cancel(self) -> bool:
+        return self._client.cancel(self)
+
+    def __repr__(self) -> str:
+        return f"TimerHandle(id={self.id:#x}, deadline_ms={self.deadline_ms})"
+
+
+class TimerHandles(Sequence[TimerHandle]):
+    """The handles of one ``schedule_many`` call as two arrays (ids, deadlines); items are
+    TimerHandle objects made on access, so a million handles cost 16 MB, not a million
+    objects."""
+
+    def __init__(self, client: Client, ids: np.ndarray, deadlines: np.ndarray) -> None:
+        self._client = client
+        self.ids = ids
+        self.deadlines_ms = deadlines
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> TimerHandle: ...
+    @overload
+    def __getitem__(self, i: slice) -> TimerHandles: ...
+
+    def __getitem__(self, i: int | slice) -> TimerHandle | TimerHandles:
+        if isinstance(i, slice):
+            return TimerHandles(self._client, self.ids[i], self.deadlines_ms[i])
+        return TimerHandle(self._client, int(self.ids[i]), int(self.deadlines_ms[i]))
+
+    def __iter__(self) -> Iterator[TimerHandle]:
+        for h, d in zip(self.ids.tolist(), self.deadlines_ms.tolist()):
+            yield TimerHandle(self._client, h, d)
+
+    def cancel(self) -> np.ndarray:
+        """Cancel all; a bool array, True where that timer will never run."""
+        return self._client.cancel_many(self.ids)
+
+
+def _check_delay(value: object, what: str, limit: int) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of milliseconds, got {type(value).__name__}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    if v < 0:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    if v >= limit:
+        raise ValueError(f"{what}={value!r} is beyond the wheel's range ({limit} ms); "
+                         f"use a shorter delay or a larger tick_ms/wheel_size")
+    return v
+
+
+class Client:
+    """A connection to a running service: one producer ring, used by one process."""
+
+    def __init__(self, mem: L.ServiceMemory, ring: int) -> None:
+        self._mem = mem
+        self._ring = ring
+        self._producer = mem.producer[ring]
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._closed = False
+        cfg = mem.config
+        self._max_delay = cfg.geometry().span // 4
+        self._batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
+        self._cache = np.empty(0, np.int64)
+        self._ci = 0
+        self._row = mem.counters[L.FIXED_ROWS + cfg.executors + ring]
+        self._side = memoryview(mem.side)
+        self._wheel = memoryview(mem.wheel)
+        self._header = memoryview(mem.header)
+        self._nodes = mem.nodes_off
+        self._one = np.zeros(1, np.int64)
+        self._one_out = np.zeros(1, np.int64)
+
+    # -- lifecycle --------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._mem.service
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release the ring: the coordinator drains what was published, frees the slots
+        this client reserved but never submitted, and frees the ring for another client."""
+        if self._closed:
+            return
+        self._closed = True
+        mem = self._mem
+        if os.getpid() == self._pid:
+            with mem.locked():
+                mem.ring_table[self._ring, L.RT_STATE] = L.RING_CLOSING
+            mem.ring_bell("coordinator")
+        mem.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ShmwheelError("this client is closed; connect() again")
+        if os.getpid() != self._pid:
+            raise ShmwheelError("a Client cannot be used across fork(); call "
+                                "shmwheel.connect(name) in the child process")
+        if self._header[L.W_STOPPING]:
+            raise ShmwheelError(f"service {self.name!r} is stopping")
+
+    # -- argument checks --------------------------------------------------------------
+    def _task_id(self, task: str) -> int:
+        tid = self._mem.task_ids.get(task) if isinstance(task, str) else None
+        if tid is None:
+            raise ValueError(f"unknown task {task!r}; registered tasks: "
+                             f"{', '.join(self._mem.task_names)}")
+        return tid
+
+    def _deadline(self, delay_ms: float | None, deadline_ms: int | None) -> int:
+        if (delay_ms is None) == (deadline_ms is None):
+            raise TypeError("pass exactly one of delay_ms= or deadline_ms=")
+        now_ns = time.monotonic_ns()
+        if delay_ms is not None:
+            d = _check_delay(delay_ms, "delay_ms", self._max_delay)
+            return -(-(now_ns + math.ceil(d * 1e6)) // 1_000_000)
+        if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, np.integer)):
+            raise TypeError(f"deadline_ms must be an int (monotonic ms), got "
+                            f"{type(deadline_ms).__name__}")
+        if deadline_ms - now_ns // 1_000_000 >= self._max_delay:
+            raise ValueError(f"deadline_ms={deadline_ms} is beyond the wheel's range "
+                             f"({self._max_delay} ms from now)")
+        return int(deadline_ms)
+
+    # -- slots ------------------------------------------------------------------------
+    def _take(self, n: int) -> np.ndarray:
+        """n reserved handles from the cache, refilled under the lock; Full if the wheel
+        has fewer free slots (the cache keeps what it got)."""
+        have = len(self._cache) - self._ci
+        if have < n:
+            want = n - have + self._batch
+            got = np.empty(want, np.int64)
+            mem = self._mem
+            with mem.locked():
+                k = SK.reserve(mem.wheel, mem.side, self._ring, got)
+            self._cache = np.concatenate([self._cache[self._ci:], got[:k]])
+            self._ci = 0
+            if len(self._cache) < n:
+                raise Full(f"service {self.name!r} is full ({self._mem.config.capacity} "
+                           f"timers): cancel some, or start it with a larger capacity")
+        out = self._cache[self._ci : self._ci + n]
+        self._ci += n
+        return out
+
+    def _give_back(self, handles: np.ndarray) -> None:
+        self._cache = np.concatenate([handles, self._cache[self._ci:]])
+        self._ci = 0
+
+    def _store_blob(self, slot: int, blob: bytes) -> tuple[int, int, int]:
+        """(payload word, arena class or -1, flag bits) for a blob; arena blocks are taken
+        under the lock, which the caller must hold when class >= 0."""
+        c = P.size_class(len(blob))
+        if c < 0:
+            return P.inline_word(blob), -1, 0
+        mem = self._mem
+        b = SK.arena_alloc(mem.arena, c, slot)
+        if b < 0:
+            raise Full(f"the payload arena has no free {SK.ARENA_CLASSES[c]}-byte block: "
+                       f"use smaller payloads or start the service with a larger arena_bytes")
+        mem.arena_block(c, b)[: len(blob)] = np.frombuffer(blob, np.uint8)
+        return b, c, SK.FLAG_ARENA
+
+    def _publish(self, recs: np.ndarray) -> None:
+        """Push records, waiting (bounded) for the coordinator when the ring is full."""
+        ring, mem = self._producer, self._mem
+        done, waited = 0, 0.0
+        while True:
+            done += ring.push_records(recs[done:])
+            if done == len(recs):
+                break
+            mem.ring_bell("coordinator")
+            if waited > RING_WAIT_S:
+                raise Full(f"producer ring of service {self.name!r} stayed full for "
+                           f"{RING_WAIT_S} s: is the coordinator running?")
+            time.sleep(0.0002)
+            waited += 0.0002
+        if self._header[L.W_COORD_SLEEPING]:
+            mem.ring_bell("coordinator")
+
+    # -- the API ----------------------------------------------------------------------
+    def schedule(self, task: str, payload: Any = None, *, delay_ms: float | None = None,
+                 deadline_ms: int | None = None, key: str | bytes | int | None = None,
+                 every_ms: float | None = None) -> TimerHandle:
+        """Run ``task(payload)`` in an executor at or after the deadline (monotonic ms);
+        with ``every_ms`` again every period until cancelled."""
+        self._check()
+        tid = self._task_id(task)
+        deadline = self._deadline(delay_ms, deadline_ms)
+        every = 0
+        if every_ms is not None:
+            every = max(1, math.ceil(_check_delay(every_ms, "every_ms", self._max_delay)))
+            if every_ms == 0:
+                raise ValueError("every_ms must be > 0")
+        blob, flags = P.encode(payload, key)
+        ring = self._producer
+        with self._lock:
+            waited = 0.0
+            while ring.free() == 0:  # make room before taking a slot: nothing to undo later
+                self._mem.ring_bell("coordinator")
+                if waited > RING_WAIT_S:
+                    raise Full(f"producer ring of service {self.name!r} stayed full for "
+                               f"{RING_WAIT_S} s: is the coordinator running?")
+                time.sleep(0.0002)
+                waited += 0.0002
+            h = int(self._take(1)[0])
+            slot = h & 0xFFFFFFFF
+            c = P.size_class(len(blob))
+            try:
+                if c >= 0:
+                    with self._mem.locked():
+                        word, c, more = self._store_blob(slot, blob)
+                else:
+                    word, more = P.inline_word(blob), 0
+            except Full:
+                self._give_back(np.array([h], np.int64))
+                raise
+            side, wheel, i = self._side, self._wheel, slot * SK.SIDE_WORDS
+            side[i] = tid | (flags | more) << 16 | (max(c, 0) << 24) | len(blob) << 32
+            side[i + 1] = word
+            side[i + 2] = every
+            side[i + 3] = self._ring | 1 << 16
+            n = self._nodes + slot * K.NODE_WORDS
+            wheel[n + K.F_DEADLINE] = deadline
+            wheel[n + K.F_GS] = (h >> 32) << 32 | SK.SUBMITTED
+            ring.push(h, h ^ _CHECK)
+            self._row[L.C_SCHEDULED] += 1
+            if self._header[L.W_COORD_SLEEPING]:
+                self._mem.ring_bell("coordinator")
+        return TimerHandle(self, h, deadline)
+
+    def schedule_many(self, task: str, delays_ms: Sequence[float] | np.ndarray,
+                      payloads: Sequence[Any] | None = None) -> TimerHandles:
+        """Schedule one timer per delay, all or none (Full if they do not all fit).
+        Returns a ``TimerHandles`` sequence (ids and deadlines as arrays)."""
+        self._check()
+        tid = self._task_id(task)
+        try:
+            d = np.asarray(delays_ms, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"delays_ms must be a sequence of numbers: {e}") from None
+        if d.ndim != 1:
+            raise ValueError("delays_ms must be one-dimensional")
+        if not np.isfinite(d).all():
+            raise ValueError("delays_ms must all be finite (no NaN or infinity)")
+        if len(d) and (d.min() < 0 or d.max() >= self._max_delay):
+            raise ValueError(f"delays_ms must lie in [0, {self._max_delay}) ms")
+        n = len(d)
+        if payloads is not None and len(payloads) != n:
+            raise ValueError(f"{len(payloads)} payloads for {n} delays")
+        blobs = [P.encode(p) for p in payloads] if payloads is not None else None
+        deadlines = -(-(time.monotonic_ns() + np.ceil(d * 1e6).astype(np.int64)) // 1_000_000)
+        if n == 0:
+            return TimerHandles(self, np.empty(0, np.int64), deadlines)
+        with self._lock:
+            handles = self._take(n).copy()
+            slots = handles & 0xFFFFFFFF
+            meta = np.empty(n, np.int64)
+            words = np.empty(n, np.int64)
+            if blobs is None:
+                meta[:] = tid | 1 << 32
+                words[:] = P.NIL_INLINE
+            else:
+                try:
+                    self._store_blobs(slots, blobs, tid, meta, words)
+                except Full:
+                    self._give_back(handles)
+                    raise
+            side = self._mem.side.reshape(-1, SK.SIDE_WORDS)
+            side[slots, SK.S_META] = meta
+            side[slots, SK.S_PAYLOAD] = words
+            side[slots, SK.S_EVERY] = 0
+            side[slots, SK.S_OWNER] = self._ring | 1 << 16
+            nodes = self._mem.wheel[self._nodes : self._nodes + self._mem.config.capacity
+                                    * K.NODE_WORDS].reshape(-1, K.NODE_WORDS)
+            nodes[slots, K.F_DEADLINE] = deadlines
+            nodes[slots, K.F_GS] = (handles & _GEN_BITS) | SK.SUBMITTED
+            recs = np.empty((n, 2), np.int64)
+            recs[:, 0] = handles
+            recs[:, 1] = handles ^ SK.CHECK_KEY
+            try:
+                self._publish(recs)
+            finally:
+                self._row[L.C_SCHEDULED] += n
+        return TimerHandles(self, handles, deadlines)
+
+    def _store_blobs(self, slots: np.ndarray, blobs: list[tuple[bytes, int]], tid: int,
+                     meta: np.ndarray, words: np.ndarray) -> None:
+        """Side-record words for encoded payloads, arena blocks taken under one lock; if a
+        class runs out, the blocks already taken are returned before Full propagates."""
+        mem, side, done = self._mem, self._side, 0
+        with mem.locked():
+            try:
+                for j, (blob, flags) in enumerate(blobs):
+                    slot = int(slots[j])
+                    word, c, more = self._store_blob(slot, blob)
+                    meta[j] = tid | (flags | more) << 16 | max(c, 0) << 24 | len(blob) << 32
+                    words[j] = word
+                    side[slot * SK.SIDE_WORDS] = int(meta[j])
+                    side[slot * SK.SIDE_WORDS + 1] = word
+                    done = j + 1
+            except Full:
+                for j in range(done):
+                    SK.free_payload(mem.side, mem.arena, int(slots[j]))
+                raise
+
+    def cancel(self, handle: TimerHandle | int) -> bool:
+        """True iff the timer will never run; its slot is free when this returns. For a
+        repeating timer with a run in flight, False, and it will not run again."""
+        self._check()
+        h = handle.id if isinstance(handle, TimerHandle) else handle
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)):
+            raise TypeError(f"cancel() takes a TimerHandle or its id, got {type(handle).__name__}")
+        mem = self._mem
+        self._one[0] = h
+        with mem.locked():
+            n = SK.cancel_handles(mem.wheel, mem.side, mem.arena, self._one, self._one_out)
+            mem.counters[L.ROW_LOCKED, L.C_CANCELLED] += n
+        return bool(self._one_out[0] == SK.CANCEL_YES)
+
+    def cancel_many(self, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:
+        """Cancel a batch under one lock; a bool array, True where that timer will never run."""
+        self._check()
+        ids = handles.ids if isinstance(handles, TimerHandles) else np.asarray(handles, np.int64)
+        out = np.zeros(len(ids), np.int64)
+        mem = self._mem
+        with mem.locked():
+            n = SK.cancel_handles(mem.wheel, mem.side, mem.arena,
+                                  np.ascontiguousarray(ids, np.int64), out)
+            mem.counters[L.ROW_LOCKED, L.C_CANCELLED] += n
+        return out == SK.CANCEL_YES
+
+
+def connect(name: str) -> Client:
+    """Attach to the running service `name` (same user) and claim a producer ring."""
+    L.check_architecture()
+    mem = L.ServiceMemory.attach(name)
+    try:
+        if mem.header[L.W_STOPPING]:
+            raise ShmwheelError(f"service {name!r} is stopping")
+        if not mem.header[L.W_READY] & L.READY_COORDINATOR:
+            raise ShmwheelError(f"service {name!r} has not finished starting")
+        pid = os.getpid()
+        with mem.locked():
+            free = np.flatnonzero(mem.ring_table[:, L.RT_STATE] == L.RING_FREE)
+            if len(free) == 0:
+                raise ShmwheelError(f"all {mem.config.max_clients} client rings of service "
+                                    f"{name!r} are in use: close clients or raise max_clients")
+            ring = int(free[0])
+            mem.ring_table[ring, L.RT_PID] = pid
+            mem.ring_table[ring, L.RT_STATE] = L.RING_CLAIMED
+        return Client(mem, ring)
+    except BaseException:
+        mem.close()
+        raise

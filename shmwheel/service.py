@@ -1,0 +1,294 @@
+"""``TimerService``: the supervisor, living in the embedding process. It creates the
+service's segment and semaphores, starts the coordinator, the reaper and the executor pool
+as separate processes, restarts any that dies (a monitor thread, psutil), and on ``stop``
+ends them all and unlinks every name it created.
+
+Why the supervisor, not the coordinator, creates the segment: a restarted coordinator
+must find the shared state intact, so the segment has to outlive it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from . import service_kernels as SK
+from . import service_layout as L
+from . import shm
+from . import wheel_kernels as K
+from .client import Client, connect, now_ms
+from .errors import ShmwheelError
+from .executor import resolve
+
+START_TIMEOUT_S = 60.0
+MONITOR_S = 0.05
+
+
+def task_spec(name: str, task: str | Callable[..., Any]) -> str:
+    """The "module:function" an executor imports for a registry entry; refuses what an
+    executor could not import (lambdas, nested functions, non-callables)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"task names must be non-empty strings, got {name!r}")
+    if isinstance(task, str):
+        spec = task
+    elif callable(task):
+        qual = getattr(task, "__qualname__", "")
+        module = getattr(task, "__module__", None)
+        if not module or "<" in qual:
+            raise ValueError(f"task {name!r}: {task!r} is not a module-level function; executors "
+                             f"import tasks by name, so define it at module level")
+        if module == "__main__":
+            main_file = getattr(sys.modules["__main__"], "__file__", None)
+            if not main_file:
+                raise ValueError(f"task {name!r} is defined in an interactive __main__; move it "
+                                 f"into a module")
+            module = str(Path(main_file).resolve())
+        spec = f"{module}:{qual}"
+    else:
+        raise TypeError(f"task {name!r} must be 'module:function' or a function, got "
+                        f"{type(task).__name__}")
+    try:
+        resolve(spec)
+    except Exception as e:
+        raise ValueError(f"task {name!r}: cannot import {spec!r}: {e}") from None
+    return spec
+
+
+def default_executors() -> int:
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(1, int(n - 1).bit_length())
+
+
+class TimerService:
+    """A multiprocess timer service over shared memory (see docs/quickstart.md)."""
+
+    def __init__(self, name: str | None = None, *,
+                 tasks: Mapping[str, str | Callable[..., Any]],
+                 capacity: int = 1_000_000,
+                 executors: int | None = None,
+                 tick_ms: int = 1, wheel_size: int = 64,
+                 journal: str | os.PathLike[str] | None = None,
+                 max_clients: int = 32,
+                 ring_capacity: int = 16384,
+                 dispatch_capacity: int = 8192,
+                 arena_bytes: int = 16 << 20,
+                 **options: Any) -> None:
+        if options:
+            raise TypeError(f"unknown TimerService options: {', '.join(sorted(options))}")
+        if journal is not None:
+            raise NotImplementedError("the journal is not built yet; pass journal=None")
+        self.name = shm.check_name(name) if name is not None else \
+            f"s{os.getpid()}-{secrets.token_hex(4)}"
+        if not isinstance(tasks, Mapping) or not tasks:
+            raise ValueError("tasks must be a non-empty mapping of task name -> "
+                             "'module:function' or a module-level function")
+        if len(tasks) > 0xFFFF:
+            raise ValueError("at most 65535 tasks can be registered")
+        for what, value, low in (("capacity", capacity, 1), ("tick_ms", tick_ms, 1),
+                                 ("wheel_size", wheel_size, 2), ("max_clients", max_clients, 1),
+                                 ("arena_bytes", arena_bytes, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+        if capacity >= 1 << 31:
+            raise ValueError("capacity must be below 2**31")
+        if max_clients > 0xFFFF:
+            raise ValueError("max_clients must be at most 65535")
+        n_exec = default_executors() if executors is None else executors
+        if isinstance(n_exec, bool) or not isinstance(n_exec, int) or n_exec < 1:
+            raise ValueError(f"executors must be an integer >= 1, got {executors!r}")
+        per_class = arena_bytes // SK.NCLASSES
+        self.config = L.ServiceConfig(
+            capacity=capacity, tick_ms=tick_ms, wheel_size=wheel_size, executors=n_exec,
+            max_clients=max_clients, ring_capacity=_pow2(ring_capacity),
+            dispatch_capacity=_pow2(dispatch_capacity),
+            arena_blocks=tuple(per_class // size for size in SK.ARENA_CLASSES),  # type: ignore[arg-type]
+            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()))
+        self.config.geometry()  # validates tick and wheel size
+        self.mem: L.ServiceMemory | None = None
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.restarts: dict[str, int] = {}
+        self._monitor: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> TimerService:
+        if self.mem is not None:
+            raise ShmwheelError(f"service {self.name!r} is already started")
+        L.check_architecture()
+        shm.sweep_stale(L.owner_of)
+        self.mem = L.ServiceMemory.create(self.name, self.config, os.getpid(), now_ms())
+        try:
+            for role in L.semaphore_roles(self.config):
+                shm.open_semaphore(self.name, role, create=True).close()
+            for role in self._roles():
+                self._spawn(role)
+            self._await_ready()
+        except BaseException:
+            self._teardown(5.0)
+            raise
+        self._stop.clear()
+        self._monitor = threading.Thread(target=self._watch, name=f"shmwheel-{self.name}",
+                                         daemon=True)
+        self._monitor.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End every service process and unlink every segment and semaphore. Timers still
+        pending are dropped (there is no journal yet)."""
+        if self.mem is None:
+            return
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join()
+            self._monitor = None
+        self._teardown(timeout)
+
+    def __enter__(self) -> TimerService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        if getattr(self, "mem", None) is not None:
+            try:
+                self.stop(2.0)
+            except Exception:
+                pass
+
+    def client(self) -> Client:
+        if self.mem is None:
+            raise ShmwheelError("start the service before asking for a client")
+        return connect(self.name)
+
+    # -- processes --------------------------------------------------------------------
+    def _roles(self) -> list[str]:
+        return ["coordinator", "reaper"] + [f"exec{i}" for i in range(self.config.executors)]
+
+    def _spawn(self, role: str) -> None:
+        argv = [sys.executable, "-m", "shmwheel.process_main"]
+        if role.startswith("exec"):
+            argv += ["executor", self.name, role[4:]]
+        else:
+            argv += [role, self.name]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+
+    def _await_ready(self) -> None:
+        assert self.mem is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        want = L.READY_COORDINATOR | L.READY_REAPER
+        while True:
+            for role, p in self.procs.items():
+                if p.poll() is not None:
+                    raise ShmwheelError(f"service {self.name!r}: the {role} process exited "
+                                        f"with code {p.returncode} while starting (see stderr)")
+            execs_up = bool((self.mem.exec_table[:, L.X_PID] != 0).all())
+            if self.mem.header[L.W_READY] & want == want and execs_up:
+                return
+            if time.monotonic() > deadline:
+                raise ShmwheelError(f"service {self.name!r} did not start within "
+                                    f"{START_TIMEOUT_S} s")
+            time.sleep(0.01)
+
+    def _watch(self) -> None:
+        """Restart any service process that dies, until stop()."""
+        while not self._stop.wait(MONITOR_S):
+            for role, p in list(self.procs.items()):
+                if p.poll() is None or self._stop.is_set():
+                    continue
+                self.restarts[role] = self.restarts.get(role, 0) + 1
+                print(f"shmwheel[{self.name}]: {role} (pid {p.pid}) exited with code "
+                      f"{p.returncode}; restarting it", file=sys.stderr, flush=True)
+                with self._lock:
+                    if not self._stop.is_set():
+                        self._spawn(role)
+
+    def _teardown(self, timeout: float) -> None:
+        mem = self.mem
+        with self._lock:
+            if mem is not None:
+                mem.header[L.W_STOPPING] = 1
+                for role in L.semaphore_roles(self.config):
+                    try:
+                        mem.ring_bell(role)
+                    except Exception:
+                        pass
+            end = time.monotonic() + timeout
+            for p in self.procs.values():
+                try:
+                    p.wait(max(0.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            self.procs.clear()
+        if mem is not None:
+            mem.close()
+            self.mem = None
+        shm.unlink_service(self.name)
+
+    # -- observation ------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counters read from shared memory (any process could read the same words)."""
+        if self.mem is None:
+            raise ShmwheelError("the service is not running")
+        return read_stats(self.mem, self.procs, self.restarts)
+
+
+def percentile_ms(hist: np.ndarray, q: float) -> float:
+    """Upper edge (ms) of the histogram bucket holding the q-quantile; 0 when empty."""
+    total = int(hist.sum())
+    if total == 0:
+        return 0.0
+    i = int(np.searchsorted(np.cumsum(hist), q * total, side="left"))
+    return 0.0 if i == 0 else 2 ** (i / L.HIST_PER_OCTAVE) / 1000.0
+
+
+def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]] | None = None,
+               restarts: Mapping[str, int] | None = None) -> dict[str, Any]:
+    c = mem.counters.sum(axis=0)
+    hist = mem.hist.sum(axis=0)
+    backlog = sum(r.pending() for r in mem.producer)
+    late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99),
+                                                        ("999", 0.999))}
+    nz = np.flatnonzero(hist)
+    late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / L.HIST_PER_OCTAVE) / 1000.0
+    processes = {}
+    for role, p in (procs or {}).items():
+        alive = p.poll() is None and psutil.pid_exists(p.pid)
+        processes[role] = {"pid": p.pid, "alive": alive}
+    return {
+        "pending": int(mem.wheel[K.H_PENDING]) + backlog,
+        "scheduled": int(c[L.C_SCHEDULED]),
+        "fired": int(c[L.C_FIRED]),
+        "cancelled": int(c[L.C_CANCELLED]),
+        "completed": int(c[L.C_COMPLETED]),
+        "task_errors": int(c[L.C_ERRORS]),
+        "crashed": int(c[L.C_CRASHED]),
+        "rearmed": int(c[L.C_REARMED]),
+        "early": int(c[L.C_EARLY]),
+        "ring_garbage": int(c[L.C_GARBAGE]),
+        "ring_stale": int(c[L.C_STALE]),
+        "repairs": int(mem.header[L.W_REPAIRS]),
+        "lateness_ms": late,
+        "lateness_samples": int(hist.sum()),
+        "processes": processes,
+        "restarts": dict(restarts or {}),
+        "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
+    }
+

@@ -1,0 +1,57 @@
+"""What every service process (coordinator, reaper, executor) shares: attaching to the
+segment, its wake-up semaphore, and knowing when to exit.
+
+A service process exits when the supervisor sets ``stopping`` or when the supervisor
+itself is gone (its parent changed: the embedding process was killed). In the latter case
+the coordinator, which owns the segments, unlinks them on its way out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import posix_ipc
+
+from . import service_layout as L
+
+LIVENESS_S = 0.05  # how often a process checks that its supervisor is alive
+
+
+class ServiceProcess:
+    def __init__(self, service: str, role: str) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
+        self.service = service
+        self.role = role
+        self.mem = L.ServiceMemory.attach(service)
+        self.owner = int(self.mem.header[L.W_OWNER])
+        self.bell = self.mem.semaphore(role)
+        self._next_check = 0.0
+        self.orphaned = False
+
+    def running(self) -> bool:
+        """False once the service is stopping or the supervisor has died."""
+        if self.mem.header[L.W_STOPPING]:
+            return False
+        t = time.monotonic()
+        if t >= self._next_check:
+            self._next_check = t + LIVENESS_S
+            if os.getppid() != self.owner:
+                self.orphaned = True
+                return False
+        return True
+
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until rung or `timeout_s` passes (bounded: a lost wake-up costs a timeout)."""
+        if timeout_s <= 0:
+            return
+        try:
+            self.bell.acquire(timeout_s)
+        except posix_ipc.BusyError:
+            pass
+
+    def log(self, msg: str) -> None:
+        print(f"shmwheel[{self.service}] {self.role} {os.getpid()}: {msg}", file=sys.stderr,
+              flush=True)
