@@ -31,6 +31,7 @@ from .errors import ShmwheelError
 from .executor import resolve
 
 START_TIMEOUT_S = 60.0
+_READY_BITS = {"coordinator": L.READY_COORDINATOR, "reaper": L.READY_REAPER}
 MONITOR_S = 0.05
 
 
@@ -216,7 +217,9 @@ class TimerService:
                 print(f"shmwheel[{self.name}]: {role} (pid {p.pid}) exited with code "
                       f"{p.returncode}; restarting it", file=sys.stderr, flush=True)
                 with self._lock:
-                    if not self._stop.is_set():
+                    if not self._stop.is_set() and self.mem is not None:
+                        bit = _READY_BITS.get(role, 0)
+                        self.mem.header[L.W_READY] &= ~bit  # the new one sets it when up
                         self._spawn(role)
 
     def _teardown(self, timeout: float) -> None:

@@ -348,9 +348,9 @@ class WheelCore:
             assert int(gs[s]) & 0xFF == K.FREE, f"free list holds slot {s} not free"
             free, s = free + 1, int(nx[g.sentinels + s])
             assert free <= g.capacity, "cycle in the free list"
-        due = int(np.count_nonzero((gs & 0xFF) == K.DUE))
-        assert free + linked + due == g.capacity, \
-            f"{free} free + {linked} linked + {due} due != capacity {g.capacity}"
+        held = int(np.count_nonzero(((gs & 0xFF) != K.FREE) & ((gs & 0xFF) != K.PENDING)))
+        assert free + linked + held == g.capacity, \
+            f"{free} free + {linked} linked + {held} held (due, reserved) != capacity {g.capacity}"
 
 
 _warm = False

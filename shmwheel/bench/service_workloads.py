@@ -1,0 +1,538 @@
+"""One repetition of each multiprocess-service workload, for shmwheel and its peers.
+
+Like ``workloads``: every function takes a size and returns ``{figure: value}`` for one
+repetition. Each workload starts its own ``TimerService`` (default executors, so the
+pool is sized from nproc), measures it, stops it in a ``finally`` (which ends every
+service process and unlinks its segment and semaphores), and only then measures the
+baselines, so the idle service does not share the CPU with them.
+
+The producer in the single-producer workloads is this process (the bench), a separate
+process from the service's coordinator, reaper and executors. Timers that must not fire
+while they are measured get delays of 30-60 s; stopping the service drops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import math
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+import tracemalloc
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import wait as wait_futures
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from .. import service_layout as L
+from .. import shm
+from ..client import now_ms
+from ..service import TimerService, default_executors
+from .baselines import HeapTimer, asyncio_loop
+
+Figures = dict[str, float]
+S = "shmwheel"
+
+FAR_LO_MS, FAR_HI_MS = 30_000, 60_000  # never due while measured
+MEMORY_CAPACITY = 1_000_000  # the service's default capacity
+BATCH = 100_000  # schedule_many batch size
+POOL_N = 20_000  # ProcessPoolExecutor no-ops per repetition (it is slow)
+TRACE_N = 100_000  # entries traced for the Python peers' bytes per timer
+
+services_started: list[str] = []  # every service name this process started (for leak checks)
+leaked: list[str] = []  # services that left files in /dev/shm after stop()
+
+
+def noop_task(payload: Any) -> None:
+    """The task every service workload registers: does nothing."""
+
+
+TASKS = {"noop": noop_task}  # executors import it as shmwheel.bench.service_workloads:noop_task
+
+
+def _noop() -> None:
+    pass
+
+
+def _far_delays(n: int, seed: int = 1) -> np.ndarray:
+    """n delays (ms, float) uniform in [30, 60] s."""
+    return np.random.default_rng(seed).uniform(FAR_LO_MS, FAR_HI_MS, n)
+
+
+def _rate(n: int, fn: Callable[[], object]) -> float:
+    gc.collect()
+    t = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - t)
+
+
+@contextmanager
+def _service(capacity: int = MEMORY_CAPACITY, **options: Any) -> Iterator[TimerService]:
+    """A started service, stopped on exit; complains (stderr) if stop() left files."""
+    svc = TimerService(tasks=TASKS, capacity=capacity, **options)
+    services_started.append(svc.name)
+    try:
+        with svc:
+            yield svc
+    finally:
+        left = shm.service_files(svc.name)
+        if left:
+            leaked.append(svc.name)
+            print(f"bench: service {svc.name} left {[str(p) for p in left]} after stop()",
+                  flush=True, file=sys.stderr)
+
+
+def _wait_completed(svc: TimerService, n: int, deadline_s: float,
+                    poll_s: float = 0.002) -> tuple[dict[str, Any], float]:
+    """Poll stats() until `completed` reaches n or time.monotonic() passes deadline_s;
+    (the last stats, the monotonic time they were read)."""
+    while True:
+        st = svc.stats()
+        t = time.monotonic()
+        if st["completed"] >= n or t > deadline_s:
+            return st, t
+        time.sleep(poll_s)
+
+
+def _capacity_for(n: int) -> int:
+    return max(MEMORY_CAPACITY, int(n * 1.1) + 1024)
+
+
+# -- a. schedule, per call --------------------------------------------------------------
+
+def svc_schedule_call(n: int) -> Figures:
+    """Per-call schedule of n timers (delays 30-60 s) from one producer process, handles
+    kept. The producer waits when its ring is full, so this is bounded by the
+    coordinator's link rate too."""
+    delays = _far_delays(n).tolist()
+    fig: Figures = {}
+    with _service(_capacity_for(n)) as svc, svc.client() as c:
+        sched = c.schedule
+        fig[f"{S} Client.schedule"] = _rate(
+            n, lambda: [sched("noop", delay_ms=d) for d in delays])
+    ht = HeapTimer()
+    try:
+        fig["heapq+thread schedule"] = _rate(
+            n, lambda: [ht.schedule(d / 1000, _noop) for d in delays])
+    finally:
+        ht.stop()
+    loop = asyncio_loop()
+    try:
+        fig["asyncio call_later"] = _rate(
+            n, lambda: [loop.call_later(d / 1000, _noop) for d in delays])
+    finally:
+        loop.close()
+    return fig
+
+
+# -- b. schedule_many -------------------------------------------------------------------
+
+def svc_schedule_many(n: int) -> Figures:
+    """5n timers (delays 30-60 s) in schedule_many batches of up to 100k. Baselines: a
+    batch method on the heapq+thread timer (extend + heapify or push under one lock, the
+    best a heap can do) on the same 5n; asyncio has no batch API, so call_later in a loop
+    on n."""
+    total = 5 * n
+    batch = min(BATCH, n)
+    delays = _far_delays(total)
+    chunks = [delays[i : i + batch] for i in range(0, total, batch)]
+    fig: Figures = {}
+    with _service(_capacity_for(total)) as svc, svc.client() as c:
+        many = c.schedule_many
+        fig[f"{S} Client.schedule_many"] = _rate(
+            total, lambda: [many("noop", d) for d in chunks])
+    chunks_s = [(d / 1000).tolist() for d in chunks]
+    ht = HeapTimer()
+    try:
+        fig["heapq+thread schedule_many"] = _rate(
+            total, lambda: [ht.schedule_many(d, _noop) for d in chunks_s])
+    finally:
+        ht.stop()
+    loop = asyncio_loop()
+    few = (delays[:n] / 1000).tolist()
+    try:
+        fig["asyncio call_later loop"] = _rate(
+            n, lambda: [loop.call_later(d, _noop) for d in few])
+    finally:
+        loop.close()
+    return fig
+
+
+# -- c. two producer processes ----------------------------------------------------------
+
+def _producer(name: str, n: int, seed: int, barrier: Any, out: Any) -> None:
+    """A producer process: connect, wait at the barrier, schedule n timers per call."""
+    try:
+        from shmwheel import connect
+
+        delays = _far_delays(n, seed).tolist()
+        with connect(name) as c:
+            sched = c.schedule
+            barrier.wait(60)
+            t0 = time.monotonic()
+            handles = [sched("noop", delay_ms=d) for d in delays]
+            t1 = time.monotonic()
+            out.put(("ok", t0, t1, len(handles)))
+    except BaseException:
+        out.put(("error", traceback.format_exc(), 0.0, 0))
+
+
+def _threads(k: int, work: Callable[[int], None]) -> tuple[float, float]:
+    """Run work(i) in k threads released together; (first start, last finish)."""
+    barrier = threading.Barrier(k + 1)
+    ends = [0.0] * k
+
+    def body(i: int) -> None:
+        barrier.wait()
+        work(i)
+        ends[i] = time.monotonic()
+
+    ts = [threading.Thread(target=body, args=(i,)) for i in range(k)]
+    for t in ts:
+        t.start()
+    gc.collect()
+    barrier.wait()
+    t0 = time.monotonic()
+    for t in ts:
+        t.join()
+    return t0, max(ends)
+
+
+def svc_two_producers(n: int) -> Figures:
+    """Two producer processes (spawned) each schedule n timers per call into one service,
+    released by one barrier; the rate is 2n over first start to last finish. Baselines:
+    two threads of this process scheduling n each into one heapq+thread timer; and into
+    one asyncio loop running in a third thread (call_soon_threadsafe(call_later), the
+    thread-safe way), until the loop has made every call_later."""
+    k = 2
+    fig: Figures = {}
+    ctx = mp.get_context("spawn")
+    with _service(_capacity_for(k * n)) as svc:
+        barrier = ctx.Barrier(k)
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_producer, args=(svc.name, n, 10 + i, barrier, out),
+                             daemon=True) for i in range(k)]
+        try:
+            for p in procs:
+                p.start()
+            results = [out.get(timeout=120) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        errors = [r[1] for r in results if r[0] != "ok"]
+        if errors:
+            raise RuntimeError("a producer process failed:\n" + errors[0])
+        t0 = min(r[1] for r in results)
+        t1 = max(r[2] for r in results)
+        fig[f"{S} 2 producer processes"] = k * n / (t1 - t0)
+        fig[f"{S} per producer (mean)"] = statistics.mean(
+            [n / (r[2] - r[1]) for r in results])
+
+    delays = [(_far_delays(n, 10 + i) / 1000).tolist() for i in range(k)]
+    ht = HeapTimer()
+    try:
+        def heap_work(i: int) -> None:
+            sched = ht.schedule
+            [sched(d, _noop) for d in delays[i]]
+
+        t0, t1 = _threads(k, heap_work)
+        fig["heapq+thread 2 threads"] = k * n / (t1 - t0)
+    finally:
+        ht.stop()
+
+    loop = asyncio_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        handles: list[asyncio.TimerHandle] = []
+
+        def add(d: float) -> None:
+            handles.append(loop.call_later(d, _noop))
+
+        def aio_work(i: int) -> None:
+            soon = loop.call_soon_threadsafe
+            for d in delays[i]:
+                soon(add, d)
+
+        t0, _ = _threads(k, aio_work)
+        done = threading.Event()
+        end = [0.0]
+
+        def finish() -> None:  # queued after every add: runs when all have run
+            end[0] = time.monotonic()
+            done.set()
+
+        loop.call_soon_threadsafe(finish)
+        if not done.wait(120):
+            raise RuntimeError("the asyncio loop did not drain its calls in 120 s")
+        fig["asyncio 2 threads (call_soon_threadsafe)"] = len(handles) / (end[0] - t0)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(30)
+        loop.close()
+    return fig
+
+
+# -- d. cancel --------------------------------------------------------------------------
+
+def svc_cancel(n: int) -> Figures:
+    """Cancel n pending timers (delays 30-60 s) per call with Client.cancel(handle), and
+    another n with one cancel_many; every cancel must return True. Baselines cancel the
+    same number of their own handles (heapq+thread marks the entry; asyncio's
+    TimerHandle.cancel)."""
+    d = _far_delays(n)
+    fig: Figures = {}
+    with _service(_capacity_for(2 * n)) as svc, svc.client() as c:
+        one = list(c.schedule_many("noop", d))  # TimerHandle objects, made outside the timing
+        many = c.schedule_many("noop", d)
+        cancel = c.cancel
+        ok: list[bool] = []
+        fig[f"{S} Client.cancel"] = _rate(n, lambda: ok.extend([cancel(h) for h in one]))
+        res: list[np.ndarray] = []
+        fig[f"{S} Client.cancel_many"] = _rate(n, lambda: res.append(c.cancel_many(many)))
+        if not all(ok) or not res[0].all():
+            raise RuntimeError(f"cancel returned False for {ok.count(False)} per-call and "
+                               f"{int((~res[0]).sum())} batch handles of pending timers")
+    ds = (d / 1000).tolist()
+    ht = HeapTimer()
+    try:
+        entries = [ht.schedule(x, _noop) for x in ds]
+        hc = ht.cancel
+        fig["heapq+thread cancel"] = _rate(n, lambda: [hc(e) for e in entries])
+    finally:
+        ht.stop()
+    loop = asyncio_loop()
+    try:
+        handles = [loop.call_later(x, _noop) for x in ds]
+        fig["asyncio TimerHandle.cancel"] = _rate(n, lambda: [h.cancel() for h in handles])
+    finally:
+        loop.close()
+    return fig
+
+
+# -- e. memory --------------------------------------------------------------------------
+
+def svc_memory(n: int) -> Figures:
+    """Bytes per pending timer at the default capacity (1 M): the whole segment
+    (os.path.getsize of /dev/shm/shmwheel.<name>) over capacity, and the wheel + side
+    tables alone (their layout sizes). The segment also holds the 16 MiB payload arena,
+    the rings and counters, which do not grow with capacity. Peers: traced allocations of
+    100k pending entries (heapq+thread entry; asyncio TimerHandle). n is not used."""
+    fig: Figures = {}
+    with _service(MEMORY_CAPACITY) as svc:
+        cap = svc.config.capacity
+        size = os.path.getsize(shm.SHM_DIR / (shm.PREFIX + svc.name))
+        off = L.layout(svc.config)
+        words = dict(zip(list(off)[:-1], np.diff(list(off.values())).tolist(), strict=True))
+        fig[f"{S} segment / capacity"] = size / cap
+        fig[f"{S} wheel+side / capacity"] = (words["wheel"] + words["side"]) * 8 / cap
+        fig[f"{S} payload arena / capacity"] = \
+            (off["total"] - off["arena_meta"]) * 8 / cap
+        fig[f"{S} segment bytes"] = float(size)
+
+    m = TRACE_N
+    ds = (_far_delays(m) / 1000).tolist()
+
+    def traced(build: Callable[[], object]) -> float:
+        gc.collect()
+        tracemalloc.start()
+        keep = build()
+        size, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del keep
+        return size / m
+
+    ht = HeapTimer()
+    try:
+        fig["heapq+thread entry"] = traced(lambda: [ht.schedule(x, _noop) for x in ds])
+    finally:
+        ht.stop()
+    loop = asyncio_loop()
+    try:
+        fig["asyncio call_later"] = traced(lambda: [loop.call_later(x, _noop) for x in ds])
+    finally:
+        loop.close()
+    return fig
+
+
+# -- f. lateness ------------------------------------------------------------------------
+
+LATENESS_MARGIN_MS = 300  # first deadline after scheduling (service: schedule_many is fast)
+PEER_SCHEDULE_MS = 0.008  # per timer: the peers schedule one at a time, before any is due
+
+
+def _check_margin(deadlines_s: list[float], who: str) -> None:
+    if time.monotonic() > min(deadlines_s):
+        print(f"bench: lateness: {who} finished scheduling after its first deadline; its "
+              f"figures include scheduling time", file=sys.stderr, flush=True)
+
+
+def _spread_ms(n: int) -> float:
+    """The span the lateness timers are spread over: 2 s for 200k, down to 0.5 s."""
+    return max(500.0, min(2000.0, n / 100.0))
+
+
+def _percentiles(late_ms: np.ndarray, label: str) -> Figures:
+    return {f"p50: {label}": float(np.percentile(late_ms, 50)),
+            f"p99: {label}": float(np.percentile(late_ms, 99)),
+            f"p99.9: {label}": float(np.percentile(late_ms, 99.9)),
+            f"max: {label}": float(late_ms.max()),
+            f"early: {label}": float((late_ms < 0).sum())}
+
+
+def svc_lateness(n: int) -> Figures:
+    """n no-op timers due uniformly over 2 s (n=200k; shorter spans for smaller n), first
+    deadline 300 ms after scheduling. shmwheel: the executors' lateness histogram
+    (stats()['lateness_ms'], the upper edge of a log bucket, 8 per octave, so up to 9 %
+    high) and stats()['early'], once `completed` reaches n. Every system's deadline is
+    rounded up to a whole ms (the service's clock) and lateness is measured from it to
+    the moment the callback starts; the peers run in this process and record it
+    exactly."""
+    span = _spread_ms(n)
+    offsets = np.random.default_rng(3).uniform(0, span, n)
+    fig: Figures = {}
+    label = f"{S} service"
+    with _service(_capacity_for(n)) as svc, svc.client() as c:
+        h = c.schedule_many("noop", offsets + LATENESS_MARGIN_MS)
+        last = int(h.deadlines_ms.max())
+        st, _ = _wait_completed(svc, n, last / 1000 + 10 + n / 20_000)
+        late = st["lateness_ms"]
+        fig[f"p50: {label}"] = late["p50"]
+        fig[f"p99: {label}"] = late["p99"]
+        fig[f"p99.9: {label}"] = late["p999"]
+        fig[f"max: {label}"] = late["max"]
+        fig[f"early: {label}"] = float(st["early"])
+        fig[f"completed: {label}"] = float(st["completed"])
+        if st["completed"] < n:
+            print(f"bench: lateness: only {st['completed']} of {n} timers completed in the "
+                  f"bounded wait", file=sys.stderr, flush=True)
+
+    def targets() -> list[float]:
+        """Absolute deadlines (s) rounded up to a whole ms, from now."""
+        now = time.monotonic() * 1000 + LATENESS_MARGIN_MS + n * PEER_SCHEDULE_MS
+        return [math.ceil(now + x) / 1000 for x in offsets.tolist()]
+
+    ht = HeapTimer()
+    try:
+        got = np.full(n, np.nan)
+        count = [0]
+        dl = targets()
+
+        def rec(i: int) -> None:
+            got[i] = time.monotonic()
+            count[0] += 1
+
+        for i, t in enumerate(dl):
+            ht.schedule(t - time.monotonic(), functools.partial(rec, i))
+        _check_margin(dl, "heapq+thread")
+        end = max(dl) + 10
+        while count[0] < n and time.monotonic() < end:
+            time.sleep(0.01)
+        done = ~np.isnan(got)
+        fig.update(_percentiles((got[done] - np.array(dl)[done]) * 1000, "heapq+thread"))
+    finally:
+        ht.stop()
+
+    loop = asyncio_loop()
+    try:
+        got = np.full(n, np.nan)
+        left = [n]
+        fut = loop.create_future()
+
+        def arec(i: int) -> None:
+            got[i] = time.monotonic()
+            left[0] -= 1
+            if left[0] == 0:
+                fut.set_result(None)
+
+        dl = targets()
+        for i, t in enumerate(dl):
+            loop.call_at(t, arec, i)
+        _check_margin(dl, "asyncio")
+        loop.run_until_complete(asyncio.wait_for(fut, max(dl) - time.monotonic() + 10))
+        fig.update(_percentiles((got - np.array(dl)) * 1000, "asyncio call_at"))
+    finally:
+        loop.close()
+    return fig
+
+
+# -- g. fired -> executed ---------------------------------------------------------------
+
+def svc_fire(n: int) -> Figures:
+    """n no-op timers all due at one deadline (schedule_many, deadline after scheduling
+    and linking are done); the rate is n over the deadline to the moment stats() shows
+    `completed` = n. Peers: ProcessPoolExecutor.submit of the no-op (as many workers as
+    the service has executors, pool started beforehand; 20k submits, until every future
+    is done); the heapq+thread timer and asyncio running n no-op callbacks due at one
+    time, in this process."""
+    fig: Figures = {}
+    with _service(_capacity_for(n)) as svc, svc.client() as c:
+        execs = svc.config.executors
+        delay = 300 + n / 500  # ms: leaves time to schedule and link n timers
+        h = c.schedule_many("noop", np.full(n, float(delay)))
+        due = int(h.deadlines_ms[0])
+        if now_ms() >= due:
+            raise RuntimeError("scheduling took longer than the margin before the deadline")
+        time.sleep(max(0.0, due / 1000 - time.monotonic()))
+        st, t1 = _wait_completed(svc, n, due / 1000 + 30 + n / 10_000, poll_s=0.001)
+        fig[f"{S} fired->executed"] = st["completed"] / (t1 - due / 1000)
+        fig[f"{S} executors"] = float(execs)
+        if st["completed"] < n:
+            print(f"bench: fire: only {st['completed']} of {n} timers completed in the "
+                  f"bounded wait", file=sys.stderr, flush=True)
+
+    m = min(n, POOL_N)
+    with ProcessPoolExecutor(max_workers=execs, mp_context=mp.get_context("spawn")) as pool:
+        wait_futures([pool.submit(noop_task, None) for _ in range(execs * 4)])
+        fig["ProcessPoolExecutor.submit"] = _rate(
+            m, lambda: wait_futures([pool.submit(noop_task, None) for _ in range(m)]))
+
+    margin_s = 0.2 + n * 10e-6
+    ht = HeapTimer()
+    try:
+        count = [0]
+
+        def bump() -> None:
+            count[0] += 1
+
+        base = time.monotonic() + margin_s
+        for _ in range(n):
+            ht.schedule(base - time.monotonic(), bump)
+        time.sleep(max(0.0, base - time.monotonic()))
+        while count[0] < n and time.monotonic() < base + 60:
+            time.sleep(0.0005)
+        fig["heapq+thread (in-process)"] = count[0] / (time.monotonic() - base)
+    finally:
+        ht.stop()
+
+    loop = asyncio_loop()
+    try:
+        left = [n]
+        fut = loop.create_future()
+
+        def abump() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                fut.set_result(None)
+
+        base = time.monotonic() + margin_s
+        for _ in range(n):
+            loop.call_at(base, abump)
+        time.sleep(max(0.0, base - time.monotonic()))
+        loop.run_until_complete(fut)
+        fig["asyncio call_at (in-process)"] = n / (time.monotonic() - base)
+    finally:
+        loop.close()
+    return fig

@@ -1,0 +1,458 @@
+"""The multiprocess service: exactly once, never early, cancel/fire races, capacity, bad
+input, crashes of every process kind, garbage in rings, and cleanup after every test."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import shmwheel
+from shmwheel import Full, LayoutError, ShmwheelError, TimerService
+from shmwheel import service_layout as L
+from shmwheel import shm
+
+TASKS = {"record": "service_tasks:record", "boom": "service_tasks:boom"}
+
+
+# services started in this process are named "s<pid>-<hex>"; others (a bench running
+# beside the tests) are not this suite's business
+MINE = f"s{os.getpid()}-"
+
+
+def service_processes(prefix: str = MINE) -> list[psutil.Process]:
+    """Live service processes whose service name starts with `prefix`."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "shmwheel.process_main" in cmd and any(a.startswith(prefix) for a in cmd[3:]):
+            found.append(p)
+    return found
+
+
+def shm_files(prefix: str = MINE) -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + prefix in p.name}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    yield
+    deadline = time.monotonic() + 5
+    while (service_processes() or shm_files()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = service_processes()
+    for p in left:
+        p.kill()
+    assert not left, f"service processes still alive: {left}"
+    assert not shm_files(), "segments or semaphores left in /dev/shm"
+
+
+def wait_for(pred, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def read_log(path: Path) -> list[tuple[str, int, int, int, int, str]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        tag, hid, deadline, run_ns, attempt, key = line.split(" ")
+        rows.append((tag, int(hid), int(deadline), int(run_ns), int(attempt), key))
+    return rows
+
+
+def assert_once_never_early(rows, tags):
+    counts = Counter(r[0] for r in rows)
+    assert set(counts) == set(tags), f"missing {len(set(tags) - set(counts))}, " \
+                                     f"unexpected {len(set(counts) - set(tags))}"
+    twice = [t for t, c in counts.items() if c > 1]
+    assert not twice, f"{len(twice)} timers ran twice, e.g. {twice[:3]}"
+    early = [r for r in rows if r[3] < r[2] * 1_000_000]
+    assert not early, f"{len(early)} timers ran before their deadline, e.g. {early[:3]}"
+
+
+@pytest.fixture
+def service():
+    with TimerService(tasks=TASKS, capacity=50_000, executors=2) as svc:
+        yield svc
+
+
+def test_schedule_runs_once_with_context(service, tmp_path):
+    log = tmp_path / "log"
+    with service.client() as c:
+        h = c.schedule("record", {"path": str(log), "tag": "a"}, delay_ms=5, key="k1")
+        assert isinstance(h, shmwheel.TimerHandle) and h.deadline_ms >= h.deadline_ms
+        d = c.schedule("record", {"path": str(log), "tag": "b"},
+                       deadline_ms=shmwheel.client.now_ms() + 3)
+        wait_for(lambda: service.stats()["completed"] == 2, what="two runs")
+    rows = read_log(log)
+    assert_once_never_early(rows, ["a", "b"])
+    by_tag = {r[0]: r for r in rows}
+    assert by_tag["a"][1] == h.id and by_tag["a"][2] == h.deadline_ms and by_tag["a"][5] == "k1"
+    assert by_tag["a"][4] == 1 and by_tag["b"][1] == d.id
+    st = service.stats()
+    assert st["scheduled"] == 2 and st["fired"] == 2 and st["pending"] == 0
+    assert st["early"] == 0 and st["lateness_samples"] == 2
+    assert set(st["lateness_ms"]) >= {"p50", "p99", "p999", "max"}
+    assert all(v["alive"] for v in st["processes"].values())
+    assert set(st["processes"]) == {"coordinator", "reaper", "exec0", "exec1"}
+    with pytest.raises(RuntimeError, match="inside a task"):
+        shmwheel.context()
+
+
+def test_two_producer_processes_exactly_once_never_early(service, tmp_path):
+    log = tmp_path / "log"
+    ctx = mp.get_context("spawn")
+    import service_tasks
+    with ctx.Pool(2) as pool:
+        parts = pool.starmap(service_tasks.produce,
+                             [(service.name, str(log), f"p{i}", 3000, 300) for i in range(2)])
+    tags = [t for part in parts for t in part]
+    wait_for(lambda: service.stats()["completed"] >= len(tags), what="all runs")
+    time.sleep(0.1)
+    assert_once_never_early(read_log(log), tags)
+    st = service.stats()
+    assert st["completed"] == st["fired"] == st["scheduled"] == 6000
+    assert st["clients"] == 0, "closed clients' rings are released"
+
+
+def test_schedule_many_and_cancel_many(service, tmp_path):
+    log = tmp_path / "log"
+    with service.client() as c:
+        hs = c.schedule_many("record", [20 + i % 50 for i in range(1000)],
+                             [{"path": str(log), "tag": f"m{i}"} for i in range(1000)])
+        assert len(hs) == 1000 and isinstance(hs[3], shmwheel.TimerHandle)
+        cancelled = hs[::2].cancel()
+        assert cancelled.all()
+        wait_for(lambda: service.stats()["completed"] == 500, what="half the batch")
+        assert not hs[1].cancel(), "cancel after the fire is False"
+    assert_once_never_early(read_log(log), [f"m{i}" for i in range(1, 1000, 2)])
+    assert service.stats()["cancelled"] == 500
+
+
+def test_cancel_races_fire_with_one_winner(service, tmp_path):
+    log = tmp_path / "log"
+    n = 3000
+    with service.client() as c:
+        hs = c.schedule_many("record", np.linspace(50, 150, n),
+                             [{"path": str(log), "tag": f"r{i}"} for i in range(n)])
+        handles = list(hs)
+        first = int(hs.deadlines_ms.min())
+        while shmwheel.client.now_ms() < first + 10:  # cancel while the reaper fires them
+            time.sleep(0.001)
+        won = [h.cancel() for h in handles]
+        ran = {f"r{i}" for i in range(n) if not won[i]}
+        wait_for(lambda: service.stats()["completed"] >= len(ran), what="the runs")
+        time.sleep(0.1)
+        assert 0 < sum(won) < n, "the test must actually race"
+        assert not any(h.cancel() for h in handles), "a second cancel is always False"
+    assert_once_never_early(read_log(log), ran)
+    st = service.stats()
+    assert st["cancelled"] == sum(won) and st["completed"] == len(ran) and st["pending"] == 0
+
+
+def test_capacity_exhaustion_raises_full_and_cancel_frees_at_once(tmp_path):
+    with TimerService(tasks=TASKS, capacity=64, executors=1) as svc, svc.client() as c:
+        p = {"path": str(tmp_path / "log"), "tag": "x"}
+        hs = [c.schedule("record", p, delay_ms=60_000) for _ in range(64)]
+        with pytest.raises(Full, match="full"):
+            c.schedule("record", p, delay_ms=60_000)
+        with pytest.raises(Full):
+            c.schedule_many("record", [60_000, 60_000])
+        assert hs[7].cancel()
+        h = c.schedule("record", p, delay_ms=60_000)  # the freed slot, immediately
+        assert h.id != hs[7].id and not hs[7].cancel()
+        wait_for(lambda: svc.stats()["pending"] == 64, what="64 pending")
+
+
+def test_bad_input_is_refused_and_nothing_accepted_is_lost(service, tmp_path):
+    log = tmp_path / "log"
+    p = {"path": str(log), "tag": "ok"}
+    with service.client() as c:
+        good = c.schedule("record", p, delay_ms=50)
+        for bad in (-1, math.nan, math.inf, -math.inf, 10.0**15):
+            with pytest.raises(ValueError, match="delay_ms"):
+                c.schedule("record", p, delay_ms=bad)
+        with pytest.raises(TypeError, match="delay_ms"):
+            c.schedule("record", p, delay_ms="5")
+        with pytest.raises(TypeError, match="exactly one"):
+            c.schedule("record", p)
+        with pytest.raises(TypeError, match="exactly one"):
+            c.schedule("record", p, delay_ms=1, deadline_ms=5)
+        with pytest.raises(ValueError, match="unknown task 'nope'"):
+            c.schedule("nope", p, delay_ms=1)
+        with pytest.raises(TypeError, match="msgpack"):
+            c.schedule("record", object(), delay_ms=1)
+        with pytest.raises(ValueError, match="maximum is 4096"):
+            c.schedule("record", "x" * 5000, delay_ms=1)
+        with pytest.raises(ValueError, match="finite"):
+            c.schedule_many("record", [1, math.nan])
+        with pytest.raises(ValueError, match="every_ms"):
+            c.schedule("record", p, delay_ms=1, every_ms=-5)
+        with pytest.raises(TypeError, match="key"):
+            c.schedule("record", p, delay_ms=1, key=1.5)
+        with pytest.raises(TypeError):
+            c.cancel("not a handle")
+        assert not c.cancel(2**40 + 12345), "an unknown id cancels nothing"
+        wait_for(lambda: service.stats()["completed"] == 1, what="the good timer")
+    assert_once_never_early(read_log(log), ["ok"])
+    assert service.stats()["scheduled"] == 1 and good.deadline_ms > 0
+
+
+def test_payload_sizes_inline_and_arena(service, tmp_path):
+    log = tmp_path / "log"
+    got = []
+    with service.client() as c:
+        for i, size in enumerate((0, 7, 60, 250, 1000, 4000)):
+            c.schedule("record", {"path": str(log), "tag": f"s{i}", "pad": "y" * size},
+                       delay_ms=1)
+            got.append(f"s{i}")
+        wait_for(lambda: service.stats()["completed"] == len(got), what="every size")
+    assert_once_never_early(read_log(log), got)
+
+
+def test_task_errors_are_counted(service):
+    with service.client() as c:
+        c.schedule("boom", 1, delay_ms=1)
+        c.schedule_many("boom", [2, 3])
+        wait_for(lambda: service.stats()["task_errors"] == 3, what="three errors")
+    st = service.stats()
+    assert st["completed"] == 0 and st["pending"] == 0
+    assert all(v["alive"] for v in st["processes"].values()), "an error kills no executor"
+
+
+def test_every_ms_repeats_until_cancelled(service, tmp_path):
+    log = tmp_path / "log"
+    with service.client() as c:
+        h = c.schedule("record", {"path": str(log), "tag": "rep"}, delay_ms=5, every_ms=10)
+        wait_for(lambda: len(read_log(log)) >= 4, what="four runs")
+        h.cancel()
+        time.sleep(0.05)
+        n = len(read_log(log))
+        time.sleep(0.1)
+    rows = read_log(log)
+    assert len(rows) == n, "no run after cancel"
+    assert [r[4] for r in rows] == list(range(1, n + 1)), "attempt counts the runs"
+    deadlines = [r[2] for r in rows]
+    assert all(b - a == 10 for a, b in zip(deadlines, deadlines[1:]))
+    assert all(r[3] >= r[2] * 1_000_000 for r in rows)
+
+
+def _kill_mid_run(svc: TimerService, role: str, tmp_path: Path, kills: int) -> None:
+    """Schedule while killing `role` at staggered moments; every timer must run exactly once.
+    Tasks take 0.5 ms, so dispatch rings hold a backlog of fired timers at each kill."""
+    log = tmp_path / "log"
+    tags = []
+    bit = {"coordinator": L.READY_COORDINATOR, "reaper": L.READY_REAPER}[role]
+    with svc.client() as c:
+        for k in range(kills):
+            for i in range(1500):
+                tag = f"{k}-{i}"
+                c.schedule("record", {"path": str(log), "tag": tag, "sleep_ms": 0.5},
+                           delay_ms=(i % 300) / 2)
+                tags.append(tag)
+            time.sleep(0.02 + 0.03 * k)
+            pid = svc.procs[role].pid
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: svc.procs[role].pid != pid and svc.restarts.get(role) == k + 1
+                     and svc.mem.header[L.W_READY] & bit, what=f"{role} restarted and ready")
+        wait_for(lambda: svc.stats()["completed"] >= len(tags), timeout=60, what="every run")
+        time.sleep(0.2)
+    assert_once_never_early(read_log(log), tags)
+    st = svc.stats()
+    assert st["completed"] == len(tags) and st["pending"] == 0
+    assert st["ring_garbage"] == 0, "no fired timer was dispatched twice"
+
+
+def test_sigkill_coordinator_mid_run_loses_nothing(tmp_path):
+    with TimerService(tasks=TASKS, capacity=20_000, executors=2) as svc:
+        _kill_mid_run(svc, "coordinator", tmp_path, kills=3)
+
+
+def test_sigkill_reaper_mid_run_loses_nothing(tmp_path):
+    with TimerService(tasks=TASKS, capacity=20_000, executors=2) as svc:
+        _kill_mid_run(svc, "reaper", tmp_path, kills=3)
+
+
+def test_executor_killed_mid_task_is_replaced_and_recorded_crashed(tmp_path):
+    log = tmp_path / "log"
+    with TimerService(tasks=TASKS, capacity=1000, executors=1) as svc, svc.client() as c:
+        c.schedule("record", {"path": str(log), "tag": "slow", "sleep_ms": 5000}, delay_ms=1)
+        wait_for(lambda: len(read_log(log)) == 1, what="the slow task to start")
+        pid = svc.procs["exec0"].pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: svc.stats()["crashed"] == 1, what="crash recorded")
+        c.schedule("record", {"path": str(log), "tag": "after"}, delay_ms=1)
+        wait_for(lambda: svc.stats()["completed"] == 1, what="the next task")
+        st = svc.stats()
+        assert svc.restarts["exec0"] == 1 and st["processes"]["exec0"]["alive"]
+        assert st["pending"] == 0
+    assert [r[0] for r in read_log(log)] == ["slow", "after"]
+
+
+def test_garbage_in_rings_is_counted_and_skipped(service, tmp_path):
+    log = tmp_path / "log"
+    rng = np.random.default_rng(7)
+    with service.client() as c:
+        c.schedule("record", {"path": str(log), "tag": "before"}, delay_ms=1)
+        junk = rng.integers(-2**63, 2**63 - 1, size=(500, 2), dtype=np.int64)
+        junk[:10, 1] = junk[:10, 0] ^ int(shmwheel.service_kernels.CHECK_KEY)  # pass the check
+        assert c._producer.push_records(junk) == 500
+        mem = c._mem
+        for ring in mem.dispatch:
+            ring.push_records(rng.integers(0, 2**40, size=(50, 2), dtype=np.int64))
+        for ring in mem.results:
+            ring.push_records(rng.integers(-2**62, 2**62, size=(50, 4), dtype=np.int64))
+        mem.ring_bell("coordinator")
+        wait_for(lambda: service.stats()["ring_garbage"] >= 600, what="garbage counted")
+        c.schedule("record", {"path": str(log), "tag": "after"}, delay_ms=1)
+        wait_for(lambda: service.stats()["completed"] == 2, what="runs after the garbage")
+    st = service.stats()
+    assert all(v["alive"] for v in st["processes"].values()) and not st["restarts"]
+    assert_once_never_early(read_log(log), ["before", "after"])
+
+
+def test_lock_holder_killed_mid_update_is_repaired(service, tmp_path):
+    log = tmp_path / "log"
+    with service.client() as c:
+        tags = [f"t{i}" for i in range(300)]
+        for i, tag in enumerate(tags):
+            c.schedule("record", {"path": str(log), "tag": tag}, delay_ms=200 + i)
+        wait_for(lambda: service.stats()["pending"] == 300 and
+                 not service.mem.producer[c._ring].pending(), what="all linked")
+        code = textwrap.dedent(f"""
+            import os, signal
+            import numpy as np
+            from shmwheel import service_layout as L, wheel_kernels as K
+            mem = L.ServiceMemory.attach({service.name!r})
+            with mem.locked():
+                w = mem.wheel  # half-done update: bitmaps and bucket heads scrambled
+                w[w[K.H_OFF_BITS]: w[K.H_OFF_NODES]] = 0
+                w[w[K.H_OFF_NODES]: w[K.H_OFF_NODES] + 64] = 12345
+                os.kill(os.getpid(), signal.SIGKILL)
+        """)
+        subprocess.run([sys.executable, "-c", code], timeout=60)
+        core = shmwheel.WheelCore.attach(service.mem.wheel)
+        with service.mem.locked():  # the next holder repairs
+            core.verify()
+        assert service.stats()["repairs"] == 1
+        wait_for(lambda: service.stats()["completed"] == 300, what="every run after repair")
+    assert_once_never_early(read_log(log), tags)
+
+
+def test_dead_client_ring_is_reclaimed(service):
+    code = textwrap.dedent(f"""
+        import os, shmwheel
+        c = shmwheel.connect({service.name!r})
+        for _ in range(10):
+            c.schedule("boom", None, delay_ms=60_000)
+        print("ok", flush=True)
+        os._exit(0)  # die without closing
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=str(Path(__file__).parent))
+    assert out.stdout.strip() == "ok", out.stderr
+    wait_for(lambda: service.stats()["clients"] == 0, what="ring reclaimed")
+    assert service.stats()["pending"] == 10, "what the dead client published is kept"
+
+
+def test_client_refuses_use_after_close_and_across_fork(service):
+    c = service.client()
+    c.close()
+    with pytest.raises(ShmwheelError, match="closed"):
+        c.schedule("boom", None, delay_ms=1)
+    with pytest.raises(ShmwheelError, match="does not exist|no service"):
+        shmwheel.connect("no-such-service")
+
+
+def test_embedding_process_killed_service_exits_and_cleans_up(tmp_path):
+    code = textwrap.dedent("""
+        import sys, time, shmwheel
+        svc = shmwheel.TimerService(tasks={"boom": "service_tasks:boom"}, capacity=1000,
+                                    executors=1).start()
+        print(svc.name, flush=True)
+        time.sleep(120)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        name = p.stdout.readline().strip()
+        assert name and service_processes(name)
+    finally:
+        p.kill()
+        p.wait()
+    wait_for(lambda: not service_processes(name), timeout=10, what="service processes to exit")
+    wait_for(lambda: not shm.service_files(name), timeout=10, what="segments unlinked")
+
+
+def test_next_start_sweeps_segments_of_a_dead_owner():
+    code = textwrap.dedent("""
+        import time, shmwheel
+        svc = shmwheel.TimerService(tasks={"boom": "service_tasks:boom"}, capacity=1000,
+                                    executors=1).start()
+        print(svc.name, flush=True)
+        time.sleep(120)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
+    try:
+        name = p.stdout.readline().strip()
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)  # the whole group: nobody left to unlink
+        p.wait()
+    wait_for(lambda: not service_processes(name), timeout=10, what="group to die")
+    assert shm.service_files(name), "a whole-group kill leaves the segment behind"
+    with TimerService(tasks=TASKS, capacity=100, executors=1):
+        assert not shm.service_files(name), "start swept the dead owner's segment"
+
+
+def test_layout_mismatch_is_a_clear_error():
+    name = f"t{os.getpid()}-bad"
+    seg = shm.Segment(shm.segment_name(name), 1 << 16)
+    try:
+        with pytest.raises(LayoutError, match="not a shmwheel service"):
+            shmwheel.connect(name)
+        seg.words[L.W_MAGIC] = np.int64(np.uint64(L.MAGIC).view(np.int64))
+        seg.words[L.W_VERSION] = 99
+        with pytest.raises(LayoutError, match="layout version 99"):
+            shmwheel.connect(name)
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+def test_architecture_check(monkeypatch):
+    monkeypatch.setattr(L.platform, "machine", lambda: "aarch64")
+    with pytest.raises(RuntimeError, match="TSO"):
+        L.check_architecture()
+
+
+def test_service_arguments_are_checked():
+    with pytest.raises(ValueError, match="module-level"):
+        TimerService(tasks={"x": lambda p: None})
+    with pytest.raises(ValueError, match="cannot import"):
+        TimerService(tasks={"x": "no_such_module:fn"})
+    with pytest.raises(ValueError, match="capacity"):
+        TimerService(tasks=TASKS, capacity=0)
+    with pytest.raises(TypeError, match="unknown TimerService options"):
+        TimerService(tasks=TASKS, colour="red")
+    with pytest.raises(NotImplementedError, match="journal"):
+        TimerService(tasks=TASKS, journal="/tmp/j")
+    with pytest.raises(ValueError, match="service name"):
+        TimerService("bad name!", tasks=TASKS)
