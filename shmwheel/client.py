@@ -26,6 +26,8 @@ from . import wheel_kernels as K
 from .errors import Full, ShmwheelError
 
 RING_WAIT_S = 2.0  # how long a full ring may block a producer before Full is raised
+URGENT_MS = 20  # a deadline nearer than this wakes a sleeping coordinator at once; later
+#                 ones are linked within its idle wait (5 ms), sparing a wake-up per call
 _GEN_BITS = ~np.int64(0xFFFFFFFF)
 _CHECK = int(SK.CHECK_KEY)
 
@@ -114,7 +116,11 @@ class Client:
         self._batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
         self._cache = np.empty(0, np.int64)
         self._ci = 0
-        self._row = mem.counters[L.FIXED_ROWS + cfg.executors + ring]
+        row = L.FIXED_ROWS + cfg.executors + ring
+        self._counters = memoryview(mem.counters.reshape(-1))
+        self._scheduled_at = row * L.COUNTER_WORDS + L.C_SCHEDULED
+        self._scheduled = int(mem.counters[row, L.C_SCHEDULED])
+        self._task_ids = mem.task_ids
         self._side = memoryview(mem.side)
         self._wheel = memoryview(mem.wheel)
         self._header = memoryview(mem.header)
@@ -250,37 +256,40 @@ class Client:
                  every_ms: float | None = None) -> TimerHandle:
         """Run ``task(payload)`` in an executor at or after the deadline (monotonic ms);
         with ``every_ms`` again every period until cancelled."""
-        self._check()
-        tid = self._task_id(task)
-        deadline = self._deadline(delay_ms, deadline_ms)
+        if self._closed or self._header[L.W_STOPPING] or os.getpid() != self._pid:
+            self._check()
+        tid = self._task_ids.get(task) if task.__class__ is str else None
+        if tid is None:
+            tid = self._task_id(task)
+        now_ns = time.monotonic_ns()
+        if delay_ms.__class__ in (int, float) and deadline_ms is None and \
+                0 <= delay_ms < self._max_delay:  # type: ignore[operator]  # NaN fails both
+            deadline = -(-(now_ns + math.ceil(delay_ms * 1e6)) // 1_000_000)  # type: ignore[operator]
+        else:
+            deadline = self._deadline(delay_ms, deadline_ms)
         every = 0
         if every_ms is not None:
+            if not (isinstance(every_ms, (int, float)) and every_ms > 0):
+                raise ValueError(f"every_ms must be a number > 0, got {every_ms!r}")
             every = max(1, math.ceil(_check_delay(every_ms, "every_ms", self._max_delay)))
-            if every_ms == 0:
-                raise ValueError("every_ms must be > 0")
-        blob, flags = P.encode(payload, key)
-        ring = self._producer
-        with self._lock:
-            waited = 0.0
-            while ring.free() == 0:  # make room before taking a slot: nothing to undo later
-                self._mem.ring_bell("coordinator")
-                if waited > RING_WAIT_S:
-                    raise Full(f"producer ring of service {self.name!r} stayed full for "
-                               f"{RING_WAIT_S} s: is the coordinator running?")
-                time.sleep(0.0002)
-                waited += 0.0002
-            h = int(self._take(1)[0])
-            slot = h & 0xFFFFFFFF
+        if payload is None and key is None:
+            blob, flags, c = b"\xc0", 0, -1
+        else:
+            blob, flags = P.encode(payload, key)
             c = P.size_class(len(blob))
-            try:
-                if c >= 0:
+        with self._lock:
+            h = self._take_one()
+            slot = h & 0xFFFFFFFF
+            more = 0
+            if c < 0:
+                word = P.NIL_INLINE if blob == b"\xc0" else P.inline_word(blob)
+            else:
+                try:
                     with self._mem.locked():
                         word, c, more = self._store_blob(slot, blob)
-                else:
-                    word, more = P.inline_word(blob), 0
-            except Full:
-                self._give_back(np.array([h], np.int64))
-                raise
+                except Full:
+                    self._give_back(np.array([h], np.int64))
+                    raise
             side, wheel, i = self._side, self._wheel, slot * SK.SIDE_WORDS
             side[i] = tid | (flags | more) << 16 | (max(c, 0) << 24) | len(blob) << 32
             side[i + 1] = word
@@ -289,11 +298,40 @@ class Client:
             n = self._nodes + slot * K.NODE_WORDS
             wheel[n + K.F_DEADLINE] = deadline
             wheel[n + K.F_GS] = (h >> 32) << 32 | SK.SUBMITTED
-            ring.push(h, h ^ _CHECK)
-            self._row[L.C_SCHEDULED] += 1
-            if self._header[L.W_COORD_SLEEPING]:
+            if not self._producer.push(h, h ^ _CHECK):
+                self._wait_for_room(h)
+            self._scheduled += 1
+            self._counters[self._scheduled_at] = self._scheduled
+            if self._header[L.W_COORD_SLEEPING] and (
+                    deadline - now_ns // 1_000_000 < URGENT_MS
+                    or self._producer.pending() > self._producer.capacity // 4):
                 self._mem.ring_bell("coordinator")
         return TimerHandle(self, h, deadline)
+
+    def _take_one(self) -> int:
+        if self._ci < len(self._cache):
+            self._ci += 1
+            return self._cache.item(self._ci - 1)
+        return int(self._take(1)[0])
+
+    def _wait_for_room(self, h: int) -> None:
+        """The ring was full: wait (bounded) for the coordinator, then publish h; on
+        timeout, take the slot back (it was never published) and raise Full."""
+        waited = 0.0
+        while not self._producer.push(h, h ^ _CHECK):
+            self._mem.ring_bell("coordinator")
+            if waited > RING_WAIT_S:
+                slot = h & 0xFFFFFFFF
+                self._wheel[self._nodes + slot * K.NODE_WORDS + K.F_GS] = \
+                    (h >> 32) << 32 | SK.RESERVED
+                if self._side[slot * SK.SIDE_WORDS] >> 16 & SK.FLAG_ARENA:
+                    with self._mem.locked():
+                        SK.free_payload(self._mem.side, self._mem.arena, slot)
+                self._give_back(np.array([h], np.int64))
+                raise Full(f"producer ring of service {self.name!r} stayed full for "
+                           f"{RING_WAIT_S} s: is the coordinator running?")
+            time.sleep(0.0002)
+            waited += 0.0002
 
     def schedule_many(self, task: str, delays_ms: Sequence[float] | np.ndarray,
                       payloads: Sequence[Any] | None = None) -> TimerHandles:
@@ -347,7 +385,8 @@ class Client:
             try:
                 self._publish(recs)
             finally:
-                self._row[L.C_SCHEDULED] += n
+                self._scheduled += n
+                self._counters[self._scheduled_at] = self._scheduled
         return TimerHandles(self, handles, deadlines)
 
     def _store_blobs(self, slots: np.ndarray, blobs: list[tuple[bytes, int]], tid: int,

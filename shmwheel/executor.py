@@ -18,6 +18,7 @@ import math
 import os
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from . import wheel_kernels as K
 from .service_process import ServiceProcess
 
 BATCH = 256
+_NIL_META = 1 << 16  # flags 0, class 0, length 1: the inline msgpack nil (a None payload)
 IDLE_WAIT_S = 0.05
 
 
@@ -56,13 +58,6 @@ def resolve(spec: str) -> Callable[[Any], Any]:
     return obj
 
 
-def lateness_bucket(us: int) -> int:
-    """Histogram bucket of a lateness in microseconds (log-spaced, 8 per octave)."""
-    if us < 1:
-        return 0
-    return min(L.HIST_BUCKETS - 1, 1 + int(math.log2(us) * L.HIST_PER_OCTAVE))
-
-
 class Executor(ServiceProcess):
     def __init__(self, service: str, index: int) -> None:
         super().__init__(service, f"exec{index}")
@@ -84,6 +79,10 @@ class Executor(ServiceProcess):
         self.nodes = memoryview(nodes)
         self.side = memoryview(mem.side)
         self.buf = np.empty((BATCH, L.DISPATCH_RECORD), np.int64)
+        self.capacity = cap
+        self.started = memoryview(self.table[L.X_STARTED : L.X_STARTED + 1])
+        self.tally = [0] * L.COUNTER_WORDS
+        self.late: Counter[int] = Counter()
 
     def report(self, handle: int, outcome: int, seq: int, lateness_us: int) -> None:
         while not self.results.push(handle, outcome, seq, lateness_us):
@@ -104,29 +103,29 @@ class Executor(ServiceProcess):
         if ring.tail <= started < ring.head:
             handle = int(ring.record_at(started)[0])
             self.report(handle, SK.OUTCOME_CRASHED, started, 0)
-            self.row[L.C_CRASHED] += 1
+            self.row[L.C_CRASHED] += 1  # before any run of ours: no batch tally pending
             ring.consume(started + 1 - ring.tail)
             self.log(f"timer {handle:#x} was running when executor {self.index} died: crashed")
         table[L.X_STARTED] = -1
 
     def run_one(self, handle: int, fired_ns: int) -> tuple[int, int]:
-        """Run one dispatched timer; (outcome, lateness in us)."""
+        """Run one dispatched timer; (outcome, lateness in us). Counts go to self.tally
+        and are published per batch (``publish_counts``)."""
         slot = handle & 0xFFFFFFFF
-        mem = self.mem
-        if not 0 <= slot < mem.config.capacity:
-            self.row[L.C_GARBAGE] += 1
+        tally = self.tally
+        if not 0 <= slot < self.capacity or \
+                self.nodes[slot * 4 + 3] != ((handle >> 32) << 32 | K.DUE):
+            tally[L.C_GARBAGE] += 1  # not a timer in flight: never run it
             return SK.OUTCOME_ERROR, 0
-        base = slot * K.NODE_WORDS
-        if self.nodes[base + K.F_GS] != ((handle >> 32) << 32 | K.DUE):
-            self.row[L.C_GARBAGE] += 1  # not a timer in flight: never run it
-            return SK.OUTCOME_ERROR, 0
-        deadline = self.nodes[base + K.F_DEADLINE]
-        start_ns = time.monotonic_ns()
-        lateness_us = start_ns // 1000 - deadline * 1000
+        deadline = self.nodes[slot * 4 + 2]
+        lateness_us = time.monotonic_ns() // 1000 - deadline * 1000
         if lateness_us < 0:
-            self.row[L.C_EARLY] += 1
-        self.hist[lateness_bucket(lateness_us)] += 1
-        meta = self.side[slot * SK.SIDE_WORDS]
+            tally[L.C_EARLY] += 1
+        b = 0 if lateness_us < 1 else 1 + int(math.log2(lateness_us) * L.HIST_PER_OCTAVE)
+        self.late[b if b < L.HIST_BUCKETS else L.HIST_BUCKETS - 1] += 1
+        side = self.side
+        i = slot * SK.SIDE_WORDS
+        meta = side[i]
         tid = meta & 0xFFFF
         try:
             if tid >= len(self.tasks):
@@ -134,24 +133,36 @@ class Executor(ServiceProcess):
             fn = self.tasks[tid]
             if isinstance(fn, Exception):
                 raise fn
-            payload, key = P.decode(mem, slot)
-            attempt = self.side[slot * SK.SIDE_WORDS + SK.S_OWNER] >> 16
-            C._set(C.FireContext(handle, key, deadline, fired_ns // 1_000_000, attempt))
+            if meta >> 16 == _NIL_META and side[i + 1] == P.NIL_INLINE:
+                payload, key = None, None
+            else:
+                payload, key = P.decode(self.mem, slot)
+            C._set(C.FireContext(handle, key, deadline, fired_ns // 1_000_000, side[i + 3] >> 16))
             fn(payload)
         except Exception:
-            self.row[L.C_ERRORS] += 1
-            self.log(f"task {mem.task_names[tid] if tid < len(self.tasks) else tid} "
-                     f"(timer {handle:#x}) raised:\n{traceback.format_exc()}")
+            tally[L.C_ERRORS] += 1
+            name = self.mem.task_names[tid] if tid < len(self.tasks) else tid
+            self.log(f"task {name} (timer {handle:#x}) raised:\n{traceback.format_exc()}")
             return SK.OUTCOME_ERROR, lateness_us
         finally:
             C._set(None)
-        self.row[L.C_COMPLETED] += 1
+        tally[L.C_COMPLETED] += 1
         return SK.OUTCOME_OK, lateness_us
+
+    def publish_counts(self) -> None:
+        """Add this batch's counts and lateness samples to the shared rows (single writer)."""
+        for k, v in enumerate(self.tally):
+            if v:
+                self.row[k] += v
+                self.tally[k] = 0
+        for b, v in self.late.items():
+            self.hist[b] += v
+        self.late.clear()
 
     def run(self) -> None:
         self.table[L.X_PID] = os.getpid()
         self.recover()
-        ring, table = self.ring, self.table
+        ring, table, results = self.ring, self.table, self.results
         while self.running():
             seq0, n = ring.peek(BATCH, self.buf)
             if n == 0:
@@ -160,12 +171,17 @@ class Executor(ServiceProcess):
                     self.wait(IDLE_WAIT_S)
                 table[L.X_SLEEPING] = 0
                 continue
-            for j, (handle, fired_ns) in enumerate(self.buf[:n].tolist()):
-                table[L.X_STARTED] = seq0 + j
+            started = self.started
+            seq = seq0
+            for handle, fired_ns in self.buf[:n].tolist():
+                started[0] = seq
                 outcome, lateness = self.run_one(handle, fired_ns)
-                self.report(handle, outcome, seq0 + j, lateness)
+                if not results.push(handle, outcome, seq, lateness):
+                    self.report(handle, outcome, seq, lateness)
+                seq += 1
             ring.consume(n)
-            table[L.X_STARTED] = -1
+            started[0] = -1
+            self.publish_counts()
             self.mem.ring_bell("reaper")
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class FireContext:
+class FireContext(NamedTuple):
     """What fired: the timer's handle id, key, deadline (monotonic ms), when the reaper
     fired it (monotonic ms) and which run this is (1 for the first; repeats count up)."""
 

@@ -19,6 +19,7 @@ import gc
 import math
 import multiprocessing as mp
 import os
+import queue
 import statistics
 import sys
 import threading
@@ -186,6 +187,23 @@ def _producer(name: str, n: int, seed: int, barrier: Any, out: Any) -> None:
         out.put(("error", traceback.format_exc(), 0.0, 0))
 
 
+def _collect(out: Any, procs: list[Any], timeout_s: float) -> list[tuple]:
+    """One result per process from `out`, failing early if a process dies without one."""
+    results: list[tuple] = []
+    end = time.monotonic() + timeout_s
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=0.2))
+            continue
+        except queue.Empty:
+            pass
+        dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+        if dead or time.monotonic() > end:
+            raise RuntimeError(f"producer processes failed (exit codes {dead}) or timed out "
+                               f"after {timeout_s} s; see stderr")
+    return results
+
+
 def _threads(k: int, work: Callable[[int], None]) -> tuple[float, float]:
     """Run work(i) in k threads released together; (first start, last finish)."""
     barrier = threading.Barrier(k + 1)
@@ -224,9 +242,11 @@ def svc_two_producers(n: int) -> Figures:
         try:
             for p in procs:
                 p.start()
-            results = [out.get(timeout=120) for _ in procs]
+            results = _collect(out, procs, 120.0)
         finally:
             for p in procs:
+                if p.pid is None:
+                    continue
                 p.join(30)
                 if p.is_alive():
                     p.kill()
