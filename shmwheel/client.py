@@ -20,6 +20,7 @@ from typing import Any, overload
 import numpy as np
 
 from . import payload as P
+from . import ring as RG
 from . import service_kernels as SK
 from . import service_layout as L
 from . import wheel_kernels as K
@@ -30,6 +31,12 @@ URGENT_MS = 20  # a deadline nearer than this wakes a sleeping coordinator at on
 #                 ones are linked within its idle wait (5 ms), sparing a wake-up per call
 _GEN_BITS = ~np.int64(0xFFFFFFFF)
 _CHECK = int(SK.CHECK_KEY)
+_NIL = P.NIL_INLINE
+_SUBMITTED = SK.SUBMITTED
+_W_SLEEPING = L.W_COORD_SLEEPING
+# the per-call path below inlines these layouts
+assert SK.SIDE_WORDS == 4 and K.NODE_WORDS == 4 and K.F_DEADLINE == 2 and K.F_GS == 3
+assert (RG.HEAD, RG.TAIL, RG.HEADER, L.PRODUCER_RECORD) == (0, 8, 16, 2)
 
 
 def now_ms() -> int:
@@ -115,12 +122,17 @@ class Client:
         self._max_delay = cfg.geometry().span // 4
         self._batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
         self._cache = np.empty(0, np.int64)
+        self._cache_len = 0
         self._ci = 0
         row = L.FIXED_ROWS + cfg.executors + ring
         self._counters = memoryview(mem.counters.reshape(-1))
         self._scheduled_at = row * L.COUNTER_WORDS + L.C_SCHEDULED
         self._scheduled = int(mem.counters[row, L.C_SCHEDULED])
         self._task_ids = mem.task_ids
+        self._owner_word = ring | 1 << 16  # producer ring, attempt 1
+        self._ring_mv = memoryview(self._producer.words)
+        self._ring_cap = self._producer.capacity
+        self._ring_mask = self._producer.mask
         self._side = memoryview(mem.side)
         self._wheel = memoryview(mem.wheel)
         self._header = memoryview(mem.header)
@@ -207,6 +219,7 @@ class Client:
             with mem.locked():
                 k = SK.reserve(mem.wheel, mem.side, self._ring, got)
             self._cache = np.concatenate([self._cache[self._ci:], got[:k]])
+            self._cache_len = len(self._cache)
             self._ci = 0
             if len(self._cache) < n:
                 raise Full(f"service {self.name!r} is full ({self._mem.config.capacity} "
@@ -217,6 +230,7 @@ class Client:
 
     def _give_back(self, handles: np.ndarray) -> None:
         self._cache = np.concatenate([handles, self._cache[self._ci:]])
+        self._cache_len = len(self._cache)
         self._ci = 0
 
     def _store_blob(self, slot: int, blob: bytes) -> tuple[int, int, int]:
@@ -278,11 +292,15 @@ class Client:
             blob, flags = P.encode(payload, key)
             c = P.size_class(len(blob))
         with self._lock:
-            h = self._take_one()
+            if self._ci < self._cache_len:
+                h = self._cache.item(self._ci)
+                self._ci += 1
+            else:
+                h = int(self._take(1)[0])
             slot = h & 0xFFFFFFFF
             more = 0
             if c < 0:
-                word = P.NIL_INLINE if blob == b"\xc0" else P.inline_word(blob)
+                word = _NIL if blob == b"\xc0" else P.inline_word(blob)
             else:
                 try:
                     with self._mem.locked():
@@ -290,29 +308,31 @@ class Client:
                 except Full:
                     self._give_back(np.array([h], np.int64))
                     raise
-            side, wheel, i = self._side, self._wheel, slot * SK.SIDE_WORDS
-            side[i] = tid | (flags | more) << 16 | (max(c, 0) << 24) | len(blob) << 32
+            side, wheel, i = self._side, self._wheel, slot << 2  # SIDE_WORDS == 4
+            side[i] = tid | (flags | more) << 16 | (c if c > 0 else 0) << 24 | len(blob) << 32
             side[i + 1] = word
             side[i + 2] = every
-            side[i + 3] = self._ring | 1 << 16
-            n = self._nodes + slot * K.NODE_WORDS
-            wheel[n + K.F_DEADLINE] = deadline
-            wheel[n + K.F_GS] = (h >> 32) << 32 | SK.SUBMITTED
-            if not self._producer.push(h, h ^ _CHECK):
+            side[i + 3] = self._owner_word
+            n = self._nodes + (slot << 2)  # NODE_WORDS == 4
+            wheel[n + 2] = deadline  # F_DEADLINE
+            wheel[n + 3] = (h >> 32) << 32 | _SUBMITTED  # F_GS
+            # publish on the ring: record first, head last (see ring.py)
+            ring = self._ring_mv
+            head = ring[0]
+            if head - ring[8] < self._ring_cap:
+                r = 16 + ((head & self._ring_mask) << 1)
+                ring[r] = h
+                ring[r + 1] = h ^ _CHECK
+                ring[0] = head + 1
+            else:
                 self._wait_for_room(h)
             self._scheduled += 1
             self._counters[self._scheduled_at] = self._scheduled
-            if self._header[L.W_COORD_SLEEPING] and (
+            if self._header[_W_SLEEPING] and (
                     deadline - now_ns // 1_000_000 < URGENT_MS
-                    or self._producer.pending() > self._producer.capacity // 4):
+                    or head - ring[8] > self._ring_cap >> 2):
                 self._mem.ring_bell("coordinator")
         return TimerHandle(self, h, deadline)
-
-    def _take_one(self) -> int:
-        if self._ci < len(self._cache):
-            self._ci += 1
-            return self._cache.item(self._ci - 1)
-        return int(self._take(1)[0])
 
     def _wait_for_room(self, h: int) -> None:
         """The ring was full: wait (bounded) for the coordinator, then publish h; on

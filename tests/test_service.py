@@ -371,6 +371,33 @@ def test_dead_client_ring_is_reclaimed(service):
     assert service.stats()["pending"] == 10, "what the dead client published is kept"
 
 
+def test_segments_and_semaphores_are_private_to_the_user(service):
+    files = shm.service_files(service.name)
+    assert len(files) == 2 + service.config.executors + 1  # segment, coordinator, reaper, execs
+    for f in files:
+        assert f.stat().st_mode & 0o777 == 0o600, f
+
+
+def test_full_ring_waits_for_the_coordinator_then_raises(tmp_path, monkeypatch):
+    monkeypatch.setattr(shmwheel.client, "RING_WAIT_S", 0.3)
+    log = tmp_path / "log"
+    with TimerService(tasks=TASKS, capacity=100, executors=1, ring_capacity=4) as svc, \
+            svc.client() as c:
+        coordinator = svc.procs["coordinator"].pid
+        os.kill(coordinator, signal.SIGSTOP)
+        try:
+            for i in range(4):
+                c.schedule("record", {"path": str(log), "tag": f"f{i}"}, delay_ms=1)
+            with pytest.raises(Full, match="ring .* stayed full"):
+                c.schedule("record", {"path": str(log), "tag": "lost"}, delay_ms=1)
+        finally:
+            os.kill(coordinator, signal.SIGCONT)
+        wait_for(lambda: svc.stats()["completed"] == 4, what="the accepted four")
+        c.schedule("record", {"path": str(log), "tag": "f4"}, delay_ms=1)
+        wait_for(lambda: svc.stats()["completed"] == 5, what="one more")
+    assert_once_never_early(read_log(log), [f"f{i}" for i in range(5)])
+
+
 def test_client_refuses_use_after_close_and_across_fork(service):
     c = service.client()
     c.close()
@@ -378,6 +405,19 @@ def test_client_refuses_use_after_close_and_across_fork(service):
         c.schedule("boom", None, delay_ms=1)
     with pytest.raises(ShmwheelError, match="does not exist|no service"):
         shmwheel.connect("no-such-service")
+    with service.client() as c2:
+        pid = os.fork()
+        if pid == 0:  # the child shares c2's ring: it must refuse, not corrupt it
+            try:
+                c2.schedule("boom", None, delay_ms=1)
+                os._exit(1)
+            except ShmwheelError:
+                os._exit(0)
+            except BaseException:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert service.stats()["scheduled"] == 0
 
 
 def test_embedding_process_killed_service_exits_and_cleans_up(tmp_path):

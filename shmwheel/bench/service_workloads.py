@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import service_layout as L
 from .. import shm
-from ..client import now_ms
+from ..client import Client, now_ms
 from ..service import TimerService, default_executors
 from .baselines import HeapTimer, asyncio_loop
 
@@ -104,6 +104,15 @@ def _wait_completed(svc: TimerService, n: int, deadline_s: float,
         time.sleep(poll_s)
 
 
+def warm(c: Client) -> None:
+    """Run every client call once or twice before timing, so that loading the service
+    kernels (numba's cache) in this process is not measured; leaves nothing scheduled."""
+    hs = [c.schedule("noop", delay_ms=FAR_HI_MS) for _ in range(600)]  # > one slot batch
+    c.cancel(hs.pop())
+    c.cancel_many(np.array([h.id for h in hs], np.int64))
+    c.cancel_many(c.schedule_many("noop", np.full(600, float(FAR_HI_MS))))
+
+
 def _capacity_for(n: int) -> int:
     return max(MEMORY_CAPACITY, int(n * 1.1) + 1024)
 
@@ -117,6 +126,7 @@ def svc_schedule_call(n: int) -> Figures:
     delays = _far_delays(n).tolist()
     fig: Figures = {}
     with _service(_capacity_for(n)) as svc, svc.client() as c:
+        warm(c)
         sched = c.schedule
         fig[f"{S} Client.schedule"] = _rate(
             n, lambda: [sched("noop", delay_ms=d) for d in delays])
@@ -148,6 +158,7 @@ def svc_schedule_many(n: int) -> Figures:
     chunks = [delays[i : i + batch] for i in range(0, total, batch)]
     fig: Figures = {}
     with _service(_capacity_for(total)) as svc, svc.client() as c:
+        warm(c)
         many = c.schedule_many
         fig[f"{S} Client.schedule_many"] = _rate(
             total, lambda: [many("noop", d) for d in chunks])
@@ -177,6 +188,7 @@ def _producer(name: str, n: int, seed: int, barrier: Any, out: Any) -> None:
 
         delays = _far_delays(n, seed).tolist()
         with connect(name) as c:
+            warm(c)
             sched = c.schedule
             barrier.wait(60)
             t0 = time.monotonic()
@@ -315,6 +327,7 @@ def svc_cancel(n: int) -> Figures:
     d = _far_delays(n)
     fig: Figures = {}
     with _service(_capacity_for(2 * n)) as svc, svc.client() as c:
+        warm(c)
         one = list(c.schedule_many("noop", d))  # TimerHandle objects, made outside the timing
         many = c.schedule_many("noop", d)
         cancel = c.cancel
@@ -349,9 +362,9 @@ def svc_memory(n: int) -> Figures:
     (os.path.getsize of /dev/shm/shmwheel.<name>) over capacity, and the wheel + side
     tables alone (their layout sizes). The segment also holds the 16 MiB payload arena,
     the rings and counters, which do not grow with capacity. Peers: traced allocations of
-    100k pending entries (heapq+thread entry; asyncio TimerHandle). n is not used."""
+    100k pending entries (heapq+thread entry; asyncio TimerHandle). n is the capacity."""
     fig: Figures = {}
-    with _service(MEMORY_CAPACITY) as svc:
+    with _service(n) as svc:
         cap = svc.config.capacity
         size = os.path.getsize(shm.SHM_DIR / (shm.PREFIX + svc.name))
         off = L.layout(svc.config)
