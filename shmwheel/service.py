@@ -121,6 +121,7 @@ class TimerService:
         self.mem: L.ServiceMemory | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = {}
+        self._spawned: dict[str, float] = {}
         self._monitor: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -189,6 +190,7 @@ class TimerService:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+        self._spawned[role] = time.monotonic()
 
     def _await_ready(self) -> None:
         assert self.mem is not None
@@ -208,14 +210,29 @@ class TimerService:
             time.sleep(0.01)
 
     def _watch(self) -> None:
-        """Restart any service process that dies, until stop()."""
+        """Restart any service process that dies, until stop(). A process that dies within
+        a second of starting is restarted after a doubling back-off (up to 5 s), so a role
+        that cannot start does not spin."""
+        backoff: dict[str, float] = {}
+        due: dict[str, float] = {}
         while not self._stop.wait(MONITOR_S):
             for role, p in list(self.procs.items()):
                 if p.poll() is None or self._stop.is_set():
                     continue
+                now = time.monotonic()
+                if role not in due:
+                    lived = now - self._spawned.get(role, 0.0)
+                    backoff[role] = 0.0 if lived > 1.0 else \
+                        min(5.0, max(MONITOR_S, 2 * backoff.get(role, 0.0)))
+                    due[role] = now + backoff[role]
+                    print(f"shmwheel[{self.name}]: {role} (pid {p.pid}) exited with code "
+                          f"{p.returncode}; restarting it"
+                          + (f" in {backoff[role]:.2f} s" if backoff[role] else ""),
+                          file=sys.stderr, flush=True)
+                if now < due[role]:
+                    continue
+                del due[role]
                 self.restarts[role] = self.restarts.get(role, 0) + 1
-                print(f"shmwheel[{self.name}]: {role} (pid {p.pid}) exited with code "
-                      f"{p.returncode}; restarting it", file=sys.stderr, flush=True)
                 with self._lock:
                     if not self._stop.is_set() and self.mem is not None:
                         bit = _READY_BITS.get(role, 0)
