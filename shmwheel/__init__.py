@@ -5,8 +5,8 @@ The in-process, Kafka-faithful layer (API.md section 1) and the multiprocess ser
 """
 
 from .client import Client, TimerHandle, TimerHandles, connect
-from .fire_context import FireContext, context
 from .errors import Full, LayoutError, ShmwheelError
+from .fire_context import FireContext, context
 from .mock_timer import ManualClock, MockTimer
 from .purgatory import DelayedOperation, DelayedOperationPurgatory
 from .service import TimerService

@@ -8,7 +8,6 @@ Started by the supervisor through ``shmwheel.process_main``.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from . import service_kernels as SK
@@ -53,8 +52,7 @@ class Coordinator(ServiceProcess):
         """Free the rings of clients that closed or died, after draining what they published."""
         mem = self.mem
         table = mem.ring_table
-        for r in np.flatnonzero(table[:, L.RT_STATE] != L.RING_FREE):
-            r = int(r)
+        for r in np.flatnonzero(table[:, L.RT_STATE] != L.RING_FREE).tolist():
             closing = table[r, L.RT_STATE] == L.RING_CLOSING
             if not closing and shm.pid_alive(int(table[r, L.RT_PID])):
                 continue

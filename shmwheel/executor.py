@@ -76,11 +76,11 @@ class Executor(ServiceProcess):
                 self.tasks.append(ImportError(f"task {name!r} ({spec}) failed to import: {e!r}"))
         cap = mem.config.capacity
         nodes = mem.wheel[mem.nodes_off : mem.nodes_off + cap * K.NODE_WORDS]
-        self.nodes = memoryview(nodes)
-        self.side = memoryview(mem.side)
+        self.nodes = nodes.data
+        self.side = mem.side.data
         self.buf = np.empty((BATCH, L.DISPATCH_RECORD), np.int64)
         self.capacity = cap
-        self.started = memoryview(self.table[L.X_STARTED : L.X_STARTED + 1])
+        self.started = self.table[L.X_STARTED : L.X_STARTED + 1].data
         self.tally = [0] * L.COUNTER_WORDS
         self.late: Counter[int] = Counter()
 

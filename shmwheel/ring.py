@@ -38,7 +38,7 @@ class Ring:
         self.mask = capacity - 1
         self.record = record
         self.data = words[HEADER:].reshape(capacity, record)
-        self._mv = memoryview(words)  # per-item stores: cheaper than numpy item access
+        self._mv = words.data  # per-item stores: cheaper than numpy item access
 
     @property
     def head(self) -> int:

@@ -114,8 +114,9 @@ def _free_payload(side, arena, slot):
         b = side[i + S_PAYLOAD]
         if c < NCLASSES:
             base = c * A_CLASS_WORDS
-            if 0 <= b < arena[base + A_NBLOCKS] and arena[arena[base + A_OFF_OWNER] + b] == slot + 1:
-                arena[arena[base + A_OFF_OWNER] + b] = 0
+            owner = arena[base + A_OFF_OWNER]
+            if 0 <= b < arena[base + A_NBLOCKS] and arena[owner + b] == slot + 1:
+                arena[owner + b] = 0
                 arena[arena[base + A_OFF_NEXT] + b] = arena[base + A_FREE]
                 arena[base + A_FREE] = b
     side[i + S_META] = 0
@@ -302,7 +303,8 @@ def reclaim(mem, side, arena, ring):
     nb = mem[H_SENTINELS]
     for s in range(mem[H_CAPACITY]):
         st = mem[K._at(mem, nb + s, F_GS)] & _STATE
-        if (st == RESERVED or st == SUBMITTED) and (side[s * SIDE_WORDS + S_OWNER] & 0xFFFF) == ring:
+        mine = (side[s * SIDE_WORDS + S_OWNER] & 0xFFFF) == ring
+        if (st == RESERVED or st == SUBMITTED) and mine:
             _retire(mem, side, arena, s)
             n += 1
     return n

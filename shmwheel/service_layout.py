@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 
 import msgpack
 import numpy as np
+import posix_ipc
 
 from . import service_kernels as SK
-from . import shm
-from . import wheel_core
+from . import shm, wheel_core
 from .errors import LayoutError
 from .ring import Ring, ring_words
 
@@ -185,7 +185,8 @@ class ServiceMemory:
         self.wheel = v(off["wheel"], wheel_core.words_needed(g))
         self.side = v(off["side"], cfg.capacity * SK.SIDE_WORDS)
         self.arena = v(off["arena_meta"], off["arena_data"] - off["arena_meta"])
-        self.arena_data = seg.byte_view(off["arena_data"] * 8, (off["total"] - off["arena_data"]) * 8)
+        self.arena_data = seg.byte_view(off["arena_data"] * 8,
+                                        (off["total"] - off["arena_data"]) * 8)
         self.class_base = [0]
         for n, size in zip(cfg.arena_blocks, SK.ARENA_CLASSES):
             self.class_base.append(self.class_base[-1] + n * size)
@@ -198,7 +199,7 @@ class ServiceMemory:
         self.nodes_off = int(self.wheel[wheel_core.K.H_OFF_NODES]) + g.sentinels * 4
         self.task_names = [t[0] for t in cfg.tasks]
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
-        self._sems: dict[str, object] = {}
+        self._sems: dict[str, posix_ipc.Semaphore] = {}
 
     def _rings(self, start: int, count: int, capacity: int, record: int) -> list[Ring]:
         n = ring_words(capacity, record)
@@ -260,7 +261,7 @@ class ServiceMemory:
         self.header[W_REPAIRS] += 1
 
     # -- semaphores -----------------------------------------------------------------
-    def semaphore(self, role: str):  # noqa: ANN201 - posix_ipc.Semaphore
+    def semaphore(self, role: str) -> posix_ipc.Semaphore:
         s = self._sems.get(role)
         if s is None:
             s = self._sems[role] = shm.open_semaphore(self.service, role, create=False)

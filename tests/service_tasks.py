@@ -13,7 +13,8 @@ import shmwheel
 def record(payload: Any) -> None:
     """Append "tag id deadline_ms run_ns attempt key" to payload["path"] (one O_APPEND write)."""
     ctx = shmwheel.context()
-    line = f"{payload['tag']} {ctx.id} {ctx.deadline_ms} {time.monotonic_ns()} {ctx.attempt} {ctx.key}\n"
+    now = time.monotonic_ns()
+    line = f"{payload['tag']} {ctx.id} {ctx.deadline_ms} {now} {ctx.attempt} {ctx.key}\n"
     fd = os.open(payload["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())

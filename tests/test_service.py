@@ -19,9 +19,8 @@ import psutil
 import pytest
 
 import shmwheel
-from shmwheel import Full, LayoutError, ShmwheelError, TimerService
+from shmwheel import Full, LayoutError, ShmwheelError, TimerService, shm
 from shmwheel import service_layout as L
-from shmwheel import shm
 
 TASKS = {"record": "service_tasks:record", "boom": "service_tasks:boom"}
 

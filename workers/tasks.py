@@ -28,7 +28,8 @@ def append_line(payload: Any) -> None:
     """Append one line "id deadline_ms run_ns attempt tag" to the file payload["path"]
     (one O_APPEND write, so lines from many executors never interleave)."""
     ctx = shmwheel.context()
-    line = f"{ctx.id} {ctx.deadline_ms} {time.monotonic_ns()} {ctx.attempt} {payload.get('tag', '')}\n"
+    tag = payload.get("tag", "")
+    line = f"{ctx.id} {ctx.deadline_ms} {time.monotonic_ns()} {ctx.attempt} {tag}\n"
     fd = os.open(payload["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())
