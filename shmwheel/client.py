@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,7 @@ from . import service_kernels as SK
 from . import service_layout as L
 from . import wheel_kernels as K
 from .errors import Full, ShmwheelError
+from .service_layout import INLINE_MAX
 
 RING_WAIT_S = 2.0  # how long a full ring may block a producer before Full is raised
 URGENT_MS = 20  # a deadline nearer than this wakes a sleeping coordinator at once; later
@@ -35,7 +37,7 @@ _NIL = P.NIL_INLINE
 _SUBMITTED = SK.SUBMITTED
 _W_SLEEPING = L.W_COORD_SLEEPING
 # the per-call path below inlines these layouts
-assert SK.SIDE_WORDS == 4 and K.NODE_WORDS == 4 and K.F_DEADLINE == 2 and K.F_GS == 3
+assert SK.SIDE_WORDS == 2 and K.NODE_WORDS == 4 and K.F_DEADLINE == 2 and K.F_GS == 3
 assert (RG.HEAD, RG.TAIL, RG.HEADER, L.PRODUCER_RECORD) == (0, 8, 16, 2)
 
 
@@ -129,7 +131,7 @@ class Client:
         self._scheduled_at = row * L.COUNTER_WORDS + L.C_SCHEDULED
         self._scheduled = int(mem.counters[row, L.C_SCHEDULED])
         self._task_ids = mem.task_ids
-        self._owner_word = ring | 1 << 16  # producer ring, attempt 1
+        self._owner_bits = ring << SK.OWNER_SHIFT
         self._ring_mv = self._producer.words.data
         self._ring_cap = self._producer.capacity
         self._ring_mask = self._producer.mask
@@ -233,19 +235,21 @@ class Client:
         self._cache_len = len(self._cache)
         self._ci = 0
 
-    def _store_blob(self, slot: int, blob: bytes) -> tuple[int, int, int]:
-        """(payload word, arena class or -1, flag bits) for a blob; arena blocks are taken
-        under the lock, which the caller must hold when class >= 0."""
-        c = P.size_class(len(blob))
-        if c < 0:
-            return P.inline_word(blob), -1, 0
+    def _store_blob(self, slot: int, blob: bytes, every: int = 0) -> tuple[int, int, int]:
+        """(payload word, arena class, flag bits) for a blob stored in an arena block; a
+        repeating timer's block starts with its period and run count. The caller holds
+        the segment lock."""
+        data = struct.pack("<qq", every, 1) + blob if every else blob
         mem = self._mem
-        b = SK.arena_alloc(mem.arena, c, slot)
-        if b < 0:
-            raise Full(f"the payload arena has no free {SK.ARENA_CLASSES[c]}-byte block: "
-                       f"use smaller payloads or start the service with a larger arena_bytes")
-        mem.arena_block(c, b)[: len(blob)] = np.frombuffer(blob, np.uint8)
-        return b, c, SK.FLAG_ARENA
+        for c in range(P.size_class(len(data)), SK.NCLASSES):  # a larger block if need be
+            b = SK.arena_alloc(mem.arena, c, slot)
+            if b >= 0:
+                break
+        else:
+            raise Full(f"the payload arena has no free block for {len(data)} bytes: use "
+                       f"smaller payloads or start the service with a larger arena_bytes")
+        mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+        return b, c, SK.FLAG_ARENA | (SK.FLAG_REPEAT if every else 0)
 
     def _publish(self, recs: np.ndarray) -> None:
         """Push records, waiting (bounded) for the coordinator when the ring is full."""
@@ -287,10 +291,13 @@ class Client:
                 raise ValueError(f"every_ms must be a number > 0, got {every_ms!r}")
             every = max(1, math.ceil(_check_delay(every_ms, "every_ms", self._max_delay)))
         if payload is None and key is None:
-            blob, flags, c = b"\xc0", 0, -1
+            blob, flags = b"\xc0", 0
         else:
             blob, flags = P.encode(payload, key)
-            c = P.size_class(len(blob))
+        inline = not every and len(blob) <= INLINE_MAX
+        if every and len(blob) + SK.REPEAT_HEADER > L.MAX_PAYLOAD:
+            raise ValueError(f"a repeating timer's payload may encode to at most "
+                             f"{L.MAX_PAYLOAD - SK.REPEAT_HEADER} bytes, got {len(blob)}")
         with self._lock:
             if self._ci < self._cache_len:
                 h = self._cache.item(self._ci)
@@ -298,21 +305,18 @@ class Client:
             else:
                 h = int(self._take(1)[0])
             slot = h & 0xFFFFFFFF
-            more = 0
-            if c < 0:
-                word = _NIL if blob == b"\xc0" else P.inline_word(blob)
+            if inline:
+                word, c, more = (_NIL if blob == b"\xc0" else P.inline_word(blob)), 0, 0
             else:
                 try:
                     with self._mem.locked():
-                        word, c, more = self._store_blob(slot, blob)
+                        word, c, more = self._store_blob(slot, blob, every)
                 except Full:
                     self._give_back(np.array([h], np.int64))
                     raise
-            side, wheel, i = self._side, self._wheel, slot << 2  # SIDE_WORDS == 4
-            side[i] = tid | (flags | more) << 16 | (c if c > 0 else 0) << 24 | len(blob) << 32
+            side, wheel, i = self._side, self._wheel, slot << 1  # SIDE_WORDS == 2
+            side[i] = tid | (flags | more) << 16 | c << 24 | len(blob) << 32 | self._owner_bits
             side[i + 1] = word
-            side[i + 2] = every
-            side[i + 3] = self._owner_word
             n = self._nodes + (slot << 2)  # NODE_WORDS == 4
             wheel[n + 2] = deadline  # F_DEADLINE
             wheel[n + 3] = (h >> 32) << 32 | _SUBMITTED  # F_GS
@@ -382,7 +386,7 @@ class Client:
             meta = np.empty(n, np.int64)
             words = np.empty(n, np.int64)
             if blobs is None:
-                meta[:] = tid | 1 << 32
+                meta[:] = tid | 1 << 32 | self._owner_bits
                 words[:] = P.NIL_INLINE
             else:
                 try:
@@ -393,8 +397,6 @@ class Client:
             side = self._mem.side.reshape(-1, SK.SIDE_WORDS)
             side[slots, SK.S_META] = meta
             side[slots, SK.S_PAYLOAD] = words
-            side[slots, SK.S_EVERY] = 0
-            side[slots, SK.S_OWNER] = self._ring | 1 << 16
             nodes = self._mem.wheel[self._nodes : self._nodes + self._mem.config.capacity
                                     * K.NODE_WORDS].reshape(-1, K.NODE_WORDS)
             nodes[slots, K.F_DEADLINE] = deadlines
@@ -418,8 +420,12 @@ class Client:
             try:
                 for j, (blob, flags) in enumerate(blobs):
                     slot = int(slots[j])
-                    word, c, more = self._store_blob(slot, blob)
-                    meta[j] = tid | (flags | more) << 16 | max(c, 0) << 24 | len(blob) << 32
+                    if len(blob) <= INLINE_MAX:
+                        word, c, more = P.inline_word(blob), 0, 0
+                    else:
+                        word, c, more = self._store_blob(slot, blob)
+                    meta[j] = tid | (flags | more) << 16 | c << 24 | len(blob) << 32 \
+                        | self._owner_bits
                     words[j] = word
                     side[slot * SK.SIDE_WORDS] = int(meta[j])
                     side[slot * SK.SIDE_WORDS + 1] = word

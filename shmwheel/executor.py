@@ -133,11 +133,11 @@ class Executor(ServiceProcess):
             fn = self.tasks[tid]
             if isinstance(fn, Exception):
                 raise fn
-            if meta >> 16 == _NIL_META and side[i + 1] == P.NIL_INLINE:
-                payload, key = None, None
+            if meta >> 16 & 0xFFFFFFFF == _NIL_META and side[i + 1] == P.NIL_INLINE:
+                payload, key, attempt = None, None, 1
             else:
-                payload, key = P.decode(self.mem, slot)
-            C._set(C.FireContext(handle, key, deadline, fired_ns // 1_000_000, side[i + 3] >> 16))
+                payload, key, attempt = P.decode(self.mem, slot)
+            C._set(C.FireContext(handle, key, deadline, fired_ns // 1_000_000, attempt))
             fn(payload)
         except Exception:
             tally[L.C_ERRORS] += 1

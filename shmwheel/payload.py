@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from . import service_kernels as SK
 from .service_layout import INLINE_MAX, MAX_PAYLOAD, ServiceMemory
@@ -33,9 +34,7 @@ def encode(payload: Any, key: Any = None) -> tuple[bytes, int]:
 
 
 def size_class(n: int) -> int:
-    """Arena class for an n-byte blob (n > INLINE_MAX), -1 when it is stored inline."""
-    if n <= INLINE_MAX:
-        return -1
+    """The smallest arena class that holds n bytes."""
     for c, size in enumerate(SK.ARENA_CLASSES):
         if n <= size:
             return c
@@ -46,22 +45,28 @@ def inline_word(blob: bytes) -> int:
     return int.from_bytes(blob.ljust(8, b"\0"), "little", signed=True)
 
 
-def decode(mem: ServiceMemory, slot: int) -> tuple[Any, Any]:
-    """(payload, key) of a DUE slot; ValueError if its side record is not trustworthy."""
+def decode(mem: ServiceMemory, slot: int) -> tuple[Any, Any, int]:
+    """(payload, key, run number) of a DUE slot; ValueError if its side record is not
+    trustworthy."""
     i = slot * SK.SIDE_WORDS
     meta = int(mem.side[i + SK.S_META])
     flags = (meta >> 16) & 0xFF
-    length = (meta >> 32) & 0xFFFFFFFF
+    length = (meta >> 32) & 0xFFFF
     word = int(mem.side[i + SK.S_PAYLOAD])
+    attempt = 1
     if flags & SK.FLAG_ARENA:
         c = (meta >> 24) & 0xFF
-        if c >= SK.NCLASSES or length > SK.ARENA_CLASSES[c]:
+        skip = SK.REPEAT_HEADER if flags & SK.FLAG_REPEAT else 0
+        if c >= SK.NCLASSES or skip + length > SK.ARENA_CLASSES[c]:
             raise ValueError(f"slot {slot}: payload class {c} / length {length} out of range")
         base = c * SK.A_CLASS_WORDS
         if not 0 <= word < int(mem.arena[base + SK.A_NBLOCKS]) or \
                 int(mem.arena[int(mem.arena[base + SK.A_OFF_OWNER]) + word]) != slot + 1:
             raise ValueError(f"slot {slot}: arena block {word} is not this timer's")
-        blob = mem.arena_block(c, word)[:length].tobytes()
+        block = mem.arena_block(c, word)
+        if skip:
+            attempt = int(block[8:16].view(np.int64)[0])
+        blob = block[skip : skip + length].tobytes()
     else:
         if not 0 < length <= INLINE_MAX:
             raise ValueError(f"slot {slot}: inline payload length {length} out of range")
@@ -70,5 +75,5 @@ def decode(mem: ServiceMemory, slot: int) -> tuple[Any, Any]:
     if flags & SK.FLAG_KEY:
         if not isinstance(value, list) or len(value) != 2:
             raise ValueError(f"slot {slot}: keyed payload is not a [key, payload] pair")
-        return value[1], value[0]
-    return value, None
+        return value[1], value[0], attempt
+    return value, None, attempt

@@ -52,7 +52,8 @@ class Reaper(ServiceProcess):
                 continue
             self.res[:] = 0
             with mem.locked():
-                SK.settle(mem.wheel, mem.side, mem.arena, self.rbuf.reshape(-1), n, self.res)
+                SK.settle(mem.wheel, mem.side, mem.arena, mem.arena_words, self.rbuf.reshape(-1), n,
+                          self.res)
             ring.consume(n)
             self.row[L.C_FREED] += self.res[0]
             self.row[L.C_REARMED] += self.res[1]

@@ -31,6 +31,7 @@ from .errors import ShmwheelError
 from .executor import resolve
 
 START_TIMEOUT_S = 60.0
+DEFAULT_ARENA_BYTES = 16 << 20  # payloads over 8 bytes: 131k of <= 64 B, 16k of <= 256 B, ...
 _READY_BITS = {"coordinator": L.READY_COORDINATOR, "reaper": L.READY_REAPER}
 MONITOR_S = 0.05
 
@@ -85,7 +86,7 @@ class TimerService:
                  max_clients: int = 32,
                  ring_capacity: int = 16384,
                  dispatch_capacity: int = 8192,
-                 arena_bytes: int = 16 << 20,
+                 arena_bytes: int | None = None,
                  **options: Any) -> None:
         if options:
             raise TypeError(f"unknown TimerService options: {', '.join(sorted(options))}")
@@ -98,6 +99,8 @@ class TimerService:
                              "'module:function' or a module-level function")
         if len(tasks) > 0xFFFF:
             raise ValueError("at most 65535 tasks can be registered")
+        if arena_bytes is None:
+            arena_bytes = DEFAULT_ARENA_BYTES
         for what, value, low in (("capacity", capacity, 1), ("tick_ms", tick_ms, 1),
                                  ("wheel_size", wheel_size, 2), ("max_clients", max_clients, 1),
                                  ("arena_bytes", arena_bytes, 0)):
@@ -105,17 +108,16 @@ class TimerService:
                 raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
         if capacity >= 1 << 31:
             raise ValueError("capacity must be below 2**31")
-        if max_clients > 0xFFFF:
-            raise ValueError("max_clients must be at most 65535")
+        if max_clients > 4096:
+            raise ValueError("max_clients must be at most 4096")
         n_exec = default_executors() if executors is None else executors
         if isinstance(n_exec, bool) or not isinstance(n_exec, int) or n_exec < 1:
             raise ValueError(f"executors must be an integer >= 1, got {executors!r}")
-        per_class = arena_bytes // SK.NCLASSES
         self.config = L.ServiceConfig(
             capacity=capacity, tick_ms=tick_ms, wheel_size=wheel_size, executors=n_exec,
             max_clients=max_clients, ring_capacity=_pow2(ring_capacity),
             dispatch_capacity=_pow2(dispatch_capacity),
-            arena_blocks=tuple(per_class // size for size in SK.ARENA_CLASSES),  # type: ignore[arg-type]
+            arena_blocks=L.arena_blocks(arena_bytes),
             tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()))
         self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None

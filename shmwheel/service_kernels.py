@@ -15,9 +15,11 @@ winner: whichever takes the lock first sees PENDING.  Nothing here trusts a valu
 from shared memory: every index and generation is bounds-checked, and a record that
 fails a check is counted and skipped.
 
-Side record per slot (4 int64 words): ``meta`` = task | flags << 16 | arena class << 24 |
-payload length << 32; ``payload`` = up to 8 inline bytes or an arena block index;
-``every`` = repeat period (0: one-shot); ``owner`` = producer ring | attempt << 16.
+Side record per slot (2 int64 words, so a timer costs 32 + 16 bytes of tables): ``meta`` =
+task | flags << 16 | arena class << 24 | payload length << 32 | producer ring << 48;
+``payload`` = up to 8 inline bytes or an arena block index. A repeating timer keeps its
+period and run count in the first two words of its arena block (``REPEAT_HEADER`` bytes
+before the payload); a one-shot timer's run count is 1.
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ from .wheel_kernels import F_DEADLINE, F_GS, H_CAPACITY, H_NOW, H_PENDING, H_SEN
 RESERVED = 3
 SUBMITTED = 4
 
-SIDE_WORDS = 4
+SIDE_WORDS = 2
 S_META = 0
 S_PAYLOAD = 1
-S_EVERY = 2
-S_OWNER = 3
+OWNER_SHIFT = 48
+OWNER_BITS = np.int64(0xFFFF) << 48
 
 FLAG_KEY = 1     # the blob is msgpack [key, payload]
 FLAG_ARENA = 2   # the payload lives in an arena block
 FLAG_STOP = 4    # a repeating timer was cancelled while a run was in flight
+FLAG_REPEAT = 8  # the arena block starts with (period, runs): see REPEAT_HEADER
+REPEAT_HEADER = 16
 
 ARENA_CLASSES = (64, 256, 1024, 4096)  # block bytes per size class
 NCLASSES = len(ARENA_CLASSES)
@@ -47,7 +51,9 @@ A_NBLOCKS = 0
 A_FREE = 1
 A_OFF_NEXT = 2
 A_OFF_OWNER = 3
-A_CLASS_WORDS = 4
+A_DATA = 4          # word offset of the class's blocks in the arena data
+A_BLOCK_WORDS = 5   # block size in words
+A_CLASS_WORDS = 8
 
 CHECK_KEY = np.int64(0x5A17C0DE3A11F00D)  # producer record = (handle, handle ^ CHECK_KEY)
 
@@ -78,6 +84,28 @@ def _check(mem, handle, state):
     if (gs >> 32) != (handle >> 32) or (gs & _STATE) != state:
         return -1
     return slot
+
+
+@njit(cache=True, inline="always")
+def _owner(side, slot):
+    return (side[slot * SIDE_WORDS + S_META] >> OWNER_SHIFT) & 0xFFFF
+
+
+@njit(cache=True, inline="always")
+def _repeat_block(side, arena, slot):
+    """Word offset in the arena data of a repeating timer's block, or -1 if the slot is
+    one-shot or its block reference does not check out."""
+    meta = side[slot * SIDE_WORDS + S_META]
+    if not (meta >> 16) & FLAG_REPEAT or not (meta >> 16) & FLAG_ARENA:
+        return -1
+    c = (meta >> 24) & 0xFF
+    if c >= NCLASSES:
+        return -1
+    base = c * A_CLASS_WORDS
+    b = side[slot * SIDE_WORDS + S_PAYLOAD]
+    if not 0 <= b < arena[base + A_NBLOCKS] or arena[arena[base + A_OFF_OWNER] + b] != slot + 1:
+        return -1
+    return arena[base + A_DATA] + b * arena[base + A_BLOCK_WORDS]
 
 
 @njit(cache=True)
@@ -119,8 +147,7 @@ def _free_payload(side, arena, slot):
                 arena[owner + b] = 0
                 arena[arena[base + A_OFF_NEXT] + b] = arena[base + A_FREE]
                 arena[base + A_FREE] = b
-    side[i + S_META] = 0
-    side[i + S_EVERY] = 0
+    side[i + S_META] &= OWNER_BITS  # a RESERVED slot stays its ring's
 
 
 @njit(cache=True)
@@ -165,7 +192,7 @@ def reserve(mem, side, ring, out):
         ig = K._at(mem, node, F_GS)
         gen = mem[ig] >> 32
         mem[ig] = (gen << 32) | RESERVED
-        side[slot * SIDE_WORDS + S_OWNER] = ring
+        side[slot * SIDE_WORDS + S_META] = np.int64(ring) << OWNER_SHIFT
         out[n] = (gen << 32) | slot
         n += 1
     return n
@@ -189,7 +216,7 @@ def link_submitted(mem, side, arena, recs, n, ring, res):
             res[2] += 1
             continue
         slot = h & K.SLOT_MASK
-        if h < 0 or slot >= cap or (side[slot * SIDE_WORDS + S_OWNER] & 0xFFFF) != ring:
+        if h < 0 or slot >= cap or _owner(side, slot) != ring:
             res[2] += 1
             continue
         if _check(mem, h, SUBMITTED) < 0:
@@ -235,7 +262,7 @@ def cancel_handles(mem, side, arena, handles, out):
             n += 1
             continue
         slot = _check(mem, h, K.DUE)
-        if slot >= 0 and side[slot * SIDE_WORDS + S_EVERY] > 0:
+        if slot >= 0 and (side[slot * SIDE_WORDS + S_META] >> 16) & FLAG_REPEAT:
             m = slot * SIDE_WORDS + S_META
             if not (side[m] >> 16) & FLAG_STOP:
                 side[m] |= np.int64(FLAG_STOP) << 16
@@ -244,11 +271,12 @@ def cancel_handles(mem, side, arena, handles, out):
 
 
 @njit(cache=True)
-def settle(mem, side, arena, results, n, res):
+def settle(mem, side, arena, adata, results, n, res):
     """Apply n executor outcomes (handle, outcome, seq, _): a one-shot timer's slot is
     freed; a repeating one that ran (ok or error) and was not cancelled is linked again at
-    its next deadline after the clock. Idempotent: a record whose slot is no longer DUE of
-    that generation is ignored. res[0] += freed, res[1] += re-armed."""
+    its next deadline after the clock, with its run count (in its arena block, `adata`)
+    bumped. Idempotent: a record whose slot is no longer DUE of that generation is
+    ignored. res[0] += freed, res[1] += re-armed."""
     nb = mem[H_SENTINELS]
     now = mem[H_NOW]
     for j in range(n):
@@ -256,16 +284,16 @@ def settle(mem, side, arena, results, n, res):
         slot = _check(mem, h, K.DUE)
         if slot < 0:
             continue
-        i = slot * SIDE_WORDS
-        every = side[i + S_EVERY]
-        stop = (side[i + S_META] >> 16) & FLAG_STOP
+        stop = (side[slot * SIDE_WORDS + S_META] >> 16) & FLAG_STOP
+        w = _repeat_block(side, arena, slot)
+        every = adata[w] if w >= 0 else 0
         if every > 0 and stop == 0 and results[4 * j + 1] != OUTCOME_CRASHED:
             node = nb + slot
             d = mem[K._at(mem, node, F_DEADLINE)] + every
             if d <= now:
                 d += ((now - d) // every + 1) * every
             mem[K._at(mem, node, F_DEADLINE)] = d
-            side[i + S_OWNER] += np.int64(1) << 16
+            adata[w + 1] += 1
             ig = K._at(mem, node, F_GS)
             mem[ig] = (mem[ig] & ~_STATE) | K.PENDING
             _link_due_or_place(mem, node, d)
@@ -286,7 +314,7 @@ def slots_in_state(mem, state, owner, side, out):
     for s in range(mem[H_CAPACITY]):
         if (mem[K._at(mem, nb + s, F_GS)] & _STATE) != state:
             continue
-        if owner >= 0 and (side[s * SIDE_WORDS + S_OWNER] & 0xFFFF) != owner:
+        if owner >= 0 and _owner(side, s) != owner:
             continue
         if n == out.shape[0]:
             break
@@ -303,8 +331,7 @@ def reclaim(mem, side, arena, ring):
     nb = mem[H_SENTINELS]
     for s in range(mem[H_CAPACITY]):
         st = mem[K._at(mem, nb + s, F_GS)] & _STATE
-        mine = (side[s * SIDE_WORDS + S_OWNER] & 0xFFFF) == ring
-        if (st == RESERVED or st == SUBMITTED) and mine:
+        if (st == RESERVED or st == SUBMITTED) and _owner(side, s) == ring:
             _retire(mem, side, arena, s)
             n += 1
     return n

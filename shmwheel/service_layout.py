@@ -26,7 +26,7 @@ from .errors import LayoutError
 from .ring import Ring, ring_words
 
 MAGIC = 0x5348575356433031  # "SHWSVC01"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -187,7 +187,8 @@ class ServiceMemory:
         self.arena = v(off["arena_meta"], off["arena_data"] - off["arena_meta"])
         self.arena_data = seg.byte_view(off["arena_data"] * 8,
                                         (off["total"] - off["arena_data"]) * 8)
-        self.class_base = [0]
+        self.arena_words = v(off["arena_data"], off["total"] - off["arena_data"])
+        self.class_base = [0]  # byte offset of each class's blocks in the arena data
         for n, size in zip(cfg.arena_blocks, SK.ARENA_CLASSES):
             self.class_base.append(self.class_base[-1] + n * size)
         self.producer = self._rings(off["producer"], cfg.max_clients, cfg.ring_capacity,
@@ -232,6 +233,8 @@ class ServiceMemory:
                 a[base + SK.A_NBLOCKS] = n
                 a[base + SK.A_OFF_NEXT] = at
                 a[base + SK.A_OFF_OWNER] = at + n
+                a[base + SK.A_DATA] = mem.class_base[c] // 8
+                a[base + SK.A_BLOCK_WORDS] = SK.ARENA_CLASSES[c] // 8
                 at += 2 * n
             SK.arena_format(a)
             for t in mem.exec_table:
@@ -280,12 +283,22 @@ class ServiceMemory:
         self.producer = self.dispatch = self.results = []
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
         self.arena = self.arena_data = self.ring_table = self.exec_table = None  # type: ignore[assignment]
+        self.arena_words = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------
     def arena_block(self, cls_: int, block: int) -> np.ndarray:
+        """The bytes of one arena block (the caller checked cls_ and block)."""
         start = self.class_base[cls_] + block * SK.ARENA_CLASSES[cls_]
         return self.arena_data[start : start + SK.ARENA_CLASSES[cls_]]
+
+
+def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:
+    """Blocks per size class for an arena of about `arena_bytes`: half the bytes for the
+    smallest class, where most payloads land, then a quarter, an eighth, an eighth."""
+    shares = (0.5, 0.25, 0.125, 0.125)
+    n = [int(arena_bytes * f) // size for f, size in zip(shares, SK.ARENA_CLASSES)]
+    return (n[0], n[1], n[2], n[3])
 
 
 def semaphore_roles(cfg: ServiceConfig) -> list[str]:
