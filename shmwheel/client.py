@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
+import posix_ipc
 
 from . import payload as P
 from . import ring as RG
@@ -158,11 +159,15 @@ class Client:
             return
         self._closed = True
         mem = self._mem
-        if os.getpid() == self._pid:
-            with mem.locked():
-                mem.ring_table[self._ring, L.RT_STATE] = L.RING_CLOSING
-            mem.ring_bell("coordinator")
-        mem.close()
+        try:
+            if os.getpid() == self._pid:
+                with mem.locked():
+                    mem.ring_table[self._ring, L.RT_STATE] = L.RING_CLOSING
+                mem.ring_bell("coordinator")
+        except posix_ipc.Error:
+            pass  # the service was stopped and unlinked: there is nothing left to release
+        finally:
+            mem.close()
 
     def __enter__(self) -> Client:
         return self
@@ -251,22 +256,38 @@ class Client:
         mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
         return b, c, SK.FLAG_ARENA | (SK.FLAG_REPEAT if every else 0)
 
-    def _publish(self, recs: np.ndarray) -> None:
-        """Push records, waiting (bounded) for the coordinator when the ring is full."""
+    def _publish(self, recs: np.ndarray) -> int:
+        """Push records, waiting up to RING_WAIT_S for the coordinator whenever the ring is
+        full; returns how many were published (fewer only when that wait ran out)."""
         ring, mem = self._producer, self._mem
-        done, waited = 0, 0.0
+        done = 0
+        give_up = time.monotonic() + RING_WAIT_S
         while True:
-            done += ring.push_records(recs[done:])
+            k = ring.push_records(recs[done:])
+            done += k
             if done == len(recs):
                 break
             mem.ring_bell("coordinator")
-            if waited > RING_WAIT_S:
-                raise Full(f"producer ring of service {self.name!r} stayed full for "
-                           f"{RING_WAIT_S} s: is the coordinator running?")
+            if k:
+                give_up = time.monotonic() + RING_WAIT_S
+            elif time.monotonic() > give_up:
+                break
             time.sleep(0.0002)
-            waited += 0.0002
         if self._header[L.W_COORD_SLEEPING]:
             mem.ring_bell("coordinator")
+        return done
+
+    def _unsubmit(self, handles: np.ndarray) -> None:
+        """Take back reserved-and-written slots that were never published."""
+        slots = handles & 0xFFFFFFFF
+        nodes = self._wheel
+        for h, slot in zip(handles.tolist(), slots.tolist()):
+            nodes[self._nodes + slot * K.NODE_WORDS + K.F_GS] = (h >> 32) << 32 | SK.RESERVED
+        mem = self._mem
+        with mem.locked():
+            for slot in slots.tolist():
+                SK.free_payload(mem.side, mem.arena, slot)
+        self._give_back(handles)
 
     # -- the API ----------------------------------------------------------------------
     def schedule(self, task: str, payload: Any = None, *, delay_ms: float | None = None,
@@ -339,23 +360,12 @@ class Client:
         return TimerHandle(self, h, deadline)
 
     def _wait_for_room(self, h: int) -> None:
-        """The ring was full: wait (bounded) for the coordinator, then publish h; on
-        timeout, take the slot back (it was never published) and raise Full."""
-        waited = 0.0
-        while not self._producer.push(h, h ^ _CHECK):
-            self._mem.ring_bell("coordinator")
-            if waited > RING_WAIT_S:
-                slot = h & 0xFFFFFFFF
-                self._wheel[self._nodes + slot * K.NODE_WORDS + K.F_GS] = \
-                    (h >> 32) << 32 | SK.RESERVED
-                if self._side[slot * SK.SIDE_WORDS] >> 16 & SK.FLAG_ARENA:
-                    with self._mem.locked():
-                        SK.free_payload(self._mem.side, self._mem.arena, slot)
-                self._give_back(np.array([h], np.int64))
-                raise Full(f"producer ring of service {self.name!r} stayed full for "
-                           f"{RING_WAIT_S} s: is the coordinator running?")
-            time.sleep(0.0002)
-            waited += 0.0002
+        """The ring was full: publish h once the coordinator makes room; if none appears
+        within RING_WAIT_S, take the slot back (it was never published) and raise Full."""
+        if self._publish(np.array([[h, h ^ _CHECK]], np.int64)) == 0:
+            self._unsubmit(np.array([h], np.int64))
+            raise Full(f"producer ring of service {self.name!r} stayed full for "
+                       f"{RING_WAIT_S} s: is the coordinator running?")
 
     def schedule_many(self, task: str, delays_ms: Sequence[float] | np.ndarray,
                       payloads: Sequence[Any] | None = None) -> TimerHandles:
@@ -404,11 +414,17 @@ class Client:
             recs = np.empty((n, 2), np.int64)
             recs[:, 0] = handles
             recs[:, 1] = handles ^ SK.CHECK_KEY
-            try:
-                self._publish(recs)
-            finally:
-                self._scheduled += n
-                self._counters[self._scheduled_at] = self._scheduled
+            done = self._publish(recs)
+            self._scheduled += done
+            self._counters[self._scheduled_at] = self._scheduled
+            if done < n:
+                self._unsubmit(handles[done:])
+                err = Full(f"producer ring of service {self.name!r} stayed full for "
+                           f"{RING_WAIT_S} s (is the coordinator running?): {done} of {n} "
+                           f"timers were accepted (their handles are in .accepted), the "
+                           f"rest were not")
+                err.accepted = TimerHandles(self, handles[:done], deadlines[:done])
+                raise err
         return TimerHandles(self, handles, deadlines)
 
     def _store_blobs(self, slots: np.ndarray, blobs: list[tuple[bytes, int]], tid: int,
@@ -469,8 +485,7 @@ def connect(name: str) -> Client:
     try:
         if mem.header[L.W_STOPPING]:
             raise ShmwheelError(f"service {name!r} is stopping")
-        if not mem.header[L.W_READY] & L.READY_COORDINATOR:
-            raise ShmwheelError(f"service {name!r} has not finished starting")
+        mem.semaphore("coordinator")  # opened now, so close() can ring it after a stop
         pid = os.getpid()
         with mem.locked():
             free = np.flatnonzero(mem.ring_table[:, L.RT_STATE] == L.RING_FREE)

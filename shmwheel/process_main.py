@@ -4,6 +4,7 @@ running a role never re-imports a module the package has already loaded.)"""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
@@ -23,4 +24,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the first moment: the supervisor
+    main(sys.argv)                                # decides when service processes stop

@@ -42,7 +42,6 @@ W_COORD_SLEEPING = 7
 W_REAPER_WAKE_AT = 8  # the time (ms) the reaper is sleeping until
 W_READY = 9          # bit per service role that finished starting
 W_REPAIRS = 10
-W_EPOCH = 11         # bumped by the supervisor on each restart of a process
 
 READY_COORDINATOR = 1
 READY_REAPER = 2

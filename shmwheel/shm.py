@@ -128,11 +128,19 @@ class _Locked:
     def __enter__(self) -> None:
         seg = self._seg
         seg._thread_lock.acquire()
-        fcntl.flock(seg.fd, fcntl.LOCK_EX)
-        w = seg.words
-        if w[self._dirty]:
-            self._repair()
-        w[self._dirty] = 1
+        try:
+            fcntl.flock(seg.fd, fcntl.LOCK_EX)
+            try:
+                w = seg.words
+                if w[self._dirty]:
+                    self._repair()  # if this raises, dirty stays set: the next holder retries
+                w[self._dirty] = 1
+            except BaseException:
+                fcntl.flock(seg.fd, fcntl.LOCK_UN)
+                raise
+        except BaseException:
+            seg._thread_lock.release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         seg = self._seg
@@ -184,8 +192,8 @@ def sweep_stale(owner_of: Callable[[Segment], int]) -> list[str]:
             continue
         try:
             seg = Segment(segment_name(service))
-        except LayoutError:
-            continue
+        except (LayoutError, posix_ipc.Error, OSError):
+            continue  # gone meanwhile, or another user's (mode 0600): not ours to judge
         try:
             owner = owner_of(seg)
         except LayoutError:
@@ -199,5 +207,8 @@ def sweep_stale(owner_of: Callable[[Segment], int]) -> list[str]:
     for p in SHM_DIR.glob("sem." + PREFIX + "*"):
         service = p.name[len("sem." + PREFIX):].rsplit(".", 1)[0]
         if not (SHM_DIR / (PREFIX + service)).exists() and service not in removed:
-            unlink_semaphore("/" + p.name[len("sem."):])
+            try:
+                unlink_semaphore("/" + p.name[len("sem."):])
+            except posix_ipc.Error:
+                pass  # another user's
     return removed

@@ -380,21 +380,59 @@ def test_segments_and_semaphores_are_private_to_the_user(service):
 def test_full_ring_waits_for_the_coordinator_then_raises(tmp_path, monkeypatch):
     monkeypatch.setattr(shmwheel.client, "RING_WAIT_S", 0.3)
     log = tmp_path / "log"
-    with TimerService(tasks=TASKS, capacity=100, executors=1, ring_capacity=4) as svc, \
+    with TimerService(tasks=TASKS, capacity=100, executors=1, ring_capacity=8) as svc, \
             svc.client() as c:
         coordinator = svc.procs["coordinator"].pid
         os.kill(coordinator, signal.SIGSTOP)
         try:
             for i in range(4):
                 c.schedule("record", {"path": str(log), "tag": f"f{i}"}, delay_ms=1)
+            with pytest.raises(Full, match="4 of 10 timers were accepted") as e:
+                c.schedule_many("record", [1] * 10,
+                                [{"path": str(log), "tag": f"m{i}"} for i in range(10)])
+            accepted = e.value.accepted
+            assert len(accepted) == 4
             with pytest.raises(Full, match="ring .* stayed full"):
                 c.schedule("record", {"path": str(log), "tag": "lost"}, delay_ms=1)
         finally:
             os.kill(coordinator, signal.SIGCONT)
-        wait_for(lambda: svc.stats()["completed"] == 4, what="the accepted four")
+        wait_for(lambda: svc.stats()["completed"] == 8, what="the accepted eight")
         c.schedule("record", {"path": str(log), "tag": "f4"}, delay_ms=1)
-        wait_for(lambda: svc.stats()["completed"] == 5, what="one more")
-    assert_once_never_early(read_log(log), [f"f{i}" for i in range(5)])
+        wait_for(lambda: svc.stats()["completed"] == 9, what="one more")
+        st = svc.stats()
+        assert st["scheduled"] == 9 and st["pending"] == 0
+    assert_once_never_early(read_log(log), [f"f{i}" for i in range(5)] +
+                            [f"m{i}" for i in range(4)])
+
+
+def test_close_after_the_service_stopped_is_quiet():
+    svc = TimerService(tasks=TASKS, capacity=100, executors=1).start()
+    c = shmwheel.connect(svc.name)
+    svc.stop()
+    c.close()
+    assert c.closed
+
+
+def test_segment_lock_is_released_when_repair_raises():
+    name = f"{MINE}lock"
+    seg = shm.Segment(shm.segment_name(name), 4096)
+    try:
+        seg.words[5] = 1  # dirty
+
+        def broken_repair():
+            raise RuntimeError("repair failed")
+
+        with pytest.raises(RuntimeError, match="repair failed"):
+            with seg.locked(5, broken_repair):
+                pass
+        assert seg.words[5] == 1, "still dirty: the next holder retries the repair"
+        repaired = []
+        with seg.locked(5, lambda: repaired.append(1)):  # would block if the lock leaked
+            pass
+        assert repaired == [1] and seg.words[5] == 0
+    finally:
+        seg.close()
+        seg.unlink()
 
 
 def test_client_refuses_use_after_close_and_across_fork(service):

@@ -32,6 +32,7 @@ class Workload:
     rows: list[tuple[str, str]]  # (shmwheel figure, baseline figure) pairs to compare
     unit: str = "ops/s"
     reps: list[W.Figures] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of all its repetitions
     notes: list[str] = field(default_factory=list)  # further figures, printed without ratio
     goals: list[tuple[str, str, str, float]] = field(default_factory=list)  # what, figure, op, target
 
@@ -219,9 +220,9 @@ def goals_text(verdicts: list[dict]) -> str:
         if t == 0:
             how = ""
         elif g["op"] == ">=":
-            how = f" ({v / t:.2g}x the goal)"
+            how = f" ({v / t:.3g}x the goal)"
         else:
-            how = f" ({v / t:.2g}x the limit)"
+            how = f" ({v / t:.3g}x the limit)"
         lines.append(f"  {g['goal']:<34} {g['op']} {show(t):>10}: {show(v):>12}  "
                      f"{'met' if g['met'] else 'MISSED'}{how}")
     return "\n".join(lines)
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, 1 repetition (CI smoke)")
     ap.add_argument("--n", type=int, help="timers per wheel-core workload (default 500,000)")
     ap.add_argument("--timer-n", type=int,
-                    help="tasks per in-process timer workload (default 200,000)")
+                    help="tasks per in-process timer workload (default 100,000)")
     ap.add_argument("--svc-n", type=int,
                     help="timers per service workload (default 100,000; schedule_many "
                          "schedules 5x this)")
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     n = args.n or (100_000 if args.quick else 500_000)
-    timer_n = args.timer_n or (20_000 if args.quick else 200_000)
+    timer_n = args.timer_n or (20_000 if args.quick else 100_000)
     svc_n = args.svc_n or (20_000 if args.quick else 100_000)
     lateness_n = args.lateness_n or (20_000 if args.quick else 200_000)
     reps = args.reps or (1 if args.quick else 2)
@@ -285,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             step += 1
             print(f"[{step}/{total}] rep {rep + 1}/{reps}: {w.title} "
                   f"(n={sizes[w.size]:,}) ...", file=sys.stderr, flush=True)
+            t = time.perf_counter()
             w.reps.append(w.run(sizes[w.size]))
+            w.seconds += time.perf_counter() - t
     info["loadavg_end"] = os.getloadavg()[0]
     info["seconds"] = round(time.perf_counter() - started, 1)
 
@@ -306,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"machine": info, "args": vars(args), "sizes": sizes,
                "workloads": {w.key: {"title": w.title, "unit": w.unit, "reps": w.reps,
                                      "median": w.median(), "rows": w.rows,
-                                     "notes": w.notes}
+                                     "notes": w.notes, "seconds": round(w.seconds, 1)}
                              for w in selected},
                "goals": verdicts, "services_started": SW.services_started,
                "services_leaked": SW.leaked}
