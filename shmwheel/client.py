@@ -140,8 +140,6 @@ class Client:
         self._wheel = mem.wheel.data
         self._header = mem.header.data
         self._nodes = mem.nodes_off
-        self._one = np.zeros(1, np.int64)
-        self._one_out = np.zeros(1, np.int64)
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -459,11 +457,11 @@ class Client:
         if isinstance(h, bool) or not isinstance(h, (int, np.integer)):
             raise TypeError(f"cancel() takes a TimerHandle or its id, got {type(handle).__name__}")
         mem = self._mem
-        self._one[0] = h
         with mem.locked():
-            n = SK.cancel_handles(mem.wheel, mem.side, mem.arena, self._one, self._one_out)
-            mem.counters[L.ROW_LOCKED, L.C_CANCELLED] += n
-        return bool(self._one_out[0] == SK.CANCEL_YES)
+            code = SK.cancel_one(mem.wheel, mem.side, mem.arena, h)
+            if code == SK.CANCEL_YES:
+                mem.counters[L.ROW_LOCKED, L.C_CANCELLED] += 1
+        return code == SK.CANCEL_YES
 
     def cancel_many(self, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:
         """Cancel a batch under one lock; a bool array, True where that timer will never run."""

@@ -238,35 +238,43 @@ def link_submitted(mem, side, arena, recs, n, ring, res):
     return res[0]
 
 
+@njit(cache=True, inline="always")
+def _cancel(mem, side, arena, h):
+    slot = _check(mem, h, K.PENDING)
+    if slot >= 0:
+        K._unlink(mem, mem[H_SENTINELS] + slot)
+        mem[H_PENDING] -= 1
+        _retire(mem, side, arena, slot)
+        return CANCEL_YES
+    slot = _check(mem, h, SUBMITTED)
+    if slot >= 0:
+        _retire(mem, side, arena, slot)
+        return CANCEL_YES
+    slot = _check(mem, h, K.DUE)
+    if slot >= 0:
+        m = slot * SIDE_WORDS + S_META
+        flags = side[m] >> 16
+        if flags & FLAG_REPEAT and not flags & FLAG_STOP:
+            side[m] |= np.int64(FLAG_STOP) << 16
+            return CANCEL_STOPPED
+    return CANCEL_NO
+
+
+@njit(cache=True)
+def cancel_one(mem, side, arena, handle):
+    """Cancel one handle: CANCEL_YES if the timer will never run (its slot is freed now),
+    CANCEL_STOPPED if it is a repeating timer with a run in flight (no further runs), else
+    CANCEL_NO."""
+    return _cancel(mem, side, arena, handle)
+
+
 @njit(cache=True)
 def cancel_handles(mem, side, arena, handles, out):
-    """Cancel each handle: out[i] = CANCEL_YES if the timer will never run (its slot is
-    freed now), CANCEL_STOPPED if it is a repeating timer with a run in flight (no further
-    runs), else CANCEL_NO. Returns the number of CANCEL_YES."""
+    """cancel_one for each handle, codes into out; returns the number of CANCEL_YES."""
     n = 0
     for i in range(handles.shape[0]):
-        h = handles[i]
-        out[i] = CANCEL_NO
-        slot = _check(mem, h, K.PENDING)
-        if slot >= 0:
-            K._unlink(mem, mem[H_SENTINELS] + slot)
-            mem[H_PENDING] -= 1
-            _retire(mem, side, arena, slot)
-            out[i] = CANCEL_YES
-            n += 1
-            continue
-        slot = _check(mem, h, SUBMITTED)
-        if slot >= 0:
-            _retire(mem, side, arena, slot)
-            out[i] = CANCEL_YES
-            n += 1
-            continue
-        slot = _check(mem, h, K.DUE)
-        if slot >= 0 and (side[slot * SIDE_WORDS + S_META] >> 16) & FLAG_REPEAT:
-            m = slot * SIDE_WORDS + S_META
-            if not (side[m] >> 16) & FLAG_STOP:
-                side[m] |= np.int64(FLAG_STOP) << 16
-                out[i] = CANCEL_STOPPED
+        out[i] = _cancel(mem, side, arena, handles[i])
+        n += out[i] == CANCEL_YES
     return n
 
 

@@ -16,7 +16,7 @@ def test_bench_quick_writes_every_workload(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "shmwheel.bench", "--quick", "--n", "20000", "--timer-n", "2000",
          "--svc-n", "5000", "--lateness-n", "5000", "--json", str(out)],
-        capture_output=True, text=True, timeout=300)
+        check=False, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert set(doc["workloads"]) == {w.key for w in workloads()}
@@ -49,10 +49,10 @@ def test_bench_quick_writes_every_workload(tmp_path):
 
 def test_bench_rejects_unknown_workload():
     proc = subprocess.run([sys.executable, "-m", "shmwheel.bench", "--workloads", "nope"],
-                          capture_output=True, text=True, timeout=60)
+                          check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown workloads" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "shmwheel.bench", "--workloads", "service,nope"],
-                          capture_output=True, text=True, timeout=60)
+                          check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown workloads ['nope']" in proc.stderr
 
 

@@ -35,7 +35,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: make `workers` and `shmwheel` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import shmwheel  # noqa: E402
+import shmwheel
 
 MAX_PAYLOAD = 4096        # the service's hard maximum, in msgpack-encoded bytes
 SLICE_S = 0.01            # with a rate, one call schedules at most this much time's worth
@@ -206,7 +206,10 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
         if rate > 0:
             due_at = t0 + done / rate
             if due_at > now:
-                time.sleep(min(due_at - now, SLICE_S, max(0.0, end - now)))
+                nap = min(due_at - now, SLICE_S, max(0.0, end - now))
+                if later:  # wake for the next deferred cancel too
+                    nap = max(0.0, min(nap, later[0][0] - now))
+                time.sleep(nap)
                 continue
         n = min(batch, count - done)
         delays = make_delays(rng, n, lo, hi, distribution)
@@ -306,7 +309,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=256,
                    help="timers per call: 1 uses schedule(), more schedule_many() (256)")
     p.add_argument("--max-seconds", type=float, default=300.0,
-                   help="stop scheduling and cancelling after this long (300)")
+                   help="stop scheduling and cancelling after this long; with "
+                        "--standalone this also bounds the wait for the timers (300)")
     p.add_argument("--wait-timeout", type=float, default=None, metavar="S",
                    help="--standalone: how long to wait for the timers after the last one "
                         "is due (default 30)")
@@ -421,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         elif svc is not None:
             left_ms = figures["last_deadline_ms"] - time.monotonic_ns() // 1_000_000
             timeout = max(0, left_ms) / 1000 + (30.0 if a.wait_timeout is None else a.wait_timeout)
+            timeout = min(timeout, max(0.0, a.max_seconds - figures["elapsed_s"]))
             settled, stats = wait_settled(svc, timeout, progress, stop)
             if not settled:
                 print(f"producer: timers not all settled after {timeout:.1f} s",
@@ -447,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if client is not None:
                 client.close()
+        except Exception as e:  # noqa: BLE001 - e.g. the service was stopped under us
+            print(f"producer: closing the client: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
         finally:
             if svc is not None:
                 svc.stop()

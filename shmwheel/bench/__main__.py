@@ -214,8 +214,11 @@ def goals_text(verdicts: list[dict]) -> str:
         return ""
     lines = ["service goals (medians):"]
     for g in verdicts:
-        unit = g["unit"]
-        show = (lambda x: fmt(x, unit)) if unit else (lambda x: f"{x:,.0f}")
+        def show(x: float, unit: str = g["unit"]) -> str:
+            if unit == "B":
+                return f"{x:,.2f} B"  # the byte goals are tight: show the fraction
+            return fmt(x, unit) if unit else f"{x:,.0f}"
+
         v, t = g["value"], g["target"]
         if t == 0:
             how = ""

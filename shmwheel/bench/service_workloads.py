@@ -76,6 +76,11 @@ def _rate(n: int, fn: Callable[[], object]) -> float:
     return n / (time.perf_counter() - t)
 
 
+def _each(fn: Callable[[Any], object], items: list[Any]) -> None:
+    for x in items:
+        fn(x)
+
+
 @contextmanager
 def _service(capacity: int = MEMORY_CAPACITY, **options: Any) -> Iterator[TimerService]:
     """A started service, stopped on exit; complains (stderr) if stop() left files."""
@@ -197,7 +202,7 @@ def _producer(name: str, n: int, seed: int, barrier: Any, out: Any) -> None:
             handles = [sched("noop", delay_ms=d) for d in delays]
             t1 = time.monotonic()
             out.put(("ok", t0, t1, len(handles)))
-    except BaseException:
+    except Exception:  # noqa: BLE001 - reported to the parent, which raises
         out.put(("error", traceback.format_exc(), 0.0, 0))
 
 
@@ -346,14 +351,14 @@ def svc_cancel(n: int) -> Figures:
     ht = HeapTimer()
     try:
         entries = [ht.schedule(x, _noop) for x in ds]
-        hc = ht.cancel
-        fig["heapq+thread cancel"] = _rate(n, lambda: [hc(e) for e in entries])
+        fig["heapq+thread cancel"] = _rate(n, lambda: _each(ht.cancel, entries))
     finally:
         ht.stop()
     loop = asyncio_loop()
     try:
         handles = [loop.call_later(x, _noop) for x in ds]
-        fig["asyncio TimerHandle.cancel"] = _rate(n, lambda: [h.cancel() for h in handles])
+        fig["asyncio TimerHandle.cancel"] = _rate(
+            n, lambda: _each(asyncio.TimerHandle.cancel, handles))
     finally:
         loop.close()
     return fig
@@ -524,7 +529,7 @@ def svc_fire(n: int) -> Figures:
         if now_ms() >= due:
             raise RuntimeError("scheduling took longer than the margin before the deadline")
         time.sleep(max(0.0, due / 1000 - time.monotonic()))
-        st, t1 = _wait_completed(svc, n, due / 1000 + 30 + n / 10_000, poll_s=0.001)
+        st, t1 = _wait_completed(svc, n, due / 1000 + 30 + n / 10_000)
         fig[f"{S} fired->executed"] = st["completed"] / (t1 - due / 1000)
         fig[f"{S} executors"] = float(execs)
         if st["completed"] < n:
