@@ -28,6 +28,7 @@ from . import service_layout as L
 from . import wheel_kernels as K
 from .errors import Full, ShmwheelError
 from .service_layout import INLINE_MAX
+from .stats import read_stats
 
 RING_WAIT_S = 2.0  # how long a full ring may block a producer before Full is raised
 URGENT_MS = 20  # a deadline nearer than this wakes a sleeping coordinator at once; later
@@ -462,6 +463,11 @@ class Client:
             if code == SK.CANCEL_YES:
                 mem.counters[L.ROW_LOCKED, L.C_CANCELLED] += 1
         return code == SK.CANCEL_YES
+
+    def stats(self) -> dict[str, Any]:
+        """The service's stats() as this process sees them in shared memory (no restart
+        counts: only the supervisor knows those)."""
+        return read_stats(self._mem)
 
     def cancel_many(self, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:
         """Cancel a batch under one lock; a bool array, True where that timer will never run."""

@@ -8,6 +8,8 @@ Started by the supervisor through ``shmwheel.process_main``.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import service_kernels as SK
@@ -67,6 +69,7 @@ class Coordinator(ServiceProcess):
         mem = self.mem
         header = mem.header
         claimed = mem.ring_table[:, L.RT_STATE]
+        header[L.W_PID_COORDINATOR] = os.getpid()
         header[L.W_READY] |= L.READY_COORDINATOR
         next_tend = 0
         while self.running():

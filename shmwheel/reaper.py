@@ -13,6 +13,7 @@ Started by the supervisor through ``shmwheel.process_main``.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -129,6 +130,7 @@ class Reaper(ServiceProcess):
 
     def run(self) -> None:
         self.recover()
+        self.mem.header[L.W_PID_REAPER] = os.getpid()
         self.mem.header[L.W_READY] |= L.READY_REAPER
         while self.running():
             self.settle()

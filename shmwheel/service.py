@@ -19,16 +19,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import psutil
-
-from . import service_kernels as SK
 from . import service_layout as L
 from . import shm
-from . import wheel_kernels as K
 from .client import Client, connect, now_ms
 from .errors import ShmwheelError
 from .executor import resolve
+from .stats import read_stats
 
 START_TIMEOUT_S = 60.0
 DEFAULT_ARENA_BYTES = 16 << 20  # payloads over 8 bytes: 131k of <= 64 B, 16k of <= 256 B, ...
@@ -270,47 +266,3 @@ class TimerService:
         if self.mem is None:
             raise ShmwheelError("the service is not running")
         return read_stats(self.mem, self.procs, self.restarts)
-
-
-def percentile_ms(hist: np.ndarray, q: float) -> float:
-    """Upper edge (ms) of the histogram bucket holding the q-quantile; 0 when empty."""
-    total = int(hist.sum())
-    if total == 0:
-        return 0.0
-    i = int(np.searchsorted(np.cumsum(hist), q * total, side="left"))
-    return 0.0 if i == 0 else 2 ** (i / L.HIST_PER_OCTAVE) / 1000.0
-
-
-def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]] | None = None,
-               restarts: Mapping[str, int] | None = None) -> dict[str, Any]:
-    c = mem.counters.sum(axis=0)
-    hist = mem.hist.sum(axis=0)
-    backlog = sum(r.pending() for r in mem.producer)
-    late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99),
-                                                        ("999", 0.999))}
-    nz = np.flatnonzero(hist)
-    late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / L.HIST_PER_OCTAVE) / 1000.0
-    processes = {}
-    for role, p in (procs or {}).items():
-        alive = p.poll() is None and psutil.pid_exists(p.pid)
-        processes[role] = {"pid": p.pid, "alive": alive}
-    return {
-        "pending": int(mem.wheel[K.H_PENDING]) + backlog,
-        "scheduled": int(c[L.C_SCHEDULED]),
-        "fired": int(c[L.C_FIRED]),
-        "cancelled": int(c[L.C_CANCELLED]),
-        "completed": int(c[L.C_COMPLETED]),
-        "task_errors": int(c[L.C_ERRORS]),
-        "crashed": int(c[L.C_CRASHED]),
-        "rearmed": int(c[L.C_REARMED]),
-        "early": int(c[L.C_EARLY]),
-        "ring_garbage": int(c[L.C_GARBAGE]),
-        "ring_stale": int(c[L.C_STALE]),
-        "repairs": int(mem.header[L.W_REPAIRS]),
-        "lateness_ms": late,
-        "lateness_samples": int(hist.sum()),
-        "processes": processes,
-        "restarts": dict(restarts or {}),
-        "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
-    }
-

@@ -42,6 +42,8 @@ W_COORD_SLEEPING = 7
 W_REAPER_WAKE_AT = 8  # the time (ms) the reaper is sleeping until
 W_READY = 9          # bit per service role that finished starting
 W_REPAIRS = 10
+W_PID_COORDINATOR = 11  # written by each service process when it starts
+W_PID_REAPER = 12
 
 READY_COORDINATOR = 1
 READY_REAPER = 2

@@ -110,6 +110,9 @@ def test_schedule_runs_once_with_context(service, tmp_path):
     assert set(st["lateness_ms"]) >= {"p50", "p99", "p999", "max"}
     assert all(v["alive"] for v in st["processes"].values())
     assert set(st["processes"]) == {"coordinator", "reaper", "exec0", "exec1"}
+    with service.client() as other:  # any attached process reads the same counters
+        seen = other.stats()
+    assert seen["completed"] == 2 and seen["processes"] == st["processes"]
     with pytest.raises(RuntimeError, match="inside a task"):
         shmwheel.context()
 

@@ -1,0 +1,66 @@
+"""The service's figures, read from its shared counters by any attached process."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import psutil
+
+from . import service_layout as L
+from . import wheel_kernels as K
+
+
+def percentile_ms(hist: np.ndarray, q: float) -> float:
+    """Upper edge (ms) of the histogram bucket holding the q-quantile; 0 when empty."""
+    total = int(hist.sum())
+    if total == 0:
+        return 0.0
+    i = int(np.searchsorted(np.cumsum(hist), q * total, side="left"))
+    return 0.0 if i == 0 else 2 ** (i / L.HIST_PER_OCTAVE) / 1000.0
+
+
+def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]] | None = None,
+               restarts: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The service's figures from its shared counters; any attached process can call this
+    (the supervisor adds its restart counts and its view of its children)."""
+    c = mem.counters.sum(axis=0)
+    hist = mem.hist.sum(axis=0)
+    backlog = sum(r.pending() for r in mem.producer)
+    late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99),
+                                                        ("999", 0.999))}
+    nz = np.flatnonzero(hist)
+    late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / L.HIST_PER_OCTAVE) / 1000.0
+    processes = {}
+    pids = {"coordinator": int(mem.header[L.W_PID_COORDINATOR]),
+            "reaper": int(mem.header[L.W_PID_REAPER])}
+    pids.update({f"exec{i}": int(pid) for i, pid in enumerate(mem.exec_table[:, L.X_PID])})
+    for role, pid in pids.items():
+        p = (procs or {}).get(role)
+        if p is not None:  # the supervisor knows its children best (a fresh restart)
+            pid, alive = p.pid, p.poll() is None
+        else:
+            alive = pid > 0 and psutil.pid_exists(pid)
+        processes[role] = {"pid": pid, "alive": alive}
+    return {
+        "pending": int(mem.wheel[K.H_PENDING]) + backlog,
+        "scheduled": int(c[L.C_SCHEDULED]),
+        "fired": int(c[L.C_FIRED]),
+        "cancelled": int(c[L.C_CANCELLED]),
+        "completed": int(c[L.C_COMPLETED]),
+        "task_errors": int(c[L.C_ERRORS]),
+        "crashed": int(c[L.C_CRASHED]),
+        "rearmed": int(c[L.C_REARMED]),
+        "early": int(c[L.C_EARLY]),
+        "ring_garbage": int(c[L.C_GARBAGE]),
+        "ring_stale": int(c[L.C_STALE]),
+        "repairs": int(mem.header[L.W_REPAIRS]),
+        "lateness_ms": late,
+        "lateness_samples": int(hist.sum()),
+        "processes": processes,
+        "restarts": dict(restarts or {}),
+        "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
+    }
+
