@@ -33,6 +33,10 @@ class Coordinator(ServiceProcess):
         """Link one batch from a ring; returns the records consumed."""
         mem = self.mem
         ring = mem.producer[ring_index]
+        if ring.corrupt():  # a client wrote over its ring's head: drop what it claims
+            self.row[L.C_GARBAGE] += 1
+            ring.skip_to_head()
+            return 0
         _, n = ring.peek(BATCH, self.recs)
         if n == 0:
             return 0

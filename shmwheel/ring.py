@@ -100,6 +100,15 @@ class Ring:
             out[first:n] = self.data[: n - first]
         return tail, n
 
+    def corrupt(self) -> bool:
+        """True if head is not within [tail, tail + capacity]: the producer wrote garbage
+        over it. The consumer then skips to head (``consume(head - tail)``)."""
+        n = self._mv[HEAD] - self._mv[TAIL]
+        return n < 0 or n > self.capacity
+
+    def skip_to_head(self) -> None:
+        self._mv[TAIL] = self._mv[HEAD]
+
     def consume(self, n: int) -> None:
         self._mv[TAIL] = self._mv[TAIL] + n
 

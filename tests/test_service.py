@@ -322,6 +322,10 @@ def test_garbage_in_rings_is_counted_and_skipped(service, tmp_path):
             ring.push_records(rng.integers(-2**62, 2**62, size=(50, 4), dtype=np.int64))
         mem.ring_bell("coordinator")
         wait_for(lambda: service.stats()["ring_garbage"] >= 600, what="garbage counted")
+        ring = c._producer.words
+        ring[0] = ring[8] + 10**12  # a head far beyond anything published
+        wait_for(lambda: service.stats()["ring_garbage"] >= 601, what="corrupt head counted")
+        assert not c._producer.pending(), "the coordinator skipped to the corrupt head"
         c.schedule("record", {"path": str(log), "tag": "after"}, delay_ms=1)
         wait_for(lambda: service.stats()["completed"] == 2, what="runs after the garbage")
     st = service.stats()
