@@ -22,7 +22,7 @@ import shmwheel
 from shmwheel import Full, LayoutError, ShmwheelError, TimerService, shm
 from shmwheel import service_layout as L
 
-TASKS = {"record": "service_tasks:record", "boom": "service_tasks:boom"}
+TASKS = {"record": "workers.tasks:append_line", "boom": "workers.tasks:fail"}
 
 
 # services started in this process are named "s<pid>-<hex>"; others (a bench running
@@ -66,11 +66,12 @@ def wait_for(pred, timeout=20.0, what="condition"):
 
 
 def read_log(path: Path) -> list[tuple[str, int, int, int, int, str]]:
+    """Rows (tag, id, deadline_ms, run_ns, attempt, key) of workers.tasks.append_line."""
     if not path.exists():
         return []
     rows = []
     for line in path.read_text().splitlines():
-        tag, hid, deadline, run_ns, attempt, key = line.split(" ")
+        hid, deadline, run_ns, attempt, tag, key = line.split(" ")
         rows.append((tag, int(hid), int(deadline), int(run_ns), int(attempt), key))
     return rows
 
@@ -464,18 +465,25 @@ def test_client_refuses_use_after_close_and_across_fork(service):
         assert service.stats()["scheduled"] == 0
 
 
-def test_embedding_process_killed_service_exits_and_cleans_up(tmp_path):
+def _embedding_process(new_session: bool) -> tuple[subprocess.Popen[str], str]:
+    """A process that embeds a service and sleeps; returns it and the service's name."""
     code = textwrap.dedent("""
-        import sys, time, shmwheel
-        svc = shmwheel.TimerService(tasks={"boom": "service_tasks:boom"}, capacity=1000,
+        import time, shmwheel
+        svc = shmwheel.TimerService(tasks={"boom": "workers.tasks:fail"}, capacity=1000,
                                     executors=1).start()
         print(svc.name, flush=True)
         time.sleep(120)
     """)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         env=env, start_new_session=new_session)
+    name = p.stdout.readline().strip() if p.stdout else ""
+    return p, name
+
+
+def test_embedding_process_killed_service_exits_and_cleans_up():
+    p, name = _embedding_process(new_session=False)
     try:
-        name = p.stdout.readline().strip()
         assert name and service_processes(name)
     finally:
         p.kill()
@@ -485,23 +493,11 @@ def test_embedding_process_killed_service_exits_and_cleans_up(tmp_path):
 
 
 def test_next_start_sweeps_segments_of_a_dead_owner():
-    code = textwrap.dedent("""
-        import time, shmwheel
-        svc = shmwheel.TimerService(tasks={"boom": "service_tasks:boom"}, capacity=1000,
-                                    executors=1).start()
-        print(svc.name, flush=True)
-        time.sleep(120)
-    """)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         env=env, start_new_session=True)
-    try:
-        name = p.stdout.readline().strip()
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)  # the whole group: nobody left to unlink
-        p.wait()
+    p, name = _embedding_process(new_session=True)
+    os.killpg(p.pid, signal.SIGKILL)  # the whole group: nobody is left to unlink
+    p.wait()
     wait_for(lambda: not service_processes(name), timeout=10, what="group to die")
-    assert shm.service_files(name), "a whole-group kill leaves the segment behind"
+    assert name and shm.service_files(name), "a whole-group kill leaves the segment behind"
     with TimerService(tasks=TASKS, capacity=100, executors=1):
         assert not shm.service_files(name), "start swept the dead owner's segment"
 

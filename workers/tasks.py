@@ -25,16 +25,19 @@ def log_fire(payload: Any) -> None:
 
 
 def append_line(payload: Any) -> None:
-    """Append one line "id deadline_ms run_ns attempt tag" to the file payload["path"]
-    (one O_APPEND write, so lines from many executors never interleave)."""
+    """Append one line "id deadline_ms run_ns attempt tag key" to the file payload["path"]
+    (one O_APPEND write, so lines from many executors never interleave); then sleep
+    payload["sleep_ms"] if given (a slow task)."""
     ctx = shmwheel.context()
-    tag = payload.get("tag", "")
-    line = f"{ctx.id} {ctx.deadline_ms} {time.monotonic_ns()} {ctx.attempt} {tag}\n"
+    now = time.monotonic_ns()
+    line = f"{ctx.id} {ctx.deadline_ms} {now} {ctx.attempt} {payload.get('tag', '')} {ctx.key}\n"
     fd = os.open(payload["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+    if payload.get("sleep_ms"):
+        time.sleep(payload["sleep_ms"] / 1000)
 
 
 def fail(payload: Any) -> None:
