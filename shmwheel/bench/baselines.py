@@ -7,7 +7,8 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 _REMOVED = None  # heapq recipe: a cancelled entry's callback is replaced by this marker
 
@@ -75,6 +76,12 @@ class HeapTimer:
                 if fn is not _REMOVED:
                     fn()
 
+    def __enter__(self) -> HeapTimer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         with self._cond:
             self._stop = True
@@ -85,3 +92,13 @@ class HeapTimer:
 def asyncio_loop() -> asyncio.AbstractEventLoop:
     """A fresh event loop; the caller closes it."""
     return asyncio.new_event_loop()
+
+
+@contextmanager
+def event_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """``asyncio_loop()`` closed on exit."""
+    loop = asyncio_loop()
+    try:
+        yield loop
+    finally:
+        loop.close()

@@ -14,6 +14,7 @@ while they are measured get delays of 30-60 s; stopping the service drops them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import math
@@ -25,7 +26,6 @@ import sys
 import threading
 import time
 import traceback
-import tracemalloc
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -38,7 +38,8 @@ from .. import service_layout as L
 from .. import shm
 from ..client import Client, now_ms
 from ..service import TimerService
-from .baselines import HeapTimer, asyncio_loop
+from .baselines import HeapTimer, asyncio_loop, event_loop
+from .workloads import bytes_per_object
 
 Figures = dict[str, float]
 S = "shmwheel"
@@ -137,18 +138,12 @@ def svc_schedule_call(n: int) -> Figures:
         sched = c.schedule
         fig[f"{S} Client.schedule"] = _rate(
             n, lambda: [sched("noop", delay_ms=d) for d in delays])
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         fig["heapq+thread schedule"] = _rate(
             n, lambda: [ht.schedule(d / 1000, _noop) for d in delays])
-    finally:
-        ht.stop()
-    loop = asyncio_loop()
-    try:
+    with event_loop() as loop:
         fig["asyncio call_later"] = _rate(
             n, lambda: [loop.call_later(d / 1000, _noop) for d in delays])
-    finally:
-        loop.close()
     return fig
 
 
@@ -170,12 +165,9 @@ def svc_schedule_many(n: int) -> Figures:
         fig[f"{S} Client.schedule_many"] = _rate(
             total, lambda: [many("noop", d) for d in chunks])
     chunks_s = [(d / 1000).tolist() for d in chunks]
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         fig["heapq+thread schedule_many"] = _rate(
             total, lambda: [ht.schedule_many(d, _noop) for d in chunks_s])
-    finally:
-        ht.stop()
     loop = asyncio_loop()
     few = (delays[:n] / 1000).tolist()
     try:
@@ -282,16 +274,13 @@ def svc_two_producers(n: int) -> Figures:
 
     m = max(1, n // 2)
     delays = [(_far_delays(m, 10 + i) / 1000).tolist() for i in range(k)]
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         def heap_work(i: int) -> None:
             sched = ht.schedule
             [sched(d, _noop) for d in delays[i]]
 
         t0, t1 = _threads(k, heap_work)
         fig["heapq+thread 2 threads"] = k * m / (t1 - t0)
-    finally:
-        ht.stop()
 
     loop = asyncio_loop()
     runner = threading.Thread(target=loop.run_forever, daemon=True)
@@ -348,19 +337,13 @@ def svc_cancel(n: int) -> Figures:
             raise RuntimeError(f"cancel returned False for {ok.count(False)} per-call and "
                                f"{int((~res[0]).sum())} batch handles of pending timers")
     ds = (d / 1000).tolist()
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         entries = [ht.schedule(x, _noop) for x in ds]
         fig["heapq+thread cancel"] = _rate(n, lambda: _each(ht.cancel, entries))
-    finally:
-        ht.stop()
-    loop = asyncio_loop()
-    try:
+    with event_loop() as loop:
         handles = [loop.call_later(x, _noop) for x in ds]
         fig["asyncio TimerHandle.cancel"] = _rate(
             n, lambda: _each(asyncio.TimerHandle.cancel, handles))
-    finally:
-        loop.close()
     return fig
 
 
@@ -369,7 +352,9 @@ def svc_cancel(n: int) -> Figures:
 def svc_memory(n: int) -> Figures:
     """Bytes per pending timer at the default capacity (1 M): the whole segment
     (os.path.getsize of /dev/shm/shmwheel.<name>) over capacity, and the wheel + side
-    tables alone (their layout sizes). The segment also holds the 16 MiB payload arena,
+    tables alone (their layout sizes), and what one more timer of capacity adds to the
+    segment (the layout for capacity + 1024, less the layout, over 1024). The segment also
+    holds the 16 MiB payload arena,
     the rings and counters, which do not grow with capacity. Peers: traced allocations of
     50k pending entries (heapq+thread entry; asyncio TimerHandle). n is the capacity."""
     fig: Figures = {}
@@ -380,6 +365,8 @@ def svc_memory(n: int) -> Figures:
         words = dict(zip(list(off)[:-1], np.diff(list(off.values())).tolist(), strict=True))
         fig[f"{S} segment / capacity"] = size / cap
         fig[f"{S} wheel+side / capacity"] = (words["wheel"] + words["side"]) * 8 / cap
+        more = L.layout(dataclasses.replace(svc.config, capacity=cap + 1024))["total"]
+        fig[f"{S} segment bytes per added timer"] = (more - off["total"]) * 8 / 1024
         fig[f"{S} payload arena / capacity"] = \
             (off["total"] - off["arena_meta"]) * 8 / cap
         fig[f"{S} segment bytes"] = float(size)
@@ -388,24 +375,12 @@ def svc_memory(n: int) -> Figures:
     ds = (_far_delays(m) / 1000).tolist()
 
     def traced(build: Callable[[], object]) -> float:
-        gc.collect()
-        tracemalloc.start()
-        keep = build()
-        size, _ = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        del keep
-        return size / m
+        return bytes_per_object(build, m)
 
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         fig["heapq+thread entry"] = traced(lambda: [ht.schedule(x, _noop) for x in ds])
-    finally:
-        ht.stop()
-    loop = asyncio_loop()
-    try:
+    with event_loop() as loop:
         fig["asyncio call_later"] = traced(lambda: [loop.call_later(x, _noop) for x in ds])
-    finally:
-        loop.close()
     return fig
 
 
@@ -449,6 +424,7 @@ def svc_lateness(n: int) -> Figures:
     with _service(_capacity_for(n)) as svc, svc.client() as c:
         h = c.schedule_many("noop", offsets + LATENESS_MARGIN_MS)
         last = int(h.deadlines_ms.max())
+        time.sleep(max(0.0, last / 1000 - time.monotonic()))  # no polling while they run
         st, _ = _wait_completed(svc, n, last / 1000 + 10 + n / 20_000)
         late = st["lateness_ms"]
         fig[f"p50: {label}"] = late["p50"]
@@ -466,8 +442,7 @@ def svc_lateness(n: int) -> Figures:
         now = time.monotonic() * 1000 + LATENESS_MARGIN_MS + n * PEER_SCHEDULE_MS
         return [math.ceil(now + x) / 1000 for x in offsets.tolist()]
 
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         got = np.full(n, np.nan)
         count = [0]
         dl = targets()
@@ -484,11 +459,8 @@ def svc_lateness(n: int) -> Figures:
             time.sleep(0.01)
         done = ~np.isnan(got)
         fig.update(_percentiles((got[done] - np.array(dl)[done]) * 1000, "heapq+thread"))
-    finally:
-        ht.stop()
 
-    loop = asyncio_loop()
-    try:
+    with event_loop() as loop:
         got = np.full(n, np.nan)
         left = [n]
         fut = loop.create_future()
@@ -505,8 +477,6 @@ def svc_lateness(n: int) -> Figures:
         _check_margin(dl, "asyncio")
         loop.run_until_complete(asyncio.wait_for(fut, max(dl) - time.monotonic() + 10))
         fig.update(_percentiles((got - np.array(dl)) * 1000, "asyncio call_at"))
-    finally:
-        loop.close()
     return fig
 
 
@@ -543,8 +513,7 @@ def svc_fire(n: int) -> Figures:
             m, lambda: wait_futures([pool.submit(noop_task, None) for _ in range(m)]))
 
     margin_s = 0.05 + n * 6e-6
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         count = [0]
 
         def bump() -> None:
@@ -558,11 +527,8 @@ def svc_fire(n: int) -> Figures:
         while count[0] < n and time.monotonic() < t0 + 60:
             time.sleep(0.0005)
         fig["heapq+thread (in-process)"] = count[0] / (time.monotonic() - t0)
-    finally:
-        ht.stop()
 
-    loop = asyncio_loop()
-    try:
+    with event_loop() as loop:
         left = [n]
         fut = loop.create_future()
 
@@ -578,6 +544,4 @@ def svc_fire(n: int) -> Figures:
         time.sleep(max(0.0, base - time.monotonic()))
         loop.run_until_complete(fut)
         fig["asyncio call_at (in-process)"] = n / (time.monotonic() - t0)
-    finally:
-        loop.close()
     return fig

@@ -25,7 +25,7 @@ import numpy as np
 from ..system_timer import SystemTimer
 from ..timing_wheel import TimerTask
 from ..wheel_core import WheelCore, warm_up
-from .baselines import HeapTimer, asyncio_loop
+from .baselines import HeapTimer, asyncio_loop, event_loop
 
 Figures = dict[str, float]
 T = TypeVar("T")
@@ -123,6 +123,17 @@ def core_expire(n: int) -> Figures:
     return {"shmwheel core advance": _rate(n, wheel), "heapq heappop": _rate(n, pop)}
 
 
+def bytes_per_object(build: Callable[[], object], count: int) -> float:
+    """Python heap bytes that `build()` allocates and keeps, per each of `count` objects."""
+    gc.collect()
+    tracemalloc.start()
+    keep = build()
+    size, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del keep
+    return size / count
+
+
 def core_memory(n: int) -> Figures:
     """Bytes per pending timer: the wheel array for shmwheel; traced allocations of the
     pending entries for the Python peers (a heap entry; an asyncio TimerHandle; a
@@ -134,22 +145,13 @@ def core_memory(n: int) -> Figures:
     m = min(n, 200_000)  # per-object bytes do not depend on n; tracing 1 M objects is slow
 
     def traced(build: Callable[[], object]) -> float:
-        gc.collect()
-        tracemalloc.start()
-        keep = build()
-        size, _ = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        del keep
-        return size / m
+        return bytes_per_object(build, m)
 
     d = _deadlines(m).tolist()
     figures["heapq entry"] = traced(lambda: [[x, i, None] for i, x in enumerate(d)])
-    loop = asyncio_loop()
-    try:
+    with event_loop() as loop:
         figures["asyncio call_later"] = traced(
             lambda: [loop.call_later(x / 1000, _noop) for x in d])
-    finally:
-        loop.close()
     return figures
 
 
@@ -231,8 +233,7 @@ def timer_fire(n: int) -> Figures:
         fig["shmwheel SystemTimer"] = n / (time.monotonic() - t0)
     finally:
         timer.shutdown()
-    loop = asyncio_loop()
-    try:
+    with event_loop() as loop:
         count = [0]
         done = loop.create_future()
 
@@ -248,10 +249,7 @@ def timer_fire(n: int) -> Figures:
         t0 = time.monotonic()
         loop.run_until_complete(done)
         fig["asyncio call_later"] = n / (time.monotonic() - t0)
-    finally:
-        loop.close()
-    ht = HeapTimer()
-    try:
+    with HeapTimer() as ht:
         hcount = [0]
 
         def hbump() -> None:
@@ -265,8 +263,6 @@ def timer_fire(n: int) -> Figures:
         while hcount[0] < n:
             time.sleep(0.0005)
         fig["heapq+thread"] = n / (time.monotonic() - t0)
-    finally:
-        ht.stop()
     return fig
 
 
