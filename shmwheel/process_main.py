@@ -1,6 +1,7 @@
-"""Entry point of every service process: ``python -m shmwheel.process_main ROLE SERVICE
-[INDEX]`` with ROLE one of coordinator, reaper, executor. (A separate module, so that
-running a role never re-imports a module the package has already loaded.)"""
+"""Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
+of coordinator, reaper, executor. The supervisor runs it through ``python -c`` after
+ignoring SIGINT (so a Ctrl-C never kills a process that is still importing); by hand,
+``python -m shmwheel.process_main ROLE SERVICE [INDEX]``."""
 
 from __future__ import annotations
 

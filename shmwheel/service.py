@@ -180,7 +180,11 @@ class TimerService:
         return ["coordinator", "reaper"] + [f"exec{i}" for i in range(self.config.executors)]
 
     def _spawn(self, role: str) -> None:
-        argv = [sys.executable, "-m", "shmwheel.process_main"]
+        # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
+        # program must not kill a service process that is still starting
+        argv = [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, "
+                "signal.SIG_IGN); import sys; from shmwheel.process_main import main; "
+                "main(sys.argv)"]
         if role.startswith("exec"):
             argv += ["executor", self.name, role[4:]]
         else:

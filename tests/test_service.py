@@ -35,7 +35,8 @@ def service_processes(prefix: str = MINE) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if "shmwheel.process_main" in cmd and any(a.startswith(prefix) for a in cmd[3:]):
+        if any("shmwheel.process_main" in a for a in cmd[:3]) and \
+                any(a.startswith(prefix) for a in cmd[3:]):
             found.append(p)
     return found
 

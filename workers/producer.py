@@ -9,8 +9,8 @@ size, cancels a fraction of them, and reports what happened::
 ``--standalone`` starts its own ``TimerService`` (tasks ``noop``, ``log``, ``fail`` from
 ``workers.tasks``), waits (bounded) until every timer has fired or been cancelled, prints
 the service's ``stats()`` and stops it. ``--service NAME`` attaches to a running service
-with ``shmwheel.connect(NAME)``; the client API has no stats, so only the producer's own
-figures are printed. Run from the repository root so that ``workers`` is importable.
+with ``shmwheel.connect(NAME)`` and prints only the producer's own figures. Run from the
+repository root so that ``workers`` is importable.
 
 ``run(client, ...)`` is the same load as a function, for use from other programs.
 """
@@ -119,7 +119,10 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
     payload (0: None). cancel_fraction: share of timers cancelled, each at `cancel_at` times
     its delay after it was scheduled (0: at once; 1: at its deadline, racing the fire).
     batch: timers per call (1 uses ``schedule``, more uses ``schedule_many``). When the
-    service is Full, the call is retried for up to `full_timeout_s`. Everything (scheduling
+    service is Full, the call is retried for up to `full_timeout_s`, then Full is raised; a
+    ``schedule_many`` cut short by a stuck producer ring keeps the part it accepted (its
+    ``Full.accepted``: counted, and cancelled like the rest) and only the remainder is
+    retried, so no timer is scheduled twice. Everything (scheduling
     and the deferred cancels) stops after `max_seconds` or once `stop` is set; the result
     then has ``stopped`` set to the reason. `progress` is called with the running figures
     about every `progress_s` seconds.
@@ -173,27 +176,51 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
             figures["elapsed_s"] = now - t0
             progress({**figures, "phase": phase, "cancels_waiting": len(later)})
 
-    def schedule_batch(delays: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """(ids, deadlines), retrying while the service is full; None if stopped."""
+    def schedule_batch(delays: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, shmwheel.Full | None]:
+        """(ids, deadlines, error) of the timers accepted for delays[:len(ids)], retrying
+        while the service is full. Fewer than all only when stopped (figures["stopped"]
+        set, error None) or after `full_timeout_s` of Full (error: the last Full)."""
         give_up = time.monotonic() + full_timeout_s
+        ids: list[np.ndarray] = []
+        deadlines: list[np.ndarray] = []
+        left = delays
+
+        def result(error: shmwheel.Full | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, shmwheel.Full | None]:
+            if not ids:
+                return np.empty(0, np.int64), np.empty(0, np.int64), error
+            return np.concatenate(ids), np.concatenate(deadlines), error
+
         while True:
             try:
-                if len(delays) == 1:
-                    h = client.schedule(task, payload, delay_ms=float(delays[0]))
-                    return np.array([h.id], np.int64), np.array([h.deadline_ms], np.int64)
-                hs = client.schedule_many(task, delays,
-                                          None if payload is None else [payload] * len(delays))
-                return hs.ids, hs.deadlines_ms
+                if len(left) == 1:
+                    h = client.schedule(task, payload, delay_ms=float(left[0]))
+                    ids.append(np.array([h.id], np.int64))
+                    deadlines.append(np.array([h.deadline_ms], np.int64))
+                else:
+                    hs = client.schedule_many(task, left,
+                                              None if payload is None else [payload] * len(left))
+                    ids.append(hs.ids)
+                    deadlines.append(hs.deadlines_ms)
+                return result()
             except shmwheel.Full as e:
-                # A ring that stays full means the coordinator is not draining it, and
-                # schedule_many may have published part of the batch: do not retry that.
-                if "producer ring" in str(e) or time.monotonic() > give_up:
-                    raise
+                # No slot or arena block: nothing was scheduled. A producer ring that stayed
+                # full (the coordinator is not draining it): schedule() took its timer back;
+                # schedule_many() published a prefix, which will run (e.accepted), and took
+                # the rest back. Keep what was accepted and retry only the rest.
+                accepted = e.accepted
+                if isinstance(accepted, shmwheel.TimerHandles) and len(accepted):
+                    ids.append(accepted.ids)
+                    deadlines.append(accepted.deadlines_ms)
+                    left = left[len(accepted):]
+                if time.monotonic() > give_up:
+                    return result(e)
                 figures["full_retries"] += 1
                 now = time.monotonic()
                 cancel_due(now)  # deferred cancels free room too
                 if should_stop(now):
-                    return None
+                    return result()
                 time.sleep(FULL_BACKOFF_S)
 
     done = 0
@@ -213,14 +240,14 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
                 continue
         n = min(batch, count - done)
         delays = make_delays(rng, n, lo, hi, distribution)
-        got = schedule_batch(delays)
-        if got is None:
-            break
-        ids, deadlines = got
+        ids, deadlines, error = schedule_batch(delays)
+        n = len(ids)  # the accepted part: delays[:n]
+        delays = delays[:n]
         done += n
         figures["scheduled"] = done
-        figures["last_deadline_ms"] = max(figures["last_deadline_ms"], int(deadlines.max()))
-        if cancel_fraction > 0:
+        if n:
+            figures["last_deadline_ms"] = max(figures["last_deadline_ms"], int(deadlines.max()))
+        if cancel_fraction > 0 and n:
             pick = rng.random(n) < cancel_fraction
             if cancel_at == 0:
                 cancel_ids(ids[pick])
@@ -228,6 +255,10 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
                 at = time.monotonic() + delays[pick] * cancel_at / 1000
                 for t, h in zip(at.tolist(), ids[pick].tolist()):
                     heapq.heappush(later, (t, h))
+        if error is not None:
+            raise shmwheel.Full(f"still full after retrying for {full_timeout_s} s, with "
+                                f"{done} of {count} timers already scheduled: "
+                                f"{error}") from error
     figures["schedule_s"] = time.monotonic() - t0
     while later:
         now = time.monotonic()
