@@ -537,3 +537,18 @@ def test_service_arguments_are_checked():
         TimerService(tasks=TASKS, journal="/tmp/j")
     with pytest.raises(ValueError, match="service name"):
         TimerService("bad name!", tasks=TASKS)
+
+
+def test_load_producer_drives_the_service_through_the_public_api():
+    from workers import producer
+    with TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10_000,
+                      executors=1) as svc, svc.client() as c:
+        f = producer.run(c, count=3000, delay_ms=(5, 50), cancel_fraction=0.2, cancel_at=0.5,
+                         payload_size=40, batch=64, seed=3)
+        wait_for(lambda: svc.stats()["pending"] == 0, what="everything settled")
+        st = svc.stats()
+    assert f["scheduled"] == st["scheduled"] == 3000
+    assert f["cancelled_true"] == st["cancelled"] and f["cancelled_true"] > 0
+    assert st["completed"] == 3000 - st["cancelled"] and st["early"] == 0
+    with pytest.raises(ValueError):
+        producer.run(c, count=-1)
