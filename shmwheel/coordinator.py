@@ -102,5 +102,6 @@ def main(service: str, index: int) -> None:
     SK.link_submitted(mem.wheel, mem.side, mem.arena, coordinator.recs.reshape(-1), 0, 0,
                       coordinator.res)
     SK.reclaim(mem.wheel, mem.side, mem.arena, -1)  # ring -1 owns nothing: frees nothing
+    coordinator.settle_heap()
     coordinator.run()
 

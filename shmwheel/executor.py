@@ -186,5 +186,7 @@ class Executor(ServiceProcess):
 
 
 def main(service: str, index: int) -> None:
-    Executor(service, index).run()
+    executor = Executor(service, index)
+    executor.settle_heap()
+    executor.run()
 

@@ -8,6 +8,7 @@ the coordinator, which owns the segments, unlinks them on its way out.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -30,6 +31,13 @@ class ServiceProcess:
         self.bell = self.mem.semaphore(role)
         self._next_check = 0.0
         self.orphaned = False
+
+    def settle_heap(self) -> None:
+        """Once started: move everything imported so far (numpy, numba, the tasks) out of
+        the garbage collector's sight, so a full collection never pauses a hot loop for
+        milliseconds walking objects that live as long as the process."""
+        gc.collect()
+        gc.freeze()
 
     def running(self) -> bool:
         """False once the service is stopping or the supervisor has died."""
