@@ -18,7 +18,6 @@ import math
 import os
 import time
 import traceback
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,13 @@ from .service_process import ServiceProcess
 
 BATCH = 256
 _NIL_META = 1 << 16  # flags 0, class 0, length 1: the inline msgpack nil (a None payload)
+_NIL = P.NIL_INLINE
+_DUE = K.DUE
+_PER_OCTAVE = L.HIST_PER_OCTAVE
+_BUCKETS = L.HIST_BUCKETS
+# the batch loop inlines these layouts
+assert SK.SIDE_WORDS == 2 and K.NODE_WORDS == 4 and K.F_DEADLINE == 2 and K.F_GS == 3
+assert L.RESULT_RECORD == 4
 IDLE_WAIT_S = 0.05
 
 
@@ -68,12 +74,13 @@ class Executor(ServiceProcess):
         self.row = mem.counters[L.FIXED_ROWS + index]
         self.hist = mem.hist[index]
         self.table = mem.exec_table[index]
-        self.tasks: list[Callable[[Any], Any] | Exception] = []
+        self.tasks: list[Callable[[Any], Any]] = []
         for name, spec in mem.config.tasks:
             try:
                 self.tasks.append(resolve(spec))
-            except Exception as e:  # reported on each run of that task
-                self.tasks.append(ImportError(f"task {name!r} ({spec}) failed to import: {e!r}"))
+            except Exception as e:  # reported as the error of each run of that task
+                self.tasks.append(_failed_import(
+                    ImportError(f"task {name!r} ({spec}) failed to import: {e!r}")))
         cap = mem.config.capacity
         nodes = mem.wheel[mem.nodes_off : mem.nodes_off + cap * K.NODE_WORDS]
         self.nodes = nodes.data
@@ -82,7 +89,8 @@ class Executor(ServiceProcess):
         self.capacity = cap
         self.started = self.table[L.X_STARTED : L.X_STARTED + 1].data
         self.tally = [0] * L.COUNTER_WORDS
-        self.late: Counter[int] = Counter()
+        self.late = [0] * L.HIST_BUCKETS
+        self.results_mv = self.results.words.data
 
     def report(self, handle: int, outcome: int, seq: int, lateness_us: int) -> None:
         while not self.results.push(handle, outcome, seq, lateness_us):
@@ -108,46 +116,64 @@ class Executor(ServiceProcess):
             self.log(f"timer {handle:#x} was running when executor {self.index} died: crashed")
         table[L.X_STARTED] = -1
 
-    def run_one(self, handle: int, fired_ns: int) -> tuple[int, int]:
-        """Run one dispatched timer; (outcome, lateness in us). Counts go to self.tally
-        and are published per batch (``publish_counts``)."""
-        slot = handle & 0xFFFFFFFF
-        tally = self.tally
-        if not 0 <= slot < self.capacity or \
-                self.nodes[slot * 4 + 3] != ((handle >> 32) << 32 | K.DUE):
-            tally[L.C_GARBAGE] += 1  # not a timer in flight: never run it
-            return SK.OUTCOME_ERROR, 0
-        deadline = self.nodes[slot * 4 + 2]
-        lateness_us = time.monotonic_ns() // 1000 - deadline * 1000
-        if lateness_us < 0:
-            tally[L.C_EARLY] += 1
-        b = 0 if lateness_us < 1 else 1 + int(math.log2(lateness_us) * L.HIST_PER_OCTAVE)
-        self.late[b if b < L.HIST_BUCKETS else L.HIST_BUCKETS - 1] += 1
-        side = self.side
-        i = slot * SK.SIDE_WORDS
-        meta = side[i]
-        tid = meta & 0xFFFF
-        try:
-            if tid >= len(self.tasks):
-                raise ValueError(f"timer {handle:#x} names task id {tid}, which is not registered")
-            fn = self.tasks[tid]
-            if isinstance(fn, Exception):
-                raise fn
-            if meta >> 16 & 0xFFFFFFFF == _NIL_META and side[i + 1] == P.NIL_INLINE:
-                payload, key, attempt = None, None, 1
+    def run_batch(self, seq0: int, n: int) -> None:
+        """Run the n records peeked into self.buf (dispatch seqs seq0...), each in the
+        order the module docstring gives: ``started``, run, publish its outcome. A record
+        whose slot is not DUE of that generation is garbage: counted, never run. Counts and
+        lateness samples are published to the shared rows after the batch."""
+        nodes, side, tasks, cap = self.nodes, self.side, self.tasks, self.capacity
+        started, tally, late = self.started, self.tally, self.late
+        res, rcap, rmask = self.results_mv, self.results.capacity, self.results.mask
+        mono, log2, fire_context = time.monotonic_ns, math.log2, C.FireContext
+        seq = seq0
+        for handle, fired_ns in self.buf[:n].tolist():
+            started[0] = seq
+            slot = handle & 0xFFFFFFFF
+            lateness_us = 0
+            if slot < cap and nodes[(slot << 2) + 3] == ((handle >> 32) << 32 | _DUE):
+                deadline = nodes[(slot << 2) + 2]
+                lateness_us = mono() // 1000 - deadline * 1000
+                if lateness_us < 1:
+                    late[0] += 1
+                    if lateness_us < 0:
+                        tally[L.C_EARLY] += 1
+                else:
+                    b = 1 + int(log2(lateness_us) * _PER_OCTAVE)
+                    late[b if b < _BUCKETS else _BUCKETS - 1] += 1
+                meta = side[slot << 1]
+                tid = meta & 0xFFFF
+                try:
+                    fn = tasks[tid]
+                    if meta >> 16 & 0xFFFFFFFF == _NIL_META and side[(slot << 1) + 1] == _NIL:
+                        payload, key, attempt = None, None, 1
+                    else:
+                        payload, key, attempt = P.decode(self.mem, slot)
+                    C._current = fire_context(handle, key, deadline, fired_ns // 1_000_000,
+                                              attempt)
+                    fn(payload)
+                    outcome = SK.OUTCOME_OK
+                    tally[L.C_COMPLETED] += 1
+                except Exception:
+                    outcome = SK.OUTCOME_ERROR
+                    tally[L.C_ERRORS] += 1
+                    name = self.mem.task_names[tid] if tid < len(tasks) else f"id {tid} (unknown)"
+                    self.log(f"task {name} (timer {handle:#x}) raised:\n{traceback.format_exc()}")
+                C._current = None
             else:
-                payload, key, attempt = P.decode(self.mem, slot)
-            C._set(C.FireContext(handle, key, deadline, fired_ns // 1_000_000, attempt))
-            fn(payload)
-        except Exception:
-            tally[L.C_ERRORS] += 1
-            name = self.mem.task_names[tid] if tid < len(self.tasks) else tid
-            self.log(f"task {name} (timer {handle:#x}) raised:\n{traceback.format_exc()}")
-            return SK.OUTCOME_ERROR, lateness_us
-        finally:
-            C._set(None)
-        tally[L.C_COMPLETED] += 1
-        return SK.OUTCOME_OK, lateness_us
+                outcome = SK.OUTCOME_ERROR
+                tally[L.C_GARBAGE] += 1
+            head = res[0]  # publish the outcome: record first, head last (ring.py)
+            if head - res[8] < rcap:
+                r = 16 + ((head & rmask) << 2)
+                res[r] = handle
+                res[r + 1] = outcome
+                res[r + 2] = seq
+                res[r + 3] = lateness_us
+                res[0] = head + 1
+            else:
+                self.report(handle, outcome, seq, lateness_us)
+            seq += 1
+        self.publish_counts()
 
     def publish_counts(self) -> None:
         """Add this batch's counts and lateness samples to the shared rows (single writer)."""
@@ -155,14 +181,15 @@ class Executor(ServiceProcess):
             if v:
                 self.row[k] += v
                 self.tally[k] = 0
-        for b, v in self.late.items():
-            self.hist[b] += v
-        self.late.clear()
+        late = self.late
+        for b in [i for i, v in enumerate(late) if v]:
+            self.hist[b] += late[b]
+            late[b] = 0
 
     def run(self) -> None:
         self.table[L.X_PID] = os.getpid()
         self.recover()
-        ring, table, results = self.ring, self.table, self.results
+        ring, table = self.ring, self.table
         while self.running():
             seq0, n = ring.peek(BATCH, self.buf)
             if n == 0:
@@ -171,18 +198,16 @@ class Executor(ServiceProcess):
                     self.wait(IDLE_WAIT_S)
                 table[L.X_SLEEPING] = 0
                 continue
-            started = self.started
-            seq = seq0
-            for handle, fired_ns in self.buf[:n].tolist():
-                started[0] = seq
-                outcome, lateness = self.run_one(handle, fired_ns)
-                if not results.push(handle, outcome, seq, lateness):
-                    self.report(handle, outcome, seq, lateness)
-                seq += 1
+            self.run_batch(seq0, n)
             ring.consume(n)
-            started[0] = -1
-            self.publish_counts()
+            self.started[0] = -1
             self.mem.ring_bell("reaper")
+
+
+def _failed_import(error: Exception) -> Callable[[Any], Any]:
+    def task(payload: Any) -> None:
+        raise error
+    return task
 
 
 def main(service: str, index: int) -> None:

@@ -16,7 +16,7 @@ class FireContext(NamedTuple):
     attempt: int
 
 
-_current: FireContext | None = None
+_current: FireContext | None = None  # set by the executor around each task call
 
 
 def context() -> FireContext:
@@ -24,8 +24,3 @@ def context() -> FireContext:
     if _current is None:
         raise RuntimeError("shmwheel.context() is only available inside a task run by an executor")
     return _current
-
-
-def _set(ctx: FireContext | None) -> None:
-    global _current
-    _current = ctx
