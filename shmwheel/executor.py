@@ -124,7 +124,7 @@ class Executor(ServiceProcess):
         nodes, side, tasks, cap = self.nodes, self.side, self.tasks, self.capacity
         started, tally, late = self.started, self.tally, self.late
         res, rcap, rmask = self.results_mv, self.results.capacity, self.results.mask
-        mono, log2, fire_context = time.monotonic_ns, math.log2, C.FireContext
+        mono, log2 = time.monotonic_ns, math.log2
         seq = seq0
         for handle, fired_ns in self.buf[:n].tolist():
             started[0] = seq
@@ -148,8 +148,7 @@ class Executor(ServiceProcess):
                         payload, key, attempt = None, None, 1
                     else:
                         payload, key, attempt = P.decode(self.mem, slot)
-                    C._current = fire_context(handle, key, deadline, fired_ns // 1_000_000,
-                                              attempt)
+                    C._current = (handle, key, deadline, fired_ns, attempt)
                     fn(payload)
                     outcome = SK.OUTCOME_OK
                     tally[L.C_COMPLETED] += 1

@@ -16,11 +16,14 @@ class FireContext(NamedTuple):
     attempt: int
 
 
-_current: FireContext | None = None  # set by the executor around each task call
+# set by the executor around each task call: (id, key, deadline_ms, fired_ns, attempt), a
+# plain tuple because most tasks never ask; context() builds the FireContext on demand
+_current: tuple[int, Any, int, int, int] | None = None
 
 
 def context() -> FireContext:
     """The FireContext of the running task; RuntimeError outside a task."""
-    if _current is None:
+    raw = _current
+    if raw is None:
         raise RuntimeError("shmwheel.context() is only available inside a task run by an executor")
-    return _current
+    return FireContext(raw[0], raw[1], raw[2], raw[3] // 1_000_000, raw[4])
