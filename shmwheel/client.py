@@ -15,6 +15,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
@@ -38,6 +39,17 @@ _CHECK = int(SK.CHECK_KEY)
 _NIL = P.NIL_INLINE
 _SUBMITTED = SK.SUBMITTED
 _W_SLEEPING = L.W_COORD_SLEEPING
+_W_STOPPING = L.W_STOPPING
+_live_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def _mark_forked() -> None:
+    """In a forked child every inherited Client refuses use (its ring has one producer)."""
+    for client in list(_live_clients):
+        client._forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)
 # the per-call path below inlines these layouts
 assert SK.SIDE_WORDS == 2 and K.NODE_WORDS == 4 and K.F_DEADLINE == 2 and K.F_GS == 3
 assert (RG.HEAD, RG.TAIL, RG.HEADER, L.PRODUCER_RECORD) == (0, 8, 16, 2)
@@ -120,6 +132,8 @@ class Client:
         self._ring = ring
         self._producer = mem.producer[ring]
         self._pid = os.getpid()
+        self._forked = False  # set in a forked child (os.register_at_fork below)
+        _live_clients.add(self)
         self._lock = threading.Lock()
         self._closed = False
         cfg = mem.config
@@ -184,7 +198,7 @@ class Client:
     def _check(self) -> None:
         if self._closed:
             raise ShmwheelError("this client is closed; connect() again")
-        if os.getpid() != self._pid:
+        if self._forked or os.getpid() != self._pid:
             raise ShmwheelError("a Client cannot be used across fork(); call "
                                 "shmwheel.connect(name) in the child process")
         if self._header[L.W_STOPPING]:
@@ -294,7 +308,7 @@ class Client:
                  every_ms: float | None = None) -> TimerHandle:
         """Run ``task(payload)`` in an executor at or after the deadline (monotonic ms);
         with ``every_ms`` again every period until cancelled."""
-        if self._closed or self._header[L.W_STOPPING] or os.getpid() != self._pid:
+        if self._closed or self._forked or self._header[_W_STOPPING]:
             self._check()
         tid = self._task_ids.get(task) if task.__class__ is str else None
         if tid is None:
