@@ -552,3 +552,27 @@ def test_load_producer_drives_the_service_through_the_public_api():
     assert st["completed"] == 3000 - st["cancelled"] and st["early"] == 0
     with pytest.raises(ValueError):
         producer.run(c, count=-1)
+
+
+def test_client_killed_mid_write_leaves_no_half_record():
+    with TimerService(tasks=TASKS, capacity=64, executors=1) as svc:
+        code = textwrap.dedent(f"""
+            import os, shmwheel
+            from shmwheel import service_kernels as SK, wheel_kernels as K
+            c = shmwheel.connect({svc.name!r})
+            h = int(c._take(3)[0])  # three slots reserved, one half-written
+            slot = h & 0xFFFFFFFF
+            c._mem.side[slot * SK.SIDE_WORDS] = 12345  # a torn side record
+            c._mem.wheel[c._mem.nodes_off + slot * K.NODE_WORDS + K.F_GS] = \\
+                (h >> 32) << 32 | SK.SUBMITTED       # marked submitted, never published
+            os._exit(0)
+        """)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: svc.stats()["clients"] == 0, what="the dead client's ring reclaimed")
+        with svc.client() as c:  # every slot is free again: all 64 fit, none ran
+            c.schedule_many("boom", [60_000] * 64)
+            wait_for(lambda: svc.stats()["pending"] == 64, what="64 pending")
+        st = svc.stats()
+        assert st["fired"] == 0 and st["ring_garbage"] == 0
