@@ -19,6 +19,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,9 @@ assert L.RESULT_RECORD == 4
 IDLE_WAIT_S = 0.05
 
 
+_script_modules: dict[str, ModuleType] = {}
+
+
 def resolve(spec: str) -> Callable[[Any], Any]:
     """The function a registry entry names: "package.module:function" or
     "/path/to/file.py:function" (how a task defined in a script's __main__ is recorded)."""
@@ -49,11 +53,15 @@ def resolve(spec: str) -> Callable[[Any], Any]:
     if not attr:
         raise ValueError(f"task spec {spec!r} must be 'module:function'")
     if module_name.endswith(".py"):
-        loader_spec = importlib.util.spec_from_file_location("__shmwheel_main__", module_name)
-        if loader_spec is None or loader_spec.loader is None:
-            raise ImportError(f"cannot load {module_name}")
-        module = importlib.util.module_from_spec(loader_spec)
-        loader_spec.loader.exec_module(module)
+        module = _script_modules.get(module_name)
+        if module is None:  # loaded once, so the tasks of one script share its globals
+            loader_spec = importlib.util.spec_from_file_location("__shmwheel_main__",
+                                                                  module_name)
+            if loader_spec is None or loader_spec.loader is None:
+                raise ImportError(f"cannot load {module_name}")
+            module = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(module)
+            _script_modules[module_name] = module
     else:
         module = importlib.import_module(module_name)
     obj: Any = module
