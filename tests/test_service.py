@@ -576,3 +576,15 @@ def test_client_killed_mid_write_leaves_no_half_record():
             wait_for(lambda: svc.stats()["pending"] == 64, what="64 pending")
         st = svc.stats()
         assert st["fired"] == 0 and st["ring_garbage"] == 0
+
+
+def test_tasks_of_one_script_share_its_globals(tmp_path):
+    script = tmp_path / "my_tasks.py"
+    script.write_text("seen = []\n"
+                      "def add(p):\n    seen.append(p)\n"
+                      "def count(p):\n    return len(seen)\n")
+    from shmwheel.executor import resolve
+    add, count = resolve(f"{script}:add"), resolve(f"{script}:count")
+    add(1)
+    add(2)
+    assert count(None) == 2, "one module object per script, not one per task"
