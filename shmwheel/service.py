@@ -134,7 +134,7 @@ class TimerService:
         try:
             for role in L.semaphore_roles(self.config):
                 shm.open_semaphore(self.name, role, create=True).close()
-            for role in self._roles():
+            for role in L.semaphore_roles(self.config):
                 self._spawn(role)
             self._await_ready()
         except BaseException:
@@ -176,9 +176,6 @@ class TimerService:
         return connect(self.name)
 
     # -- processes --------------------------------------------------------------------
-    def _roles(self) -> list[str]:
-        return ["coordinator", "reaper"] + [f"exec{i}" for i in range(self.config.executors)]
-
     def _spawn(self, role: str) -> None:
         # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
         # program must not kill a service process that is still starting

@@ -89,7 +89,7 @@ PRODUCER_RECORD = 2  # handle, handle ^ CHECK_KEY
 DISPATCH_RECORD = 2  # handle, fired_ns
 RESULT_RECORD = 4    # handle, outcome, dispatch seq, lateness_us
 
-MAX_PAYLOAD = ARENA_MAX = SK.ARENA_CLASSES[-1]
+MAX_PAYLOAD = SK.ARENA_CLASSES[-1]
 INLINE_MAX = 8
 
 
@@ -303,6 +303,7 @@ def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:
 
 
 def semaphore_roles(cfg: ServiceConfig) -> list[str]:
+    """Every service process's role, which is also the name of its wake-up semaphore."""
     return ["coordinator", "reaper"] + [f"exec{i}" for i in range(cfg.executors)]
 
 

@@ -98,9 +98,7 @@ class Segment:
     def close(self) -> None:
         if self._map is None:
             return
-        for v in self._views:
-            del v
-        self._views.clear()
+        self._views.clear()  # the views go first: an mmap with live views cannot close
         del self.words, self.bytes
         try:
             self._map.close()
