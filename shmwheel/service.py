@@ -119,7 +119,6 @@ class TimerService:
         self.mem: L.ServiceMemory | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = {}
-        self._spawned: dict[str, float] = {}
         self._monitor: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -189,7 +188,6 @@ class TimerService:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
-        self._spawned[role] = time.monotonic()
 
     def _await_ready(self) -> None:
         assert self.mem is not None
@@ -208,10 +206,20 @@ class TimerService:
                                     f"{START_TIMEOUT_S} s")
             time.sleep(0.01)
 
+    def _was_up(self, role: str, pid: int) -> bool:
+        """Whether the process had finished starting (it then recorded its pid)."""
+        mem = self.mem
+        if mem is None:
+            return False
+        if role.startswith("exec"):
+            return int(mem.exec_table[int(role[4:]), L.X_PID]) == pid
+        word = L.W_PID_COORDINATOR if role == "coordinator" else L.W_PID_REAPER
+        return int(mem.header[word]) == pid
+
     def _watch(self) -> None:
-        """Restart any service process that dies, until stop(). A process that dies within
-        a second of starting is restarted after a doubling back-off (up to 5 s), so a role
-        that cannot start does not spin."""
+        """Restart any service process that dies, until stop(): at once if it had finished
+        starting, else after a doubling back-off (up to 5 s), so that a role that cannot
+        start does not spin."""
         backoff: dict[str, float] = {}
         due: dict[str, float] = {}
         while not self._stop.wait(MONITOR_S):
@@ -220,8 +228,7 @@ class TimerService:
                     continue
                 now = time.monotonic()
                 if role not in due:
-                    lived = now - self._spawned.get(role, 0.0)
-                    backoff[role] = 0.0 if lived > 1.0 else \
+                    backoff[role] = 0.0 if self._was_up(role, p.pid) else \
                         min(5.0, max(MONITOR_S, 2 * backoff.get(role, 0.0)))
                     due[role] = now + backoff[role]
                     print(f"shmwheel[{self.name}]: {role} (pid {p.pid}) exited with code "
