@@ -588,3 +588,13 @@ def test_tasks_of_one_script_share_its_globals(tmp_path):
     add(1)
     add(2)
     assert count(None) == 2, "one module object per script, not one per task"
+
+
+def test_chaos_soak_small():
+    """A few seconds of bench/chaos.py: random SIGKILLs of every role under load."""
+    script = Path(__file__).resolve().parent.parent / "bench" / "chaos.py"
+    out = subprocess.run([sys.executable, str(script), "--seconds", "4", "--rate", "5000",
+                          "--kill-every-ms", "250", "--seed", "3"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "invariants hold" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "kills {}" not in out.stdout, "the soak must actually kill something"
