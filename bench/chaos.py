@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-
 from pathlib import Path
 
 import numpy as np
