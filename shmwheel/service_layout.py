@@ -202,6 +202,7 @@ class ServiceMemory:
         self.task_names = [t[0] for t in cfg.tasks]
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
         self._sems: dict[str, posix_ipc.Semaphore] = {}
+        self._lock = seg.locked(W_DIRTY, self._repair)
 
     def _rings(self, start: int, count: int, capacity: int, record: int) -> list[Ring]:
         n = ring_words(capacity, record)
@@ -258,7 +259,8 @@ class ServiceMemory:
 
     # -- the lock -------------------------------------------------------------------
     def locked(self) -> shm._Locked:
-        return self.seg.locked(W_DIRTY, self._repair)
+        """The segment lock (see shm.py); the same object every time."""
+        return self._lock
 
     def _repair(self) -> None:
         SK.rebuild(self.wheel, self.side, self.arena)

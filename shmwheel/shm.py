@@ -25,6 +25,7 @@ import posix_ipc
 
 from .errors import LayoutError
 
+_flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
 PREFIX = "shmwheel."
 SHM_DIR = Path("/dev/shm")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -92,7 +93,7 @@ class Segment:
     # -- the segment lock -------------------------------------------------------------
     def locked(self, dirty_word: int, repair: Callable[[], None]) -> _Locked:
         """Context manager: exclusive across processes (flock) and threads; runs `repair`
-        first if the previous holder died with the dirty word set."""
+        first if the previous holder died with the dirty word set. Not re-entrant."""
         return _Locked(self, dirty_word, repair)
 
     def close(self) -> None:
@@ -118,33 +119,36 @@ class Segment:
 
 
 class _Locked:
-    __slots__ = ("_dirty", "_repair", "_seg")
+    """The segment lock as a reusable context manager (one per attachment: entering it
+    allocates nothing, which matters on per-call paths such as Client.cancel)."""
+
+    __slots__ = ("_dirty", "_fd", "_repair", "_thread_lock", "_words")
 
     def __init__(self, seg: Segment, dirty_word: int, repair: Callable[[], None]) -> None:
-        self._seg, self._dirty, self._repair = seg, dirty_word, repair
+        self._fd = seg.fd
+        self._words = seg.words.data
+        self._thread_lock = seg._thread_lock
+        self._dirty, self._repair = dirty_word, repair
 
     def __enter__(self) -> None:
-        seg = self._seg
-        seg._thread_lock.acquire()
+        self._thread_lock.acquire()
         try:
-            fcntl.flock(seg.fd, fcntl.LOCK_EX)
+            _flock(self._fd, _LOCK_EX)
             try:
-                w = seg.words
-                if w[self._dirty]:
+                if self._words[self._dirty]:
                     self._repair()  # if this raises, dirty stays set: the next holder retries
-                w[self._dirty] = 1
+                self._words[self._dirty] = 1
             except BaseException:
-                fcntl.flock(seg.fd, fcntl.LOCK_UN)
+                _flock(self._fd, _LOCK_UN)
                 raise
         except BaseException:
-            seg._thread_lock.release()
+            self._thread_lock.release()
             raise
 
     def __exit__(self, *exc: object) -> None:
-        seg = self._seg
-        seg.words[self._dirty] = 0
-        fcntl.flock(seg.fd, fcntl.LOCK_UN)
-        seg._thread_lock.release()
+        self._words[self._dirty] = 0
+        _flock(self._fd, _LOCK_UN)
+        self._thread_lock.release()
 
 
 def open_semaphore(service: str, role: str, create: bool) -> posix_ipc.Semaphore:
