@@ -139,15 +139,15 @@ class Client:
         cfg = mem.config
         self._max_delay = cfg.geometry().span // 4
         self._batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
-        self._cache = np.empty(0, np.int64)
-        self._cache_len = 0
-        self._ci = 0
+        self._cache: list[int] = []  # RESERVED handles of this client's ring
         row = L.FIXED_ROWS + cfg.executors + ring
         self._counters = mem.counters.reshape(-1).data
         self._scheduled_at = row * L.COUNTER_WORDS + L.C_SCHEDULED
         self._scheduled = int(mem.counters[row, L.C_SCHEDULED])
         self._task_ids = mem.task_ids
         self._owner_bits = ring << SK.OWNER_SHIFT
+        # the side record's meta word of a None payload, per task id
+        self._nil_meta = [t | 1 << 32 | self._owner_bits for t in range(len(mem.task_names))]
         self._ring_mv = self._producer.words.data
         self._ring_cap = self._producer.capacity
         self._ring_mask = self._producer.mask
@@ -229,29 +229,29 @@ class Client:
 
     # -- slots ------------------------------------------------------------------------
     def _take(self, n: int) -> np.ndarray:
-        """n reserved handles from the cache, refilled under the lock; Full if the wheel
-        has fewer free slots (the cache keeps what it got)."""
-        have = len(self._cache) - self._ci
-        if have < n:
-            want = n - have + self._batch
-            got = np.empty(want, np.int64)
-            mem = self._mem
-            with mem.locked():
-                k = SK.reserve(mem.wheel, mem.side, self._ring, got)
-            self._cache = np.concatenate([self._cache[self._ci:], got[:k]])
-            self._cache_len = len(self._cache)
-            self._ci = 0
-            if len(self._cache) < n:
-                raise Full(f"service {self.name!r} is full ({self._mem.config.capacity} "
-                           f"timers): cancel some, or start it with a larger capacity")
-        out = self._cache[self._ci : self._ci + n]
-        self._ci += n
+        """n reserved handles: from the cache first, the rest reserved under the lock (with
+        a batch more for the cache); Full if the wheel has fewer free slots (then the
+        cache keeps what it got)."""
+        cache = self._cache
+        if len(cache) >= n:
+            out = np.array(cache[len(cache) - n:], np.int64)
+            del cache[len(cache) - n:]
+            return out
+        got = np.empty(n - len(cache) + self._batch, np.int64)
+        mem = self._mem
+        with mem.locked():
+            k = SK.reserve(mem.wheel, mem.side, self._ring, got)
+        if len(cache) + k < n:
+            cache.extend(got[:k].tolist())
+            raise Full(f"service {self.name!r} is full ({self._mem.config.capacity} "
+                       f"timers): cancel some, or start it with a larger capacity")
+        use = n - len(cache)
+        out = np.concatenate([np.array(cache, np.int64), got[:use]])
+        cache[:] = got[use:k].tolist()
         return out
 
     def _give_back(self, handles: np.ndarray) -> None:
-        self._cache = np.concatenate([handles, self._cache[self._ci:]])
-        self._cache_len = len(self._cache)
-        self._ci = 0
+        self._cache.extend(handles.tolist())
 
     def _store_blob(self, slot: int, blob: bytes, every: int = 0) -> tuple[int, int, int]:
         """(payload word, arena class, flag bits) for a blob stored in an arena block; a
@@ -333,11 +333,7 @@ class Client:
             raise ValueError(f"a repeating timer's payload may encode to at most "
                              f"{L.MAX_PAYLOAD - SK.REPEAT_HEADER} bytes, got {len(blob)}")
         with self._lock:
-            if self._ci < self._cache_len:
-                h = self._cache.item(self._ci)
-                self._ci += 1
-            else:
-                h = int(self._take(1)[0])
+            h = self._cache.pop() if self._cache else int(self._take(1)[0])
             slot = h & 0xFFFFFFFF
             if inline:
                 word, c, more = (_NIL if blob == b"\xc0" else P.inline_word(blob)), 0, 0
@@ -349,7 +345,8 @@ class Client:
                     self._give_back(np.array([h], np.int64))
                     raise
             side, wheel, i = self._side, self._wheel, slot << 1  # SIDE_WORDS == 2
-            side[i] = tid | (flags | more) << 16 | c << 24 | len(blob) << 32 | self._owner_bits
+            side[i] = tid | (flags | more) << 16 | c << 24 | len(blob) << 32 | self._owner_bits \
+                if more or flags or word != _NIL else self._nil_meta[tid]
             side[i + 1] = word
             n = self._nodes + (slot << 2)  # NODE_WORDS == 4
             wheel[n + 2] = deadline  # F_DEADLINE
