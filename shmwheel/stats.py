@@ -22,6 +22,15 @@ def percentile_ms(hist: np.ndarray, q: float) -> float:
     return 0.0 if i == 0 else 2 ** (i / L.HIST_PER_OCTAVE) / 1000.0
 
 
+def lateness_summary(hist: np.ndarray) -> dict[str, float]:
+    """p50 / p99 / p999 / max (ms, bucket upper edges) of a lateness histogram."""
+    late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99),
+                                                        ("999", 0.999))}
+    nz = np.flatnonzero(hist)
+    late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / L.HIST_PER_OCTAVE) / 1000.0
+    return late
+
+
 def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]] | None = None,
                restarts: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The service's figures from its shared counters; any attached process can call this
@@ -29,10 +38,7 @@ def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]
     c = mem.counters.sum(axis=0)
     hist = mem.hist.sum(axis=0)
     backlog = sum(r.pending() for r in mem.producer)
-    late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99),
-                                                        ("999", 0.999))}
-    nz = np.flatnonzero(hist)
-    late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / L.HIST_PER_OCTAVE) / 1000.0
+    late = lateness_summary(hist)
     processes = {}
     pids = {"coordinator": int(mem.header[L.W_PID_COORDINATOR]),
             "reaper": int(mem.header[L.W_PID_REAPER])}
@@ -59,6 +65,8 @@ def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]
         "repairs": int(mem.header[L.W_REPAIRS]),
         "lateness_ms": late,
         "lateness_samples": int(hist.sum()),
+        # bucket 0: < 1 us; bucket i: [2**((i-1)/8), 2**(i/8)) us (for windows of a soak)
+        "lateness_histogram": hist.tolist(),
         "processes": processes,
         "restarts": dict(restarts or {}),
         "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
