@@ -109,6 +109,7 @@ def test_schedule_runs_once_with_context(service, tmp_path):
     st = service.stats()
     assert st["scheduled"] == 2 and st["fired"] == 2 and st["pending"] == 0
     assert st["early"] == 0 and st["lateness_samples"] == 2
+    assert sum(st["lateness_histogram"]) == 2
     assert set(st["lateness_ms"]) >= {"p50", "p99", "p999", "max"}
     assert all(v["alive"] for v in st["processes"].values())
     assert set(st["processes"]) == {"coordinator", "reaper", "exec0", "exec1"}
