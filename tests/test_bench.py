@@ -1,25 +1,61 @@
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from pathlib import Path
+
+import psutil
 
 from shmwheel.bench.__main__ import service_workloads, workloads
 from shmwheel.bench.baselines import HeapTimer
 
-SERVICE_KEYS = {"svc_schedule_call", "svc_schedule_many", "svc_producers", "svc_cancel",
-                "svc_memory", "svc_lateness", "svc_fire"}
+W_ORDER = ["svc_schedule_call", "svc_schedule_many", "svc_cancel", "svc_memory", "svc_lateness",
+           "svc_producers", "svc_fire", "svc_scale"]
+SERVICE_KEYS = set(W_ORDER)
+
+
+def _marked_env() -> tuple[str, dict[str, str]]:
+    """An environment carrying a unique marker, inherited by every process the bench
+    starts (service processes, spawned producers, pools), so the test can find them."""
+    mark = uuid.uuid4().hex
+    return mark, dict(os.environ, SHMWHEEL_BENCH_TEST_MARK=mark)
+
+
+def _marked_processes(mark: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("SHMWHEEL_BENCH_TEST_MARK") == mark:
+                found.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+def _shm_files() -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir()
+            if p.name.startswith(("shmwheel.", "sem.shmwheel."))}
 
 
 def test_bench_quick_writes_every_workload(tmp_path):
     out = tmp_path / "out.json"
+    mark, env = _marked_env()
     proc = subprocess.run(
         [sys.executable, "-m", "shmwheel.bench", "--quick", "--n", "20000", "--timer-n", "2000",
          "--svc-n", "5000", "--lateness-n", "5000", "--json", str(out)],
-        check=False, capture_output=True, text=True, timeout=300)
+        check=False, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
+    assert _marked_processes(mark) == [], "a process the bench started is still running"
     doc = json.loads(out.read_text())
-    assert set(doc["workloads"]) == {w.key for w in workloads()}
+    # --quick leaves out only the numba-vs-interpreted comparison (it starts interpreters)
+    assert set(doc["workloads"]) == {w.key for w in workloads()} - {"kernels"}
+    assert [doc["workloads"][k]["w"] for k in sorted(SERVICE_KEYS, key=W_ORDER.index)] == \
+        ["W1", "W1", "W2", "W3", "W4", "W5", "W6", "W7"]
+    assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])
     for key, w in doc["workloads"].items():
         assert w["rows"], key
@@ -45,6 +81,54 @@ def test_bench_quick_writes_every_workload(tmp_path):
     assert doc["services_leaked"] == []
     for name in doc["services_started"]:
         assert not list(Path("/dev/shm").glob(f"*shmwheel.{name}*")), name
+
+    # the issue's workloads: W4 against sched too, W5 with 1 and 2 producers, W7 flat-cost
+    # figures at each pending level, W6 against multiprocessing.Pool
+    med = {k: w["median"] for k, w in doc["workloads"].items()}
+    assert med["svc_lateness"]["p99: sched run()"] > 0
+    assert med["svc_producers"]["shmwheel 1 producer processes"] > 0
+    assert med["svc_producers"]["shmwheel 2 producer processes"] > 0
+    assert med["svc_fire"]["multiprocessing.Pool.imap_unordered"] > 0
+    for level in ("10k", "100k"):
+        assert 0 < med["svc_scale"][f"shmwheel schedule @ {level}"] < 1000  # µs per op
+    assert len(doc["lateness_histograms"]["shmwheel service"][0]) == 256
+    assert "W7 scale" in proc.stdout and "W1 schedule rate" in proc.stdout
+
+
+def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
+    """SIGINT while W5's producer processes run: exit 130, no process or segment left."""
+    mark, env = _marked_env()
+    before = _shm_files()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shmwheel.bench", "--workloads", "svc_producers",
+         "--svc-n", "400000", "--producers", "2", "--reps", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        end = time.monotonic() + 60
+        producers_seen = False
+        while time.monotonic() < end and proc.poll() is None:
+            # the service (coordinator, reaper, executors) and both producers are up
+            kids = _marked_processes(mark)
+            if sum("multiprocessing" in " ".join(p.cmdline()) for p in kids
+                   if p.is_running()) >= 2:
+                producers_seen = True
+                break
+            time.sleep(0.1)
+        assert producers_seen, "the producer processes never started"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    deadline = time.monotonic() + 5
+    while _marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _marked_processes(mark) == [], "a process the bench started survived Ctrl-C"
+    assert _shm_files() - before == set(), "Ctrl-C left a segment in /dev/shm"
 
 
 def test_bench_rejects_unknown_workload():

@@ -9,9 +9,11 @@ start a multiprocess TimerService each (stopped before the next) and print their
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -36,15 +38,24 @@ class Workload:
     notes: list[str] = field(default_factory=list)  # further figures, printed without ratio
     # (what, figure, op, target)
     goals: list[tuple[str, str, str, float]] = field(default_factory=list)
+    wid: str = ""  # "W1".."W7" for the workloads of issue 4; "" for the further ones
+
+    @property
+    def label(self) -> str:
+        return f"{self.wid} {self.title}" if self.wid else self.title
 
     def median(self) -> W.Figures:
         keys = self.reps[0].keys() if self.reps else []
         return {k: statistics.median(r[k] for r in self.reps) for k in keys}
 
 
-def workloads() -> list[Workload]:
+def workloads(producers: list[int] | None = None,
+              levels: list[int] | None = None) -> list[Workload]:
+    """W1-W7 first (each multiprocess-service workload against its peers), then the
+    further in-process workloads (wheel core, Kafka layer, kernels)."""
     S = "shmwheel"
     return [
+        *service_workloads(producers, levels),
         Workload("schedule_batch", "schedule, batch", W.core_schedule_batch, "core",
                  [(f"{S} core insert_many", "heapq heapify")]),
         Workload("schedule_call", "schedule, per call", W.core_schedule_call, "core",
@@ -73,67 +84,95 @@ def workloads() -> list[Workload]:
                  [("insert_many: numba", "insert_many: interpreted"),
                   ("cancel_many: numba", "cancel_many: interpreted"),
                   ("cascade+advance: numba", "cascade+advance: interpreted")]),
-        *service_workloads(),
     ]
 
 
-def service_workloads() -> list[Workload]:
+def service_workloads(producers: list[int] | None = None,
+                      levels: list[int] | None = None) -> list[Workload]:
     S = "shmwheel"
+    ks = producers or SW.producer_counts()
+    lv = sorted(levels or DEFAULT_LEVELS)
     late = [(q, f"{q}: {S} service") for q in ("p50", "p99", "p99.9")]
+    peers_late = ("heapq+thread", "asyncio call_at", "sched run()")
+    produce_goal = [("c. 2 producers, aggregate", f"{S} 2 producer processes", ">=", 1.5e6)] \
+        if 2 in ks else []
     return [
-        Workload("svc_schedule_call", "service schedule, per call", SW.svc_schedule_call,
+        Workload("svc_schedule_call", "schedule rate, per call", SW.svc_schedule_call,
                  "service",
                  [(f"{S} Client.schedule", "heapq+thread schedule"),
-                  (f"{S} Client.schedule", "asyncio call_later")],
-                 goals=[("a. Client.schedule, 1 producer", f"{S} Client.schedule", ">=", 1e6)]),
-        Workload("svc_schedule_many", "service schedule_many", SW.svc_schedule_many, "service",
+                  (f"{S} Client.schedule", "asyncio call_later"),
+                  (f"{S} Client.schedule", "sched enter")],
+                 goals=[("a. Client.schedule, 1 producer", f"{S} Client.schedule", ">=", 1e6)],
+                 wid="W1"),
+        Workload("svc_schedule_many", "schedule rate, batch", SW.svc_schedule_many, "service",
                  [(f"{S} Client.schedule_many", "heapq+thread schedule_many"),
-                  (f"{S} Client.schedule_many", "asyncio call_later loop")],
-                 goals=[("b. Client.schedule_many", f"{S} Client.schedule_many", ">=", 10e6)]),
-        Workload("svc_producers", "service, 2 producer processes", SW.svc_two_producers,
-                 "service",
-                 [(f"{S} 2 producer processes", "heapq+thread 2 threads"),
-                  (f"{S} 2 producer processes", "asyncio 2 threads (call_soon_threadsafe)")],
-                 notes=[f"{S} per producer (mean)"],
-                 goals=[("c. 2 producers, aggregate", f"{S} 2 producer processes", ">=",
-                         1.5e6)]),
-        Workload("svc_cancel", "service cancel", SW.svc_cancel, "service",
+                  (f"{S} Client.schedule_many", "asyncio call_later loop"),
+                  (f"{S} Client.schedule_many", "sched enter loop")],
+                 goals=[("b. Client.schedule_many", f"{S} Client.schedule_many", ">=", 10e6)],
+                 wid="W1"),
+        Workload("svc_cancel", "cancel rate", SW.svc_cancel, "service",
                  [(f"{S} Client.cancel", "heapq+thread cancel"),
                   (f"{S} Client.cancel", "asyncio TimerHandle.cancel"),
+                  (f"{S} Client.cancel", "sched cancel"),
                   (f"{S} Client.cancel_many", "heapq+thread cancel"),
-                  (f"{S} Client.cancel_many", "asyncio TimerHandle.cancel")],
+                  (f"{S} Client.cancel_many", "asyncio TimerHandle.cancel"),
+                  (f"{S} Client.cancel_many", "sched cancel")],
                  goals=[("d. Client.cancel, per call", f"{S} Client.cancel", ">=", 2e6),
-                        ("d. Client.cancel_many", f"{S} Client.cancel_many", ">=", 2e6)]),
-        Workload("svc_memory", "service bytes per pending timer", SW.svc_memory, "capacity",
+                        ("d. Client.cancel_many", f"{S} Client.cancel_many", ">=", 2e6)],
+                 wid="W2"),
+        Workload("svc_memory", "bytes per pending timer", SW.svc_memory, "capacity",
                  [(f"{S} segment / capacity", "heapq+thread entry"),
                   (f"{S} segment / capacity", "asyncio call_later"),
+                  (f"{S} segment / capacity", "sched event"),
                   (f"{S} segment bytes per added timer", "heapq+thread entry"),
-                  (f"{S} segment bytes per added timer", "asyncio call_later")],
+                  (f"{S} segment bytes per added timer", "asyncio call_later"),
+                  (f"{S} segment bytes per added timer", "sched event")],
                  unit="B", notes=[f"{S} payload arena / capacity", f"{S} segment bytes",
                                   f"{S} wheel+side / capacity"],
                  goals=[("e. segment bytes / capacity", f"{S} segment / capacity", "<=", 48),
                         ("e. segment bytes per added timer",
-                         f"{S} segment bytes per added timer", "<=", 48)]),
-        Workload("svc_lateness", "service lateness (no-op tasks)", SW.svc_lateness, "lateness",
-                 [(k, f"{q}: {peer}") for q, k in late
-                  for peer in ("heapq+thread", "asyncio call_at")],
+                         f"{S} segment bytes per added timer", "<=", 48)],
+                 wid="W3"),
+        Workload("svc_lateness", "precision: lateness (no-op tasks)", SW.svc_lateness,
+                 "lateness",
+                 [(k, f"{q}: {peer}") for q, k in late for peer in peers_late],
                  unit="ms",
                  notes=[f"{w}: {who}" for w in ("max", "early")
-                        for who in (f"{S} service", "heapq+thread", "asyncio call_at")]
-                 + [f"completed: {S} service"],
+                        for who in (f"{S} service", *peers_late)]
+                 + [f"completed: {S} service",
+                    "sched default delayfunc: time.sleep(0) per event"],
                  goals=[(f"f. lateness {q}", k, "<=", t)
                         for (q, k), t in zip(late, (0.3, 1.0, 2.0), strict=True)]
-                 + [("f. early runs", f"early: {S} service", "<=", 0)]),
-        Workload("svc_fire", "service fired->executed (no-op)", SW.svc_fire, "service",
+                 + [("f. early runs", f"early: {S} service", "<=", 0)],
+                 wid="W4"),
+        Workload("svc_producers", "producer processes, aggregate",
+                 functools.partial(SW.svc_producers, ks=ks), "service",
+                 [(f"{S} {k} producer processes", f"{peer} {k} threads{how}")
+                  for k in ks for peer, how in (("heapq+thread", ""),
+                                                ("asyncio", " (call_soon_threadsafe)"))],
+                 notes=[f"{S} {k} producers, per producer (mean)" for k in ks],
+                 goals=produce_goal, wid="W5"),
+        Workload("svc_fire", "dispatch: fired->executed (no-op)", SW.svc_fire, "service",
                  [(f"{S} fired->executed", "ProcessPoolExecutor.submit"),
+                  (f"{S} fired->executed", "multiprocessing.Pool.imap_unordered"),
                   (f"{S} fired->executed", "heapq+thread (in-process)"),
                   (f"{S} fired->executed", "asyncio call_at (in-process)")],
                  notes=[f"{S} executors"],
-                 goals=[("g. fired->executed", f"{S} fired->executed", ">=", 1e6)]),
+                 goals=[("g. fired->executed", f"{S} fired->executed", ">=", 1e6)],
+                 wid="W6"),
+        Workload("svc_scale", "scale: cost per op vs pending",
+                 functools.partial(SW.svc_scale, levels=lv), "service",
+                 [(f"{S} {op} @ {SW.level_label(x)}", f"heapq+thread {op} @ {SW.level_label(x)}")
+                  for op in ("schedule", "cancel") for x in lv],
+                 unit="us/op", wid="W7"),
     ]
 
 
-GROUPS = {"service": "every svc_* workload", "inprocess": "every other workload"}
+DEFAULT_LEVELS = [10_000, 100_000, 1_000_000]
+FULL_LEVEL = 10_000_000
+
+
+GROUPS = {"service": "every svc_* workload (W1-W7)", "inprocess": "every other workload"}
 
 
 def machine() -> dict:
@@ -153,7 +192,7 @@ def machine() -> dict:
             "numba": numba.__version__, "loadavg_start": os.getloadavg()[0]}
 
 
-LOWER_IS_BETTER = ("B", "us", "ms")
+LOWER_IS_BETTER = ("B", "us", "ms", "us/op")
 
 
 def fmt(value: float, unit: str) -> str:
@@ -161,6 +200,8 @@ def fmt(value: float, unit: str) -> str:
         return f"{value:,.0f} B"
     if unit == "us":
         return f"{value:,.0f} us"
+    if unit == "us/op":
+        return f"{value:,.2f} us/op"
     if unit == "ms":
         return f"{value:,.3f} ms"
     for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -175,15 +216,20 @@ def ratio(a: float, b: float, unit: str) -> str:
 
 
 def table(selected: list[Workload]) -> str:
-    lines = [f"{'workload':<30} {'shmwheel':<42} {'baseline':<38} {'ratio':>7}"]
-    lines.append("-" * len(lines[0]))
+    cells = []
     for w in selected:
         med = w.median()
         for i, (mine, theirs) in enumerate(w.rows):
             a, b = med[mine], med[theirs]
-            lines.append(f"{w.title if i == 0 else '':<30} "
-                         f"{mine + ' ' + fmt(a, w.unit):<42} "
-                         f"{theirs + ' ' + fmt(b, w.unit):<38} {ratio(a, b, w.unit)}")
+            cells.append((w.label if i == 0 else "", f"{mine} {fmt(a, w.unit)}",
+                          f"{theirs} {fmt(b, w.unit)}", ratio(a, b, w.unit)))
+    widths = [max([len(h)] + [len(c[i]) for c in cells])
+              for i, h in enumerate(("workload", "shmwheel", "baseline"))]
+    head = (f"{'workload':<{widths[0]}}  {'shmwheel':<{widths[1]}}  "
+            f"{'baseline':<{widths[2]}}  {'ratio':>7}")
+    lines = [head, "-" * len(head)]
+    for c in cells:
+        lines.append(f"{c[0]:<{widths[0]}}  {c[1]:<{widths[1]}}  {c[2]:<{widths[2]}}  {c[3]}")
     return "\n".join(lines)
 
 
@@ -194,7 +240,7 @@ def notes(selected: list[Workload]) -> str:
         for k in w.notes:
             unit = "" if k.startswith(("early", "completed", "shmwheel executors")) else w.unit
             value = f"{med[k]:,.0f}" if not unit else fmt(med[k], unit)
-            lines.append(f"  {w.title}: {k} {value}")
+            lines.append(f"  {w.label}: {k} {value}")
     return "\n".join(["further figures (medians):", *lines]) if lines else ""
 
 
@@ -233,26 +279,55 @@ def goals_text(verdicts: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def redis_note() -> str:
+    if shutil.which("redis-server") is None:
+        return ("note: Redis sorted-set baseline skipped: no redis-server binary on PATH")
+    return ("note: redis-server is on PATH, but this bench has no Redis sorted-set baseline "
+            "yet; skipped")
+
+
 def main(argv: list[str] | None = None) -> int:
     names = [w.key for w in workloads()]
     ap = argparse.ArgumentParser(prog="python -m shmwheel.bench", description=__doc__)
     groups = ", ".join(f"{k} ({v})" for k, v in GROUPS.items())
-    ap.add_argument("--quick", action="store_true", help="small sizes, 1 repetition (CI smoke)")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes, 1 repetition, W7 to 100k pending (CI smoke)")
+    ap.add_argument("--full", action="store_true",
+                    help="also W7 at 10M pending (needs ~2 GiB and a minute more)")
     ap.add_argument("--n", type=int, help="timers per wheel-core workload (default 500,000)")
     ap.add_argument("--timer-n", type=int,
                     help="tasks per in-process timer workload (default 100,000)")
     ap.add_argument("--svc-n", type=int,
-                    help="timers per service workload (default 100,000; schedule_many "
-                         "schedules 5x this)")
+                    help="timers per service workload W1, W2, W5, W6 (default 100,000; "
+                         "schedule_many schedules 5x this)")
     ap.add_argument("--lateness-n", type=int,
-                    help="timers in the service lateness workload, spread over n/100 ms "
-                         "clamped to [0.5, 2] s (default 200,000)")
+                    help="timers in W4, spread over a window of n/100 ms clamped to "
+                         "[0.5, 2] s starting 1 s ahead (default 200,000)")
+    ap.add_argument("--producers", default="1,2,nproc", metavar="LIST",
+                    help="W5 producer process counts, e.g. 1,2,nproc (default; duplicates "
+                         "dropped)")
     ap.add_argument("--reps", type=int, help="repetitions, medians reported (default 2)")
     ap.add_argument("--workloads",
                     help=f"comma-separated subset of: {','.join(names)}; or a group: {groups}")
     ap.add_argument("--json", metavar="PATH", help="write every raw figure to PATH")
+    ap.add_argument("--plot", metavar="DIR",
+                    help="write PNG charts to DIR (lateness CDF, rates, cost vs pending; "
+                         "needs matplotlib: pip install 'shmwheel[bench]')")
     args = ap.parse_args(argv)
 
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            ap.error("--plot needs matplotlib, which is not installed: "
+                     "pip install 'shmwheel[bench]' (or pip install matplotlib)")
+    try:
+        producers = SW.producer_counts(args.producers)
+    except ValueError as e:
+        ap.error(f"--producers: {e}")
+    levels = [10_000, 100_000] if args.quick else list(DEFAULT_LEVELS)
+    if args.full:
+        levels.append(FULL_LEVEL)
     n = args.n or (100_000 if args.quick else 500_000)
     timer_n = args.timer_n or (20_000 if args.quick else 100_000)
     svc_n = args.svc_n or (20_000 if args.quick else 100_000)
@@ -263,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     if n < 1000 or timer_n < 100 or svc_n < 1000 or lateness_n < 1000 or reps < 1:
         ap.error("--n, --svc-n and --lateness-n must be >= 1000, --timer-n >= 100 and "
                  "--reps >= 1")
-    selected = workloads()
+    selected = workloads(producers, levels)
     if args.workloads:
         wanted = set()
         for x in (x.strip() for x in args.workloads.split(",")):
@@ -278,31 +353,50 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown workloads {unknown}; choose from {names} or a group "
                      f"({', '.join(GROUPS)})")
         selected = [w for w in selected if w.key in wanted]
+    elif args.quick:  # the one workload that starts interpreters; name it to run it
+        selected = [w for w in selected if w.key != "kernels"]
 
     info = machine()
     print(f"shmwheel bench: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
           f"numba {info['numba']}; load {info['loadavg_start']:.2f}", file=sys.stderr)
-    W.warm_up()
+    note = redis_note()
+    print(note, file=sys.stderr)
+    loads = [info["loadavg_start"]]
     started = time.perf_counter()
     total = reps * len(selected)
     step = 0
-    for rep in range(reps):
-        for w in selected:
-            step += 1
-            print(f"[{step}/{total}] rep {rep + 1}/{reps}: {w.title} "
-                  f"(n={sizes[w.size]:,}) ...", file=sys.stderr, flush=True)
-            t = time.perf_counter()
-            w.reps.append(w.run(sizes[w.size]))
-            w.seconds += time.perf_counter() - t
+    try:
+        W.warm_up()
+        for rep in range(reps):
+            for w in selected:
+                step += 1
+                print(f"[{step}/{total}] rep {rep + 1}/{reps}: {w.label} "
+                      f"(n={sizes[w.size]:,}) ...", file=sys.stderr, flush=True)
+                t = time.perf_counter()
+                w.reps.append(w.run(sizes[w.size]))
+                w.seconds += time.perf_counter() - t
+                loads.append(os.getloadavg()[0])
+    except KeyboardInterrupt:
+        # the workload's `with` blocks have stopped its service (processes and segments)
+        # and its producer processes and pools on the way out
+        print(f"\ninterrupted during step {step}/{total}: services stopped, nothing "
+              f"printed", file=sys.stderr, flush=True)
+        return 130
     info["loadavg_end"] = os.getloadavg()[0]
+    info["loadavg_max"] = max(loads)
     info["seconds"] = round(time.perf_counter() - started, 1)
 
-    print(f"\nmachine: {info['cores']} cores, {info['cpu']}; load average "
-          f"{info['loadavg_start']:.2f} -> {info['loadavg_end']:.2f}; "
-          f"{reps} repetition(s), medians; {info['seconds']} s")
-    print(f"sizes: wheel core n={n:,}, in-process timers n={timer_n:,}, service n={svc_n:,}, "
-          f"service lateness n={lateness_n:,}; ratio = shmwheel / baseline for rates, "
-          f"baseline / shmwheel for bytes, us and ms\n")
+    print(f"machine: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
+          f"numba {info['numba']}")
+    print(f"load average during the run: {info['loadavg_start']:.2f} -> "
+          f"{info['loadavg_end']:.2f} (max {info['loadavg_max']:.2f}); {reps} "
+          f"repetition(s), interleaved, medians; {info['seconds']} s")
+    print(f"sizes: service n={svc_n:,} (W1 batch 5n), W4 lateness n={lateness_n:,}, W5 "
+          f"producers {','.join(map(str, producers))}, W7 pending "
+          f"{', '.join(SW.level_label(x) for x in levels)}; wheel core n={n:,}, "
+          f"in-process timers n={timer_n:,}")
+    print(f"ratio = shmwheel / baseline for rates, baseline / shmwheel for bytes, us and ms "
+          f"(above 1 favours shmwheel); {note[len('note: '):]}\n")
     print(table(selected))
     verdicts = goal_verdicts(selected)
     for part in (notes(selected), goals_text(verdicts)):
@@ -312,15 +406,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nWARNING: services left files in /dev/shm after stop(): {SW.leaked}")
     if args.json:
         doc = {"machine": info, "args": vars(args), "sizes": sizes,
-               "workloads": {w.key: {"title": w.title, "unit": w.unit, "reps": w.reps,
-                                     "median": w.median(), "rows": w.rows,
+               "producers": producers, "scale_levels": levels,
+               "workloads": {w.key: {"w": w.wid, "title": w.title, "unit": w.unit,
+                                     "reps": w.reps, "median": w.median(), "rows": w.rows,
                                      "notes": w.notes, "seconds": round(w.seconds, 1)}
                              for w in selected},
                "goals": verdicts, "services_started": SW.services_started,
-               "services_leaked": SW.leaked}
+               "services_leaked": SW.leaked, "baselines_skipped": [note],
+               "lateness_histograms": {
+                   "shmwheel service": SW.lateness_hists,
+                   "buckets": "bucket 0 below 1 us, bucket i >= 1 for "
+                              "[2^((i-1)/8), 2^(i/8)) us; one list per repetition"}}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         print(f"\nwrote {args.json}", file=sys.stderr)
+    if args.plot:
+        from .plots import write_plots
+
+        for path in write_plots(args.plot, selected, SW.lateness_samples, SW.lateness_hists):
+            print(f"wrote {path}", file=sys.stderr)
     return 1 if SW.leaked else 0
 
 

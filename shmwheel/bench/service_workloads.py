@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import functools
 import gc
+import itertools
 import math
 import multiprocessing as mp
 import os
@@ -38,7 +39,7 @@ from .. import service_layout as L
 from .. import shm
 from ..client import Client, now_ms
 from ..service import TimerService
-from .baselines import HeapTimer, asyncio_loop, event_loop
+from .baselines import HeapTimer, asyncio_loop, event_loop, sched_scheduler, zero_sleep_ms
 from .workloads import bytes_per_object
 
 Figures = dict[str, float]
@@ -48,10 +49,17 @@ FAR_LO_MS, FAR_HI_MS = 30_000, 60_000  # never due while measured
 MEMORY_CAPACITY = 1_000_000  # the service's default capacity
 BATCH = 100_000  # schedule_many batch size
 POOL_N = 10_000  # ProcessPoolExecutor no-ops per repetition (it is slow)
+POOL_MAP_N = 100_000  # multiprocessing.Pool.imap_unordered no-ops per repetition
+POOL_CHUNK = 256  # its chunksize: tasks travel in batches, as the service's do
 TRACE_N = 50_000  # entries traced for the Python peers' bytes per timer
 
 services_started: list[str] = []  # every service name this process started (for leak checks)
 leaked: list[str] = []  # services that left files in /dev/shm after stop()
+# W4 raw lateness for --plot: system -> per-repetition arrays of ms (peers, exact) and the
+# shmwheel service's lateness histogram counts per repetition (stats()["lateness_histogram"])
+lateness_samples: dict[str, list[np.ndarray]] = {}
+lateness_hists: list[list[int]] = []
+SCHED_CANCEL_BUDGET_S = 0.2  # sched.cancel is O(n): cancel for this long, not all n
 
 
 def noop_task(payload: Any) -> None:
@@ -144,6 +152,8 @@ def svc_schedule_call(n: int) -> Figures:
     with event_loop() as loop:
         fig["asyncio call_later"] = _rate(
             n, lambda: [loop.call_later(d / 1000, _noop) for d in delays])
+    s = sched_scheduler()
+    fig["sched enter"] = _rate(n, lambda: [s.enter(d / 1000, 0, _noop) for d in delays])
     return fig
 
 
@@ -175,6 +185,8 @@ def svc_schedule_many(n: int) -> Figures:
             n, lambda: [loop.call_later(d, _noop) for d in few])
     finally:
         loop.close()
+    s = sched_scheduler()
+    fig["sched enter loop"] = _rate(n, lambda: [s.enter(d, 0, _noop) for d in few])
     return fig
 
 
@@ -236,52 +248,95 @@ def _threads(k: int, work: Callable[[int], None]) -> tuple[float, float]:
     return t0, max(ends)
 
 
-def svc_two_producers(n: int) -> Figures:
-    """Two producer processes (spawned) each schedule n timers per call into one service,
-    released by one barrier; the rate is 2n over first start to last finish. Baselines
-    (n/2 each, to save time; their per-call rates do not depend on n): two threads of
-    this process scheduling into one heapq+thread timer; and into one asyncio loop
-    running in a third thread (call_soon_threadsafe(call_later), the thread-safe way),
-    until the loop has made every call_later."""
-    k = 2
-    fig: Figures = {}
-    ctx = mp.get_context("spawn")
-    with _service(_capacity_for(k * n)) as svc:
-        barrier = ctx.Barrier(k)
-        out = ctx.Queue()
-        procs = [ctx.Process(target=_producer, args=(svc.name, n, 10 + i, barrier, out),
-                             daemon=True) for i in range(k)]
-        try:
-            for p in procs:
-                p.start()
-            results = _collect(out, procs, 120.0)
-        finally:
-            for p in procs:
-                if p.pid is None:
-                    continue
-                p.join(30)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        errors = [r[1] for r in results if r[0] != "ok"]
-        if errors:
-            raise RuntimeError("a producer process failed:\n" + errors[0])
-        t0 = min(r[1] for r in results)
-        t1 = max(r[2] for r in results)
-        fig[f"{S} 2 producer processes"] = k * n / (t1 - t0)
-        fig[f"{S} per producer (mean)"] = statistics.mean(
-            [n / (r[2] - r[1]) for r in results])
+def producer_counts(spec: str = "1,2,nproc") -> list[int]:
+    """"1,2,nproc" -> [1, 2, os.cpu_count()], sorted, duplicates dropped."""
+    ks = set()
+    for x in (x.strip() for x in spec.split(",")):
+        if not x:
+            continue
+        k = (os.cpu_count() or 1) if x == "nproc" else int(x)
+        if k < 1:
+            raise ValueError(f"producer counts must be >= 1, got {x!r}")
+        ks.add(k)
+    if not ks:
+        raise ValueError("no producer counts given")
+    return sorted(ks)
 
+
+def _stop_procs(procs: list[Any], grace_s: float) -> None:
+    """Join the producer processes for up to grace_s, then kill what is left."""
+    end = time.monotonic() + grace_s
+    for p in procs:
+        if p.pid is None:
+            continue
+        p.join(max(0.0, end - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _service_producers(svc: TimerService, k: int, n: int) -> tuple[float, float]:
+    """k spawned producer processes each schedule n timers per call into svc, released by
+    one barrier; (aggregate rate: k*n over first start to last finish, mean per-producer
+    rate)."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(k)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_producer, args=(svc.name, n, 10 + i, barrier, out),
+                         daemon=True) for i in range(k)]
+    ok = False
+    try:
+        for p in procs:
+            p.start()
+        results = _collect(out, procs, 120.0)
+        ok = True
+    finally:
+        # on an error or Ctrl-C, do not wait for producers that may never finish
+        _stop_procs(procs, 30.0 if ok else 0.5)
+        out.close()
+        out.join_thread()
+    errors = [r[1] for r in results if r[0] != "ok"]
+    if errors:
+        raise RuntimeError("a producer process failed:\n" + errors[0])
+    t0 = min(r[1] for r in results)
+    t1 = max(r[2] for r in results)
+    return k * n / (t1 - t0), statistics.mean([n / (r[2] - r[1]) for r in results])
+
+
+def svc_producers(n: int, ks: list[int] | None = None) -> Figures:
+    """W5: for each k in ks (default 1, 2, nproc), k producer processes (spawned) each
+    schedule n timers per call into one service, released by one barrier; the rate is k*n
+    over first start to last finish. Baselines (n/2 each, to save time; their per-call
+    rates do not depend on n): k threads of this process scheduling into one heapq+thread
+    timer; and into one asyncio loop running in another thread
+    (call_soon_threadsafe(call_later), the thread-safe way), until the loop has made every
+    call_later."""
+    ks = ks or producer_counts()
+    fig: Figures = {}
+    with _service(_capacity_for(sum(ks) * n)) as svc:
+        for k in ks:
+            agg, each = _service_producers(svc, k, n)
+            fig[f"{S} {k} producer processes"] = agg
+            fig[f"{S} {k} producers, per producer (mean)"] = each
     m = max(1, n // 2)
-    delays = [(_far_delays(m, 10 + i) / 1000).tolist() for i in range(k)]
+    for k in ks:
+        delays = [(_far_delays(m, 10 + i) / 1000).tolist() for i in range(k)]
+        fig[f"heapq+thread {k} threads"] = _heap_threads(k, m, delays)
+        fig[f"asyncio {k} threads (call_soon_threadsafe)"] = _asyncio_threads(k, delays)
+    return fig
+
+
+def _heap_threads(k: int, m: int, delays: list[list[float]]) -> float:
     with HeapTimer() as ht:
         def heap_work(i: int) -> None:
             sched = ht.schedule
             [sched(d, _noop) for d in delays[i]]
 
         t0, t1 = _threads(k, heap_work)
-        fig["heapq+thread 2 threads"] = k * m / (t1 - t0)
+        return k * m / (t1 - t0)
 
+
+def _asyncio_threads(k: int, delays: list[list[float]]) -> float:
     loop = asyncio_loop()
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
@@ -307,12 +362,11 @@ def svc_two_producers(n: int) -> Figures:
         loop.call_soon_threadsafe(finish)
         if not done.wait(120):
             raise RuntimeError("the asyncio loop did not drain its calls in 120 s")
-        fig["asyncio 2 threads (call_soon_threadsafe)"] = len(handles) / (end[0] - t0)
+        return len(handles) / (end[0] - t0)
     finally:
         loop.call_soon_threadsafe(loop.stop)
         runner.join(30)
         loop.close()
-    return fig
 
 
 # -- d. cancel --------------------------------------------------------------------------
@@ -344,7 +398,28 @@ def svc_cancel(n: int) -> Figures:
         handles = [loop.call_later(x, _noop) for x in ds]
         fig["asyncio TimerHandle.cancel"] = _rate(
             n, lambda: _each(asyncio.TimerHandle.cancel, handles))
+    fig["sched cancel"] = sched_cancel_rate(ds)
     return fig
+
+
+def sched_cancel_rate(delays_s: list[float]) -> float:
+    """sched.scheduler.cancel(event) with len(delays_s) events pending: its cancel removes
+    the event from a list and re-heapifies (O(n)), so cancelling all n would take minutes;
+    it cancels events in random order for SCHED_CANCEL_BUDGET_S and reports that rate."""
+    s = sched_scheduler()
+    events = [s.enter(x, 0, _noop) for x in delays_s]
+    order = np.random.default_rng(5).permutation(len(events)).tolist()
+    gc.collect()
+    done = 0
+    t0 = time.perf_counter()
+    end = t0 + SCHED_CANCEL_BUDGET_S
+    cancel = s.cancel
+    for i in order:
+        cancel(events[i])
+        done += 1
+        if not done % 8 and time.perf_counter() > end:
+            break
+    return done / (time.perf_counter() - t0)
 
 
 # -- e. memory --------------------------------------------------------------------------
@@ -381,13 +456,14 @@ def svc_memory(n: int) -> Figures:
         fig["heapq+thread entry"] = traced(lambda: [ht.schedule(x, _noop) for x in ds])
     with event_loop() as loop:
         fig["asyncio call_later"] = traced(lambda: [loop.call_later(x, _noop) for x in ds])
+    s = sched_scheduler()
+    fig["sched event"] = traced(lambda: [s.enter(x, 0, _noop) for x in ds])
     return fig
 
 
 # -- f. lateness ------------------------------------------------------------------------
 
-LATENESS_MARGIN_MS = 300  # first deadline after scheduling (service: schedule_many is fast)
-PEER_SCHEDULE_MS = 0.005  # per timer: the peers schedule one at a time, before any is due
+LATENESS_MARGIN_MS = 1000  # W4: the window starts 1 s after scheduling starts
 
 
 def _check_margin(deadlines_s: list[float], who: str) -> None:
@@ -397,11 +473,12 @@ def _check_margin(deadlines_s: list[float], who: str) -> None:
 
 
 def _spread_ms(n: int) -> float:
-    """The span the lateness timers are spread over: 2 s for 200k, down to 0.5 s."""
+    """The window the lateness timers are spread over: 2 s for 200k, down to 0.5 s."""
     return max(500.0, min(2000.0, n / 100.0))
 
 
 def _percentiles(late_ms: np.ndarray, label: str) -> Figures:
+    lateness_samples.setdefault(label, []).append(late_ms)
     return {f"p50: {label}": float(np.percentile(late_ms, 50)),
             f"p99: {label}": float(np.percentile(late_ms, 99)),
             f"p99.9: {label}": float(np.percentile(late_ms, 99.9)),
@@ -410,13 +487,16 @@ def _percentiles(late_ms: np.ndarray, label: str) -> Figures:
 
 
 def svc_lateness(n: int) -> Figures:
-    """n no-op timers due uniformly over 2 s (n=200k; shorter spans for smaller n), first
-    deadline 300 ms after scheduling. shmwheel: the executors' lateness histogram
+    """W4: n no-op timers due uniformly over a 2 s window (n=200k; 0.5-2 s for smaller n,
+    n/100 ms) that starts 1 s after scheduling starts. shmwheel: schedule_many from this
+    process, measured in the executors: their lateness histogram
     (stats()['lateness_ms'], the upper edge of a log bucket, 8 per octave, so up to 9 %
     high) and stats()['early'], once `completed` reaches n. Every system's deadline is
     rounded up to a whole ms (the service's clock) and lateness is measured from it to
-    the moment the callback starts; the peers run in this process and record it
-    exactly."""
+    the moment the task or callback starts; the peers run in this process and record it
+    exactly: heapq+thread (schedule each, its thread runs them), asyncio (call_at each,
+    then run the loop), sched (enterabs each, then run(), with a delayfunc that skips
+    sched's sleep(0) after every event, whose cost is reported beside it)."""
     span = _spread_ms(n)
     offsets = np.random.default_rng(3).uniform(0, span, n)
     fig: Figures = {}
@@ -433,13 +513,14 @@ def svc_lateness(n: int) -> Figures:
         fig[f"max: {label}"] = late["max"]
         fig[f"early: {label}"] = float(st["early"])
         fig[f"completed: {label}"] = float(st["completed"])
+        lateness_hists.append([int(x) for x in st["lateness_histogram"]])
         if st["completed"] < n:
             print(f"bench: lateness: only {st['completed']} of {n} timers completed in the "
                   f"bounded wait", file=sys.stderr, flush=True)
 
     def targets() -> list[float]:
         """Absolute deadlines (s) rounded up to a whole ms, from now."""
-        now = time.monotonic() * 1000 + LATENESS_MARGIN_MS + n * PEER_SCHEDULE_MS
+        now = time.monotonic() * 1000 + LATENESS_MARGIN_MS
         return [math.ceil(now + x) / 1000 for x in offsets.tolist()]
 
     with HeapTimer() as ht:
@@ -477,6 +558,20 @@ def svc_lateness(n: int) -> Figures:
         _check_margin(dl, "asyncio")
         loop.run_until_complete(asyncio.wait_for(fut, max(dl) - time.monotonic() + 10))
         fig.update(_percentiles((got - np.array(dl)) * 1000, "asyncio call_at"))
+
+    s = sched_scheduler(skip_zero_sleep=True)
+    got = np.full(n, np.nan)
+
+    def srec(i: int) -> None:
+        got[i] = time.monotonic()
+
+    dl = targets()
+    for i, t in enumerate(dl):
+        s.enterabs(t, 0, srec, (i,))
+    _check_margin(dl, "sched")
+    s.run()
+    fig.update(_percentiles((got - np.array(dl)) * 1000, "sched run()"))
+    fig["sched default delayfunc: time.sleep(0) per event"] = zero_sleep_ms()
     return fig
 
 
@@ -512,6 +607,13 @@ def svc_fire(n: int) -> Figures:
         fig["ProcessPoolExecutor.submit"] = _rate(
             m, lambda: wait_futures([pool.submit(noop_task, None) for _ in range(m)]))
 
+    p = min(n, POOL_MAP_N)
+    with mp.get_context("spawn").Pool(execs) as mpool:
+        list(mpool.imap_unordered(noop_task, [None] * (execs * 4)))
+        fig["multiprocessing.Pool.imap_unordered"] = _rate(
+            p, lambda: list(mpool.imap_unordered(noop_task, itertools.repeat(None, p),
+                                                 chunksize=POOL_CHUNK)))
+
     margin_s = 0.05 + n * 6e-6
     with HeapTimer() as ht:
         count = [0]
@@ -544,4 +646,60 @@ def svc_fire(n: int) -> Figures:
         time.sleep(max(0.0, base - time.monotonic()))
         loop.run_until_complete(fut)
         fig["asyncio call_at (in-process)"] = n / (time.monotonic() - t0)
+    return fig
+
+
+# -- W7. scale --------------------------------------------------------------------------
+
+SCALE_OPS = 10_000  # per-call schedules (then cancels) timed at each pending level
+
+
+def level_label(n: int) -> str:
+    for scale, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{suffix}"
+    return f"{n:,}"
+
+
+def svc_scale(n: int, levels: list[int] | None = None) -> Figures:
+    """W7: per-operation cost (µs) of Client.schedule and Client.cancel, per call, with
+    10k, 100k, 1M (and, under --full, 10M) timers pending. One service sized for the
+    largest level is filled by schedule_many (delays 30-60 s) up to each level in turn;
+    at each level SCALE_OPS timers are scheduled one call at a time and then cancelled one
+    call at a time. Peer: the heapq+thread timer filled (schedule_many) to the same levels,
+    then HeapTimer.schedule / HeapTimer.cancel on SCALE_OPS entries. n is unused."""
+    levels = sorted(levels or [10_000, 100_000, 1_000_000])
+    k = SCALE_OPS
+    fig: Figures = {}
+    top = levels[-1]
+    fill = _far_delays(top, seed=7)
+    ops = _far_delays(k, seed=8)
+    ops_list = ops.tolist()
+    with _service(_capacity_for(top + k)) as svc, svc.client() as c:
+        warm(c)
+        have = 0
+        for lvl in levels:
+            for i in range(have, lvl, BATCH):
+                c.schedule_many("noop", fill[i : min(lvl, i + BATCH)])
+            have = lvl
+            sched = c.schedule
+            hs: list = []
+            fig[f"{S} schedule @ {level_label(lvl)}"] = 1e6 / _rate(
+                k, lambda: hs.extend([sched("noop", delay_ms=d) for d in ops_list]))  # noqa: B023
+            cancel = c.cancel
+            fig[f"{S} cancel @ {level_label(lvl)}"] = 1e6 / _rate(
+                k, lambda: _each(cancel, hs))  # noqa: B023
+    fill_s = (fill / 1000).tolist()
+    ops_s = (ops / 1000).tolist()
+    with HeapTimer() as ht:
+        have = 0
+        for lvl in levels:
+            ht.schedule_many(fill_s[have:lvl], _noop)
+            have = lvl
+            es: list = []
+            fig[f"heapq+thread schedule @ {level_label(lvl)}"] = 1e6 / _rate(
+                k, lambda: es.extend([ht.schedule(d, _noop) for d in ops_s]))  # noqa: B023
+            fig[f"heapq+thread cancel @ {level_label(lvl)}"] = 1e6 / _rate(
+                k, lambda: _each(ht.cancel, es))  # noqa: B023
+    del fill_s
     return fig

@@ -142,7 +142,7 @@ def core_memory(n: int) -> Figures:
     core.insert_many(_deadlines(n))
     figures = {"shmwheel core": core.mem.nbytes / n}
 
-    m = min(n, 200_000)  # per-object bytes do not depend on n; tracing 1 M objects is slow
+    m = min(n, 50_000)  # per-object bytes do not depend on n; tracing 1 M objects is slow
 
     def traced(build: Callable[[], object]) -> float:
         return bytes_per_object(build, m)

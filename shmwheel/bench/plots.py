@@ -1,0 +1,121 @@
+"""--plot DIR: PNG charts of one bench run (matplotlib, headless).
+
+- lateness_cdf.png: W4, the lateness CDF of every system. The peers' from their exact
+  samples (every repetition pooled); shmwheel's from its executors' lateness histogram as
+  a step CDF at the buckets' upper edges (8 per octave), repetitions summed.
+- rates.png: W1, W2, W5 and W6 rates, shmwheel beside each peer (medians, log scale).
+- scale.png: W7, µs per operation against the number of pending timers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def hist_cdf(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(upper edges in ms, cumulative fraction) of a lateness histogram: bucket 0 below
+    1 µs, bucket i >= 1 for [2^((i-1)/8), 2^(i/8)) µs."""
+    edges_ms = 2.0 ** (np.arange(len(counts)) / 8.0) / 1000.0
+    cum = np.cumsum(counts) / max(1, counts.sum())
+    return edges_ms, cum
+
+
+def write_plots(directory: str, selected: list[Any], samples: dict[str, list[np.ndarray]],
+                hists: list[list[int]]) -> list[str]:
+    plt = _plt()
+    os.makedirs(directory, exist_ok=True)
+    written: list[str] = []
+    by_key = {w.key: w for w in selected}
+
+    if "svc_lateness" in by_key and (samples or hists):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        if hists:
+            counts = np.sum(np.array(hists, dtype=np.int64), axis=0)
+            x, y = hist_cdf(counts)
+            nz = np.flatnonzero(counts)
+            hi = nz[-1] + 1 if len(nz) else len(x)
+            ax.step(x[:hi], y[:hi], where="post",
+                    label="shmwheel service (histogram bucket edges)")
+        for label, arrays in samples.items():
+            late = np.sort(np.concatenate(arrays))
+            late = np.clip(late, 1e-3, None)  # log axis: early/0 shown at 1 µs
+            ax.plot(late, np.arange(1, len(late) + 1) / len(late), label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("lateness (ms, log)")
+        ax.set_ylabel("fraction of timers run")
+        ax.set_title("W4 precision: lateness CDF, no-op timers over a 2 s window")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        path = os.path.join(directory, "lateness_cdf.png")
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+
+    bars = [w for w in selected if w.wid in ("W1", "W2", "W5", "W6") and w.unit == "ops/s"]
+    if bars:
+        labels, mine, theirs = [], [], []
+        for w in bars:
+            med = w.median()
+            seen = set()
+            for a, b in w.rows:
+                if a not in seen:
+                    seen.add(a)
+                    labels.append(f"{w.wid}: {a}")
+                    mine.append(med[a])
+                    theirs.append(True)
+                labels.append(f"{w.wid}:   {b}")
+                mine.append(med[b])
+                theirs.append(False)
+        fig, ax = plt.subplots(figsize=(9, 0.28 * len(labels) + 1))
+        y = np.arange(len(labels))[::-1]
+        ax.barh(y, mine, color=["tab:blue" if t else "tab:gray" for t in theirs])
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("operations per second (median, log)")
+        ax.set_title("rates: shmwheel (blue) and peers (grey), same run")
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        path = os.path.join(directory, "rates.png")
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+
+    if "svc_scale" in by_key:
+        w = by_key["svc_scale"]
+        med = w.median()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        series: dict[str, list[tuple[float, float]]] = {}
+        for key, value in med.items():
+            who, level = key.rsplit(" @ ", 1)
+            series.setdefault(who, []).append((_level(level), value))
+        for who, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=who)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("timers pending (log)")
+        ax.set_ylabel("µs per operation (median, log)")
+        ax.set_title("W7 scale: cost per operation vs pending")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        path = os.path.join(directory, "scale.png")
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _level(label: str) -> float:
+    mult = {"k": 1e3, "M": 1e6}.get(label[-1], 1.0)
+    return float(label[:-1] if mult != 1.0 else label.replace(",", "")) * mult
