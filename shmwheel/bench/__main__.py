@@ -429,4 +429,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # while printing or writing results: nothing is running
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)
