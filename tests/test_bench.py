@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from shmwheel.bench.__main__ import service_workloads, workloads
-from shmwheel.bench.baselines import HeapTimer
+from shmwheel.bench.baselines import HeapTimer, RedisDelayQueue, redis_status
 
 W_ORDER = ["svc_schedule_call", "svc_schedule_many", "svc_cancel", "svc_memory", "svc_lateness",
            "svc_producers", "svc_fire", "svc_scale"]
@@ -94,6 +94,29 @@ def test_bench_quick_writes_every_workload(tmp_path):
     assert len(doc["lateness_histograms"]["shmwheel service"][0]) == 256
     assert "W7 scale" in proc.stdout and "W1 schedule rate" in proc.stdout
 
+    # the Redis sorted-set peer: measured when redis-server and the redis module are here,
+    # else a skip note with the reason, printed and in the JSON
+    have_redis, why = redis_status()
+    assert doc["redis"]["ran"] is have_redis
+    if have_redis:
+        assert doc["baselines_skipped"] == []
+        assert "Redis sorted-set baseline: redis-server" in proc.stdout
+        for key, fig in (("svc_schedule_call", "redis ZADD"),
+                         ("svc_schedule_many", "redis ZADD pipelined"),
+                         ("svc_cancel", "redis ZREM"), ("svc_cancel", "redis ZREM pipelined"),
+                         ("svc_memory", "redis used_memory / member"),
+                         ("svc_lateness", "p99: redis ZSET + Lua claim"),
+                         ("svc_fire", "redis ZSET + Lua claim")):
+            assert any(theirs == fig for _, theirs in doc["workloads"][key]["rows"]), key
+            assert med[key][fig] > 0, (key, fig)
+            assert fig in proc.stdout
+        assert med["svc_lateness"]["completed: redis ZSET + Lua claim"] == 5000
+        assert med["svc_lateness"]["early: redis ZSET + Lua claim"] == 0
+    else:
+        assert "Redis sorted-set baseline skipped" in proc.stdout
+        assert doc["baselines_skipped"] == [f"note: {why}"]
+        assert "redis" not in json.dumps(doc["workloads"])
+
 
 def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
     """SIGINT while W5's producer processes run: exit 130, no process or segment left."""
@@ -163,3 +186,41 @@ def test_heap_timer_schedule_many_fires_every_entry():
         assert sorted(fired) == [0, 1, 1, 2, 3]  # not 9: cancelled
     finally:
         ht.stop()
+
+
+def test_redis_delay_queue_fires_and_stops_its_server():
+    """With redis-server and the redis module: schedule, cancel, claim due members once,
+    and the server is gone after close(), also when the block raises. Without them: the
+    reason is the skip note the bench prints."""
+    have_redis, why = redis_status()
+    if not have_redis:
+        assert why.startswith("Redis sorted-set baseline skipped: ")
+        return
+    fired: list[bytes] = []
+    done = threading.Event()
+    with RedisDelayQueue() as q:
+        proc = q.proc
+        q.schedule(0.02, "a")
+        q.schedule_many([0.01, 0.03, 30.0], ["b", "c", "far"])
+        q.schedule(0.01, "x")
+        assert q.cancel("x") and not q.cancel("x")
+        assert q.cancel_many(["far", "nope"]) == 1
+
+        def on_fire(m: bytes) -> None:
+            fired.append(m)
+            if len(fired) == 3:
+                done.set()
+
+        q.start_dispatcher(on_fire)
+        assert done.wait(5)
+        time.sleep(0.05)
+        q.check()
+        assert sorted(fired) == [b"a", b"b", b"c"] and q.pending() == 0
+    assert proc.poll() is not None, "close() left redis-server running"
+    try:
+        with RedisDelayQueue() as q:
+            proc = q.proc
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    assert proc.poll() is not None, "an exception left redis-server running"

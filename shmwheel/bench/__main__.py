@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 
 from . import service_workloads as SW
 from . import workloads as W
+from .baselines import RedisDelayQueue, redis_status
 
 
 @dataclass
@@ -50,12 +50,13 @@ class Workload:
 
 
 def workloads(producers: list[int] | None = None,
-              levels: list[int] | None = None) -> list[Workload]:
-    """W1-W7 first (each multiprocess-service workload against its peers), then the
-    further in-process workloads (wheel core, Kafka layer, kernels)."""
+              levels: list[int] | None = None, redis: bool = False) -> list[Workload]:
+    """W1-W7 first (each multiprocess-service workload against its peers, with the Redis
+    peer's rows if `redis`), then the further in-process workloads (wheel core, Kafka
+    layer, kernels)."""
     S = "shmwheel"
     return [
-        *service_workloads(producers, levels),
+        *service_workloads(producers, levels, redis),
         Workload("schedule_batch", "schedule, batch", W.core_schedule_batch, "core",
                  [(f"{S} core insert_many", "heapq heapify")]),
         Workload("schedule_call", "schedule, per call", W.core_schedule_call, "core",
@@ -88,12 +89,19 @@ def workloads(producers: list[int] | None = None,
 
 
 def service_workloads(producers: list[int] | None = None,
-                      levels: list[int] | None = None) -> list[Workload]:
+                      levels: list[int] | None = None, redis: bool = False) -> list[Workload]:
+    """W1-W7. With `redis`, the Redis sorted-set peer's rows too (main() sets
+    SW.use_redis to the same value so that the workloads measure it)."""
     S = "shmwheel"
+    R = "redis"
+
+    def rd(*items):  # the Redis rows / notes, only when it runs
+        return list(items) if redis else []
     ks = producers or SW.producer_counts()
     lv = sorted(levels or DEFAULT_LEVELS)
     late = [(q, f"{q}: {S} service") for q in ("p50", "p99", "p99.9")]
-    peers_late = ("heapq+thread", "asyncio call_at", "sched run()")
+    peers_late = ("heapq+thread", "asyncio call_at", "sched run()",
+                  *rd(f"{R} ZSET + Lua claim"))
     produce_goal = [("c. 2 producers, aggregate", f"{S} 2 producer processes", ">=", 1.5e6)] \
         if 2 in ks else []
     return [
@@ -101,13 +109,17 @@ def service_workloads(producers: list[int] | None = None,
                  "service",
                  [(f"{S} Client.schedule", "heapq+thread schedule"),
                   (f"{S} Client.schedule", "asyncio call_later"),
-                  (f"{S} Client.schedule", "sched enter")],
+                  (f"{S} Client.schedule", "sched enter"),
+                  *rd((f"{S} Client.schedule", f"{R} ZADD"))],
+                 notes=rd(f"{R} timers (per call)"),
                  goals=[("a. Client.schedule, 1 producer", f"{S} Client.schedule", ">=", 1e6)],
                  wid="W1"),
         Workload("svc_schedule_many", "schedule rate, batch", SW.svc_schedule_many, "service",
                  [(f"{S} Client.schedule_many", "heapq+thread schedule_many"),
                   (f"{S} Client.schedule_many", "asyncio call_later loop"),
-                  (f"{S} Client.schedule_many", "sched enter loop")],
+                  (f"{S} Client.schedule_many", "sched enter loop"),
+                  *rd((f"{S} Client.schedule_many", f"{R} ZADD pipelined"))],
+                 notes=rd(f"{R} timers (batch)"),
                  goals=[("b. Client.schedule_many", f"{S} Client.schedule_many", ">=", 10e6)],
                  wid="W1"),
         Workload("svc_cancel", "cancel rate", SW.svc_cancel, "service",
@@ -116,7 +128,10 @@ def service_workloads(producers: list[int] | None = None,
                   (f"{S} Client.cancel", "sched cancel"),
                   (f"{S} Client.cancel_many", "heapq+thread cancel"),
                   (f"{S} Client.cancel_many", "asyncio TimerHandle.cancel"),
-                  (f"{S} Client.cancel_many", "sched cancel")],
+                  (f"{S} Client.cancel_many", "sched cancel"),
+                  *rd((f"{S} Client.cancel", f"{R} ZREM"),
+                      (f"{S} Client.cancel_many", f"{R} ZREM pipelined"))],
+                 notes=rd(f"{R} timers (per call)", f"{R} timers (batch)"),
                  goals=[("d. Client.cancel, per call", f"{S} Client.cancel", ">=", 2e6),
                         ("d. Client.cancel_many", f"{S} Client.cancel_many", ">=", 2e6)],
                  wid="W2"),
@@ -126,7 +141,9 @@ def service_workloads(producers: list[int] | None = None,
                   (f"{S} segment / capacity", "sched event"),
                   (f"{S} segment bytes per added timer", "heapq+thread entry"),
                   (f"{S} segment bytes per added timer", "asyncio call_later"),
-                  (f"{S} segment bytes per added timer", "sched event")],
+                  (f"{S} segment bytes per added timer", "sched event"),
+                  *rd((f"{S} segment / capacity", f"{R} used_memory / member"),
+                      (f"{S} segment bytes per added timer", f"{R} used_memory / member"))],
                  unit="B", notes=[f"{S} payload arena / capacity", f"{S} segment bytes",
                                   f"{S} wheel+side / capacity"],
                  goals=[("e. segment bytes / capacity", f"{S} segment / capacity", "<=", 48),
@@ -140,7 +157,8 @@ def service_workloads(producers: list[int] | None = None,
                  notes=[f"{w}: {who}" for w in ("max", "early")
                         for who in (f"{S} service", *peers_late)]
                  + [f"completed: {S} service",
-                    "sched default delayfunc: time.sleep(0) per event"],
+                    "sched default delayfunc: time.sleep(0) per event",
+                    *rd(f"completed: {R} ZSET + Lua claim")],
                  goals=[(f"f. lateness {q}", k, "<=", t)
                         for (q, k), t in zip(late, (0.3, 1.0, 2.0), strict=True)]
                  + [("f. early runs", f"early: {S} service", "<=", 0)],
@@ -156,7 +174,8 @@ def service_workloads(producers: list[int] | None = None,
                  [(f"{S} fired->executed", "ProcessPoolExecutor.submit"),
                   (f"{S} fired->executed", "multiprocessing.Pool.imap_unordered"),
                   (f"{S} fired->executed", "heapq+thread (in-process)"),
-                  (f"{S} fired->executed", "asyncio call_at (in-process)")],
+                  (f"{S} fired->executed", "asyncio call_at (in-process)"),
+                  *rd((f"{S} fired->executed", f"{R} ZSET + Lua claim"))],
                  notes=[f"{S} executors"],
                  goals=[("g. fired->executed", f"{S} fired->executed", ">=", 1e6)],
                  wid="W6"),
@@ -238,7 +257,8 @@ def notes(selected: list[Workload]) -> str:
     for w in selected:
         med = w.median()
         for k in w.notes:
-            unit = "" if k.startswith(("early", "completed", "shmwheel executors")) else w.unit
+            unit = "" if k.startswith(("early", "completed", "shmwheel executors",
+                                       "redis timers")) else w.unit
             value = f"{med[k]:,.0f}" if not unit else fmt(med[k], unit)
             lines.append(f"  {w.label}: {k} {value}")
     return "\n".join(["further figures (medians):", *lines]) if lines else ""
@@ -279,11 +299,24 @@ def goals_text(verdicts: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def redis_note() -> str:
-    if shutil.which("redis-server") is None:
-        return ("note: Redis sorted-set baseline skipped: no redis-server binary on PATH")
-    return ("note: redis-server is on PATH, but this bench has no Redis sorted-set baseline "
-            "yet; skipped")
+REDIS_KEYS = {"svc_schedule_call", "svc_schedule_many", "svc_cancel", "svc_memory",
+              "svc_lateness", "svc_fire"}  # the workloads with a Redis peer
+
+
+def redis_probe() -> tuple[bool, str]:
+    """Whether the Redis peer can run here: redis-server on PATH, the redis module
+    importable, and a server started on 127.0.0.1 answers PING (then stopped)."""
+    ok, why = redis_status()
+    if not ok:
+        return False, why
+    try:
+        with RedisDelayQueue() as q:
+            version = q.r.info("server")["redis_version"]
+    except Exception as e:  # noqa: BLE001 - reported as the reason for the skip
+        return False, f"Redis sorted-set baseline skipped: redis-server did not start: {e}"
+    return True, (f"Redis sorted-set baseline: redis-server {version} on 127.0.0.1, started "
+                  f"and stopped by the bench (per-call ops on <= {SW.REDIS_CALL_N:,} timers, "
+                  f"pipelined on <= {SW.REDIS_BATCH_N:,})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, help="repetitions, medians reported (default 2)")
     ap.add_argument("--workloads",
                     help=f"comma-separated subset of: {','.join(names)}; or a group: {groups}")
+    ap.add_argument("--no-redis", action="store_true",
+                    help="leave out the Redis sorted-set peer even if redis-server is "
+                         "installed")
     ap.add_argument("--json", metavar="PATH", help="write every raw figure to PATH")
     ap.add_argument("--plot", metavar="DIR",
                     help="write PNG charts to DIR (lateness CDF, rates, cost vs pending; "
@@ -338,7 +374,24 @@ def main(argv: list[str] | None = None) -> int:
     if n < 1000 or timer_n < 100 or svc_n < 1000 or lateness_n < 1000 or reps < 1:
         ap.error("--n, --svc-n and --lateness-n must be >= 1000, --timer-n >= 100 and "
                  "--reps >= 1")
-    selected = workloads(producers, levels)
+    wanted_keys = set(names)
+    if args.workloads:
+        wanted_keys = set()
+        for x in (x.strip() for x in args.workloads.split(",")):
+            if x == "service":
+                wanted_keys |= {k for k in names if k.startswith("svc_")}
+            elif x == "inprocess":
+                wanted_keys |= {k for k in names if not k.startswith("svc_")}
+            elif x:
+                wanted_keys.add(x)
+    if args.no_redis:
+        use_redis, why = False, "Redis sorted-set baseline skipped: --no-redis"
+    elif wanted_keys & REDIS_KEYS:
+        use_redis, why = redis_probe()
+    else:
+        use_redis, why = False, "Redis sorted-set baseline: not used by the selected workloads"
+    SW.use_redis = use_redis
+    selected = workloads(producers, levels, use_redis)
     if args.workloads:
         wanted = set()
         for x in (x.strip() for x in args.workloads.split(",")):
@@ -359,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(f"shmwheel bench: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
           f"numba {info['numba']}; load {info['loadavg_start']:.2f}", file=sys.stderr)
-    note = redis_note()
+    note = f"note: {why}"
     print(note, file=sys.stderr)
     loads = [info["loadavg_start"]]
     started = time.perf_counter()
@@ -412,7 +465,10 @@ def main(argv: list[str] | None = None) -> int:
                                      "notes": w.notes, "seconds": round(w.seconds, 1)}
                              for w in selected},
                "goals": verdicts, "services_started": SW.services_started,
-               "services_leaked": SW.leaked, "baselines_skipped": [note],
+               "services_leaked": SW.leaked,
+               "baselines_skipped": [] if use_redis else [note],
+               "redis": {"ran": use_redis, "note": note[len("note: "):],
+                         "call_n_max": SW.REDIS_CALL_N, "batch_n_max": SW.REDIS_BATCH_N},
                "lateness_histograms": {
                    "shmwheel service": SW.lateness_hists,
                    "buckets": "bucket 0 below 1 us, bucket i >= 1 for "

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import os
 import sched
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Self
 
 _REMOVED = None  # heapq recipe: a cancelled entry's callback is replaced by this marker
 
@@ -130,3 +132,235 @@ def zero_sleep_ms(k: int = 2000) -> float:
     for _ in range(k):
         time.sleep(0)
     return (time.perf_counter() - t) / k * 1000
+
+
+# -- Redis sorted-set delayed queue -----------------------------------------------------
+
+# Claim what is due, atomically: the members scored <= now are the lowest-ranked ones, so
+# removing ranks 0..k-1 removes exactly the k returned (O(log n + k), no unpack() limit).
+CLAIM_LUA = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+if #due > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due - 1) end
+return due
+"""
+
+
+def redis_status() -> tuple[bool, str]:
+    """(usable, why): whether a redis-server binary is on PATH and the `redis` client
+    module is importable (without importing it)."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        return False, ("Redis sorted-set baseline skipped: no redis-server binary on PATH "
+                       "(apt-get install redis-server)")
+    if importlib.util.find_spec("redis") is None:
+        return False, ("Redis sorted-set baseline skipped: the redis client module is not "
+                       "installed (pip install 'shmwheel[bench]')")
+    return True, "Redis sorted-set baseline: redis-server on 127.0.0.1, started by the bench"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """Linux: a preexec_fn that makes the child get SIGTERM if the bench dies without
+    stopping it (SIGKILL). The prctl function is looked up here, in the parent, so the
+    child between fork and exec only makes one libc call (no import, no lock)."""
+    try:
+        import ctypes
+        import signal
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        sig = int(signal.SIGTERM)
+    except (OSError, AttributeError):
+        return None
+
+    def set_pdeathsig() -> None:  # pragma: no cover - runs in the child
+        prctl(1, sig)  # PR_SET_PDEATHSIG
+
+    return set_pdeathsig
+
+
+class RedisDelayQueue:
+    """The idiomatic Redis delayed queue: one sorted set, member = job id, score = due
+    time (Unix seconds, ``time.time()``).
+
+    A private ``redis-server`` (``--port <free> --bind 127.0.0.1 --save '' --appendonly no
+    --daemonize no``, working dir a temp dir) is started by the constructor and stopped by
+    ``close()`` (also the context manager's exit, so on exceptions and Ctrl-C): SIGTERM,
+    then SIGKILL after 5 s, then wait; the temp dir is removed.
+
+    ``schedule`` is one ``ZADD key score member`` round trip; ``schedule_many`` sends
+    multi-member ``ZADD``s of up to ``chunk`` members through one pipeline. ``cancel`` is
+    ``ZREM``; ``cancel_many`` pipelined multi-member ``ZREM``s. ``start_dispatcher`` runs
+    a thread (own connection) that claims due members atomically with a Lua script
+    (``ZRANGEBYSCORE key -inf now LIMIT 0 claim`` + ``ZREMRANGEBYRANK`` of those), calls
+    ``on_fire(member)`` for each, claims again at once if it got any, and otherwise sleeps
+    ``POLL_S`` (1 ms: the usual short poll; a blocking wait does not exist for "score <=
+    now")."""
+
+    POLL_S = 0.001
+    CLAIM = 1000  # members claimed per script call
+    KEY = "delayed"
+
+    def __init__(self) -> None:
+        import subprocess
+        import tempfile
+
+        import redis  # lazy: an optional dependency (the bench extra)
+
+        self._redis = redis
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._tmp = tempfile.mkdtemp(prefix="shmwheel-bench-redis-")
+        self.proc: subprocess.Popen | None = None
+        self.r = None
+        try:
+            for attempt in range(3):  # the free port may be taken before the server binds
+                self.port = _free_port()
+                log = open(os.path.join(self._tmp, "redis.log"), "wb")  # noqa: SIM115
+                try:
+                    self.proc = subprocess.Popen(
+                        ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                         "--save", "", "--appendonly", "no", "--daemonize", "no",
+                         "--dir", self._tmp],
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        cwd=self._tmp, start_new_session=True,  # Ctrl-C reaches only us
+                        preexec_fn=_parent_death_signal())  # noqa: PLW1509 - one prctl call
+                finally:
+                    log.close()
+                if self._wait_ping(5.0):
+                    break
+                self._stop_server()
+                if attempt == 2:
+                    with open(os.path.join(self._tmp, "redis.log"), "rb") as f:
+                        tail = f.read()[-2000:].decode(errors="replace")
+                    raise RuntimeError(f"redis-server did not answer PING:\n{tail}")
+            self._claim = self.r.register_script(CLAIM_LUA)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_ping(self, timeout_s: float) -> bool:
+        end = time.monotonic() + timeout_s
+        r = self._redis.Redis(host="127.0.0.1", port=self.port)
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                r.close()
+                return False
+            try:
+                if r.ping():
+                    self.r = r
+                    return True
+            except self._redis.ConnectionError:
+                time.sleep(0.01)
+        r.close()
+        return False
+
+    # -- producer side
+    def schedule(self, delay_s: float, member: str) -> str:
+        self.r.zadd(self.KEY, {member: time.time() + delay_s})
+        return member
+
+    def schedule_at(self, t: float, member: str) -> str:
+        self.r.zadd(self.KEY, {member: t})
+        return member
+
+    def schedule_many(self, delays_s: list[float], members: list[str],
+                      chunk: int = 10_000) -> None:
+        now = time.time()
+        self.schedule_many_at([now + d for d in delays_s], members, chunk)
+
+    def schedule_many_at(self, deadlines: list[float], members: list[str],
+                         chunk: int = 10_000) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(0, len(members), chunk):
+            pipe.zadd(self.KEY, dict(zip(members[i : i + chunk], deadlines[i : i + chunk],
+                                         strict=True)))
+        pipe.execute()
+
+    def cancel(self, member: str) -> bool:
+        return self.r.zrem(self.KEY, member) == 1
+
+    def cancel_many(self, members: list[str], chunk: int = 10_000) -> int:
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(0, len(members), chunk):
+            pipe.zrem(self.KEY, *members[i : i + chunk])
+        return sum(pipe.execute())
+
+    def pending(self) -> int:
+        return int(self.r.zcard(self.KEY))
+
+    def used_memory(self) -> int:
+        return int(self.r.info("memory")["used_memory"])
+
+    # -- consumer side
+    def start_dispatcher(self, on_fire: Callable[[bytes], None]) -> None:
+        r = self._redis.Redis(host="127.0.0.1", port=self.port)
+        claim = r.register_script(CLAIM_LUA)
+        key, n, poll, stop = self.KEY, self.CLAIM, self.POLL_S, self._stop
+
+        def loop() -> None:
+            try:
+                while not stop.is_set():
+                    due = claim(keys=[key], args=[time.time(), n])
+                    if due:
+                        for m in due:
+                            on_fire(m)
+                    else:
+                        time.sleep(poll)
+            except BaseException as e:  # noqa: BLE001 - reported by close()/check()
+                if not stop.is_set():
+                    self._error = e
+            finally:
+                r.close()
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="redis-dispatcher")
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise what the dispatcher thread died of, if it did."""
+        if self._error is not None:
+            raise RuntimeError("the Redis dispatcher thread failed") from self._error
+
+    # -- stop
+    def _stop_server(self) -> None:
+        import subprocess
+
+        p, self.proc = self.proc, None
+        if self.r is not None:
+            self.r.close()
+            self.r = None
+        if p is None:
+            return
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def close(self) -> None:
+        import shutil
+
+        self._stop.set()
+        try:
+            if self._thread is not None:
+                self._thread.join(10)
+        finally:
+            self._stop_server()
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

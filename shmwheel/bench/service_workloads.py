@@ -39,7 +39,14 @@ from .. import service_layout as L
 from .. import shm
 from ..client import Client, now_ms
 from ..service import TimerService
-from .baselines import HeapTimer, asyncio_loop, event_loop, sched_scheduler, zero_sleep_ms
+from .baselines import (
+    HeapTimer,
+    RedisDelayQueue,
+    asyncio_loop,
+    event_loop,
+    sched_scheduler,
+    zero_sleep_ms,
+)
 from .workloads import bytes_per_object
 
 Figures = dict[str, float]
@@ -60,6 +67,17 @@ leaked: list[str] = []  # services that left files in /dev/shm after stop()
 lateness_samples: dict[str, list[np.ndarray]] = {}
 lateness_hists: list[list[int]] = []
 SCHED_CANCEL_BUDGET_S = 0.2  # sched.cancel is O(n): cancel for this long, not all n
+
+# The Redis sorted-set peer (baselines.RedisDelayQueue) runs only when main() sets this
+# (redis-server on PATH, the redis module importable, and a probe server answered PING).
+use_redis = False
+R = "redis"
+REDIS_CALL_N = 10_000  # per-call ZADD / ZREM are round-trip bound (~15k/s): at most this many
+REDIS_BATCH_N = 100_000  # pipelined ZADD / ZREM: at most this many per repetition
+
+
+def _redis_members(n: int, prefix: str = "") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
 
 
 def noop_task(payload: Any) -> None:
@@ -154,6 +172,14 @@ def svc_schedule_call(n: int) -> Figures:
             n, lambda: [loop.call_later(d / 1000, _noop) for d in delays])
     s = sched_scheduler()
     fig["sched enter"] = _rate(n, lambda: [s.enter(d / 1000, 0, _noop) for d in delays])
+    if use_redis:
+        m = min(n, REDIS_CALL_N)
+        members = _redis_members(m)
+        with RedisDelayQueue() as q:
+            zadd = q.schedule
+            fig[f"{R} ZADD"] = _rate(
+                m, lambda: [zadd(d / 1000, k) for d, k in zip(delays, members)])
+        fig[f"{R} timers (per call)"] = float(m)
     return fig
 
 
@@ -187,6 +213,15 @@ def svc_schedule_many(n: int) -> Figures:
         loop.close()
     s = sched_scheduler()
     fig["sched enter loop"] = _rate(n, lambda: [s.enter(d, 0, _noop) for d in few])
+    if use_redis:
+        m = min(total, REDIS_BATCH_N)
+        members = _redis_members(m)
+        ds = (delays[:m] / 1000).tolist()
+        with RedisDelayQueue() as q:
+            fig[f"{R} ZADD pipelined"] = _rate(
+                m, lambda: [q.schedule_many(ds[i : i + batch], members[i : i + batch])
+                            for i in range(0, m, batch)])
+        fig[f"{R} timers (batch)"] = float(m)
     return fig
 
 
@@ -399,6 +434,22 @@ def svc_cancel(n: int) -> Figures:
         fig["asyncio TimerHandle.cancel"] = _rate(
             n, lambda: _each(asyncio.TimerHandle.cancel, handles))
     fig["sched cancel"] = sched_cancel_rate(ds)
+    if use_redis:
+        m = min(n, REDIS_CALL_N)
+        mb = min(n, REDIS_BATCH_N)
+        one, many = _redis_members(m, "a"), _redis_members(mb, "b")
+        with RedisDelayQueue() as q:
+            q.schedule_many(ds[:m], one)
+            q.schedule_many(ds[:mb], many)
+            zrem = q.cancel
+            ok = []
+            fig[f"{R} ZREM"] = _rate(m, lambda: ok.extend([zrem(k) for k in one]))
+            got = []
+            fig[f"{R} ZREM pipelined"] = _rate(mb, lambda: got.append(q.cancel_many(many)))
+            if not all(ok) or got[0] != mb:
+                raise RuntimeError("redis ZREM did not remove every pending member")
+        fig[f"{R} timers (per call)"] = float(m)
+        fig[f"{R} timers (batch)"] = float(mb)
     return fig
 
 
@@ -458,6 +509,12 @@ def svc_memory(n: int) -> Figures:
         fig["asyncio call_later"] = traced(lambda: [loop.call_later(x, _noop) for x in ds])
     s = sched_scheduler()
     fig["sched event"] = traced(lambda: [s.enter(x, 0, _noop) for x in ds])
+    if use_redis:
+        members = _redis_members(m)
+        with RedisDelayQueue() as q:
+            before = q.used_memory()
+            q.schedule_many(ds, members)
+            fig[f"{R} used_memory / member"] = (q.used_memory() - before) / m
     return fig
 
 
@@ -572,6 +629,37 @@ def svc_lateness(n: int) -> Figures:
     s.run()
     fig.update(_percentiles((got - np.array(dl)) * 1000, "sched run()"))
     fig["sched default delayfunc: time.sleep(0) per event"] = zero_sleep_ms()
+    if use_redis:
+        fig.update(_redis_lateness(n, offsets))
+    return fig
+
+
+def _redis_lateness(n: int, offsets: np.ndarray) -> Figures:
+    """W4 on the Redis peer: the same window in Unix time (deadlines rounded up to a
+    whole ms), scheduled with pipelined ZADDs while the dispatcher thread already polls;
+    lateness taken when the dispatcher calls back."""
+    got = np.full(n, np.nan)
+    count = [0]
+
+    def rec(m: bytes) -> None:
+        got[int(m)] = time.time()
+        count[0] += 1
+
+    with RedisDelayQueue() as q:
+        q.start_dispatcher(rec)
+        now = time.time() * 1000 + LATENESS_MARGIN_MS
+        dl = [math.ceil(now + x) / 1000 for x in offsets.tolist()]
+        q.schedule_many_at(dl, _redis_members(n))
+        if time.time() > min(dl):
+            print("bench: lateness: redis finished scheduling after its first deadline; "
+                  "its figures include scheduling time", file=sys.stderr, flush=True)
+        end = max(dl) + 10
+        while count[0] < n and time.time() < end:
+            q.check()
+            time.sleep(0.01)
+    done = ~np.isnan(got)
+    fig = _percentiles((got[done] - np.array(dl)[done]) * 1000, f"{R} ZSET + Lua claim")
+    fig[f"completed: {R} ZSET + Lua claim"] = float(done.sum())
     return fig
 
 
@@ -646,7 +734,34 @@ def svc_fire(n: int) -> Figures:
         time.sleep(max(0.0, base - time.monotonic()))
         loop.run_until_complete(fut)
         fig["asyncio call_at (in-process)"] = n / (time.monotonic() - t0)
+    if use_redis:
+        fig[f"{R} ZSET + Lua claim"] = _redis_fire(n)
     return fig
+
+
+def _redis_fire(n: int) -> float:
+    """n members due at one time (pipelined ZADD, the same margin after scheduling as the
+    in-process peers); the dispatcher claims them CLAIM at a time and runs a no-op
+    callback for each; n over the due time to the last callback."""
+    count = [0]
+    done = threading.Event()
+
+    def bump(m: bytes) -> None:
+        count[0] += 1
+        if count[0] == n:
+            done.set()
+
+    with RedisDelayQueue() as q:
+        base = time.time() + 0.05 + n * 6e-6
+        q.schedule_many_at([base] * n, _redis_members(n))
+        t0 = max(base, time.time())
+        q.start_dispatcher(bump)
+        time.sleep(max(0.0, base - time.time()))
+        end = t0 + 60
+        while not done.wait(0.05) and time.time() < end:
+            q.check()
+        t1 = time.time()
+    return count[0] / (t1 - t0)
 
 
 # -- W7. scale --------------------------------------------------------------------------
