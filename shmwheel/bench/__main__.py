@@ -384,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                 wanted_keys |= {k for k in names if not k.startswith("svc_")}
             elif x:
                 wanted_keys.add(x)
+    if args.quick:  # per-call Redis rates are round-trip bound: a few thousand suffice
+        SW.REDIS_CALL_N, SW.REDIS_BATCH_N = 2_000, 20_000
     if args.no_redis:
         use_redis, why = False, "Redis sorted-set baseline skipped: --no-redis"
     elif wanted_keys & REDIS_KEYS:
