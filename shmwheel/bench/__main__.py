@@ -142,6 +142,8 @@ def service_workloads(producers: list[int] | None = None,
                   (f"{S} segment bytes per added timer", "heapq+thread entry"),
                   (f"{S} segment bytes per added timer", "asyncio call_later"),
                   (f"{S} segment bytes per added timer", "sched event"),
+                  *[(f"{S} segment bytes per added timer", f"{peer} RSS delta")
+                    for peer in SW.RSS_PEERS],
                   *rd((f"{S} segment / capacity", f"{R} used_memory / member"),
                       (f"{S} segment bytes per added timer", f"{R} used_memory / member"))],
                  unit="B", notes=[f"{S} payload arena / capacity", f"{S} segment bytes",
