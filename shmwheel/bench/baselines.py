@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Self
+from typing import Any, Self
 
 _REMOVED = None  # heapq recipe: a cancelled entry's callback is replaced by this marker
 
@@ -221,7 +221,7 @@ class RedisDelayQueue:
         self._error: BaseException | None = None
         self._tmp = tempfile.mkdtemp(prefix="shmwheel-bench-redis-")
         self.proc: subprocess.Popen | None = None
-        self.r = None
+        self.r: Any = None  # a redis.Redis once the server answers (redis is imported lazily)
         try:
             for attempt in range(3):  # the free port may be taken before the server binds
                 self.port = _free_port()
@@ -243,7 +243,8 @@ class RedisDelayQueue:
                     with open(os.path.join(self._tmp, "redis.log"), "rb") as f:
                         tail = f.read()[-2000:].decode(errors="replace")
                     raise RuntimeError(f"redis-server did not answer PING:\n{tail}")
-            self._claim = self.r.register_script(CLAIM_LUA)
+            client: Any = self.r  # set by _wait_ping
+            self._claim = client.register_script(CLAIM_LUA)
         except BaseException:
             self.close()
             raise
@@ -252,7 +253,7 @@ class RedisDelayQueue:
         end = time.monotonic() + timeout_s
         r = self._redis.Redis(host="127.0.0.1", port=self.port)
         while time.monotonic() < end:
-            if self.proc.poll() is not None:
+            if self.proc is None or self.proc.poll() is not None:
                 r.close()
                 return False
             try:

@@ -47,7 +47,7 @@ from .baselines import (
     sched_scheduler,
     zero_sleep_ms,
 )
-from .workloads import bytes_per_object
+from .workloads import _each, bytes_per_object
 
 Figures = dict[str, float]
 S = "shmwheel"
@@ -101,11 +101,6 @@ def _rate(n: int, fn: Callable[[], object]) -> float:
     t = time.perf_counter()
     fn()
     return n / (time.perf_counter() - t)
-
-
-def _each(fn: Callable[[Any], object], items: list[Any]) -> None:
-    for x in items:
-        fn(x)
 
 
 @contextmanager
@@ -219,8 +214,9 @@ def svc_schedule_many(n: int) -> Figures:
         ds = (delays[:m] / 1000).tolist()
         with RedisDelayQueue() as q:
             fig[f"{R} ZADD pipelined"] = _rate(
-                m, lambda: [q.schedule_many(ds[i : i + batch], members[i : i + batch])
-                            for i in range(0, m, batch)])
+                m, lambda: _each(lambda i: q.schedule_many(ds[i : i + batch],
+                                                           members[i : i + batch]),
+                                 list(range(0, m, batch))))
         fig[f"{R} timers (batch)"] = float(m)
     return fig
 
@@ -437,16 +433,16 @@ def svc_cancel(n: int) -> Figures:
     if use_redis:
         m = min(n, REDIS_CALL_N)
         mb = min(n, REDIS_BATCH_N)
-        one, many = _redis_members(m, "a"), _redis_members(mb, "b")
+        one_ids, many_ids = _redis_members(m, "a"), _redis_members(mb, "b")
         with RedisDelayQueue() as q:
-            q.schedule_many(ds[:m], one)
-            q.schedule_many(ds[:mb], many)
+            q.schedule_many(ds[:m], one_ids)
+            q.schedule_many(ds[:mb], many_ids)
             zrem = q.cancel
-            ok = []
-            fig[f"{R} ZREM"] = _rate(m, lambda: ok.extend([zrem(k) for k in one]))
-            got = []
-            fig[f"{R} ZREM pipelined"] = _rate(mb, lambda: got.append(q.cancel_many(many)))
-            if not all(ok) or got[0] != mb:
+            removed: list[bool] = []
+            fig[f"{R} ZREM"] = _rate(m, lambda: removed.extend([zrem(k) for k in one_ids]))
+            got: list[int] = []
+            fig[f"{R} ZREM pipelined"] = _rate(mb, lambda: got.append(q.cancel_many(many_ids)))
+            if not all(removed) or got[0] != mb:
                 raise RuntimeError("redis ZREM did not remove every pending member")
         fig[f"{R} timers (per call)"] = float(m)
         fig[f"{R} timers (batch)"] = float(mb)

@@ -172,7 +172,7 @@ class _Count(TimerTask):
         self.box[0] += 1
 
 
-def _each(fn: Callable[[T], None], items: list[T]) -> None:
+def _each(fn: Callable[[T], object], items: list[T]) -> None:
     for x in items:
         fn(x)
 
