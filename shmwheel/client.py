@@ -321,9 +321,9 @@ class Client:
             deadline = self._deadline(delay_ms, deadline_ms)
         every = 0
         if every_ms is not None:
-            if not (isinstance(every_ms, (int, float)) and every_ms > 0):
-                raise ValueError(f"every_ms must be a number > 0, got {every_ms!r}")
-            every = max(1, math.ceil(_check_delay(every_ms, "every_ms", self._max_delay)))
+            every = math.ceil(_check_delay(every_ms, "every_ms", self._max_delay))
+            if every == 0:
+                raise ValueError("every_ms must be > 0")
         if payload is None and key is None:
             blob, flags = b"\xc0", 0
         else:

@@ -189,9 +189,6 @@ class ServiceMemory:
         self.arena_data = seg.byte_view(off["arena_data"] * 8,
                                         (off["total"] - off["arena_data"]) * 8)
         self.arena_words = v(off["arena_data"], off["total"] - off["arena_data"])
-        self.class_base = [0]  # byte offset of each class's blocks in the arena data
-        for n, size in zip(cfg.arena_blocks, SK.ARENA_CLASSES):
-            self.class_base.append(self.class_base[-1] + n * size)
         self.producer = self._rings(off["producer"], cfg.max_clients, cfg.ring_capacity,
                                     PRODUCER_RECORD)
         self.dispatch = self._rings(off["dispatch"], cfg.executors, cfg.dispatch_capacity,
@@ -229,13 +226,14 @@ class ServiceMemory:
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)
             a = mem.arena
-            at = SK.NCLASSES * SK.A_CLASS_WORDS
+            at, data = SK.NCLASSES * SK.A_CLASS_WORDS, 0
             for c, n in enumerate(cfg.arena_blocks):
                 base = c * SK.A_CLASS_WORDS
                 a[base + SK.A_NBLOCKS] = n
                 a[base + SK.A_OFF_NEXT] = at
                 a[base + SK.A_OFF_OWNER] = at + n
-                a[base + SK.A_DATA] = mem.class_base[c] // 8
+                a[base + SK.A_DATA] = data // 8  # the classes' blocks follow one another
+                data += n * SK.ARENA_CLASSES[c]
                 a[base + SK.A_BLOCK_WORDS] = SK.ARENA_CLASSES[c] // 8
                 at += 2 * n
             SK.arena_format(a)
@@ -291,9 +289,11 @@ class ServiceMemory:
 
     # -- payloads ---------------------------------------------------------------------
     def arena_block(self, cls_: int, block: int) -> np.ndarray:
-        """The bytes of one arena block (the caller checked cls_ and block)."""
-        start = self.class_base[cls_] + block * SK.ARENA_CLASSES[cls_]
-        return self.arena_data[start : start + SK.ARENA_CLASSES[cls_]]
+        """The bytes of one arena block (the caller checked cls_ and block); where a class
+        starts is read from the arena header, the same word the kernels use."""
+        size = SK.ARENA_CLASSES[cls_]
+        start = int(self.arena[cls_ * SK.A_CLASS_WORDS + SK.A_DATA]) * 8 + block * size
+        return self.arena_data[start : start + size]
 
 
 def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:

@@ -270,10 +270,6 @@ class RedisDelayQueue:
         self.r.zadd(self.KEY, {member: time.time() + delay_s})
         return member
 
-    def schedule_at(self, t: float, member: str) -> str:
-        self.r.zadd(self.KEY, {member: t})
-        return member
-
     def schedule_many(self, delays_s: list[float], members: list[str],
                       chunk: int = 10_000) -> None:
         now = time.time()
