@@ -25,7 +25,7 @@ import numpy as np
 import psutil
 
 import shmwheel
-from shmwheel.stats import lateness_summary
+from shmwheel.service.stats import lateness_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # workers.tasks
 

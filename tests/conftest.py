@@ -7,7 +7,7 @@ import pytest
 # path the supervisor hands its children, in executors, however pytest was started
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shmwheel.wheel_core import warm_up
+from shmwheel.wheel.core import warm_up
 
 
 @pytest.fixture(scope="session", autouse=True)

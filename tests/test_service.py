@@ -19,8 +19,11 @@ import psutil
 import pytest
 
 import shmwheel
-from shmwheel import Full, LayoutError, ShmwheelError, TimerService, shm
-from shmwheel import service_layout as L
+from shmwheel import Full, LayoutError, ShmwheelError, TimerService
+from shmwheel.segment import shm
+from shmwheel.service import client as client_mod
+from shmwheel.segment import layout as L
+from shmwheel.segment import slots as SK
 
 TASKS = {"record": "workers.tasks:append_line", "boom": "workers.tasks:fail"}
 
@@ -35,7 +38,7 @@ def service_processes(prefix: str = MINE) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if any("shmwheel.process_main" in a for a in cmd[:3]) and \
+        if any("shmwheel.service.main" in a for a in cmd[:3]) and \
                 any(a.startswith(prefix) for a in cmd[3:]):
             found.append(p)
     return found
@@ -99,7 +102,7 @@ def test_schedule_runs_once_with_context(service, tmp_path):
         h = c.schedule("record", {"path": str(log), "tag": "a"}, delay_ms=5, key="k1")
         assert isinstance(h, shmwheel.TimerHandle) and h.deadline_ms >= h.deadline_ms
         d = c.schedule("record", {"path": str(log), "tag": "b"},
-                       deadline_ms=shmwheel.client.now_ms() + 3)
+                       deadline_ms=client_mod.now_ms() + 3)
         wait_for(lambda: service.stats()["completed"] == 2, what="two runs")
     rows = read_log(log)
     assert_once_never_early(rows, ["a", "b"])
@@ -158,7 +161,7 @@ def test_cancel_races_fire_with_one_winner(service, tmp_path):
                              [{"path": str(log), "tag": f"r{i}"} for i in range(n)])
         handles = list(hs)
         first = int(hs.deadlines_ms.min())
-        while shmwheel.client.now_ms() < first + 10:  # cancel while the reaper fires them
+        while client_mod.now_ms() < first + 10:  # cancel while the reaper fires them
             time.sleep(0.001)
         won = [h.cancel() for h in handles]
         ran = {f"r{i}" for i in range(n) if not won[i]}
@@ -316,7 +319,7 @@ def test_garbage_in_rings_is_counted_and_skipped(service, tmp_path):
     with service.client() as c:
         c.schedule("record", {"path": str(log), "tag": "before"}, delay_ms=1)
         junk = rng.integers(-2**63, 2**63 - 1, size=(500, 2), dtype=np.int64)
-        junk[:10, 1] = junk[:10, 0] ^ int(shmwheel.service_kernels.CHECK_KEY)  # pass the check
+        junk[:10, 1] = junk[:10, 0] ^ int(SK.CHECK_KEY)  # pass the check
         assert c._producer.push_records(junk) == 500
         mem = c._mem
         for ring in mem.dispatch:
@@ -347,7 +350,7 @@ def test_lock_holder_killed_mid_update_is_repaired(service, tmp_path):
         code = textwrap.dedent(f"""
             import os, signal
             import numpy as np
-            from shmwheel import service_layout as L, wheel_kernels as K
+            from shmwheel.segment import layout as L; from shmwheel.wheel import kernels as K
             mem = L.ServiceMemory.attach({service.name!r})
             with mem.locked():
                 w = mem.wheel  # half-done update: bitmaps and bucket heads scrambled
@@ -388,7 +391,7 @@ def test_segments_and_semaphores_are_private_to_the_user(service):
 
 
 def test_full_ring_waits_for_the_coordinator_then_raises(tmp_path, monkeypatch):
-    monkeypatch.setattr(shmwheel.client, "RING_WAIT_S", 0.3)
+    monkeypatch.setattr(client_mod, "RING_WAIT_S", 0.3)
     log = tmp_path / "log"
     with TimerService(tasks=TASKS, capacity=100, executors=1, ring_capacity=8) as svc, \
             svc.client() as c:
@@ -559,7 +562,7 @@ def test_client_killed_mid_write_leaves_no_half_record():
     with TimerService(tasks=TASKS, capacity=64, executors=1) as svc:
         code = textwrap.dedent(f"""
             import os, shmwheel
-            from shmwheel import service_kernels as SK, wheel_kernels as K
+            from shmwheel.segment import slots as SK; from shmwheel.wheel import kernels as K
             c = shmwheel.connect({svc.name!r})
             h = int(c._take(3)[0])  # three slots reserved, one half-written
             slot = h & 0xFFFFFFFF
@@ -584,7 +587,7 @@ def test_tasks_of_one_script_share_its_globals(tmp_path):
     script.write_text("seen = []\n"
                       "def add(p):\n    seen.append(p)\n"
                       "def count(p):\n    return len(seen)\n")
-    from shmwheel.executor import resolve
+    from shmwheel.service.executor import resolve
     add, count = resolve(f"{script}:add"), resolve(f"{script}:count")
     add(1)
     add(2)

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmwheel import Full, LayoutError, WheelCore
-from shmwheel import wheel_kernels as K
-from shmwheel.wheel_core import WheelGeometry, layout, words_needed
+from shmwheel.wheel import kernels as K
+from shmwheel.wheel.core import WheelGeometry, layout, words_needed
 
 
 def ceil_to(x, t):

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import service_layout as L
-from .. import shm
-from ..client import Client, now_ms
-from ..service import TimerService
+from ..segment import layout as L
+from ..segment import shm
+from ..service.client import Client, now_ms
+from ..service.supervisor import TimerService
 from .baselines import (
     HeapTimer,
     RedisDelayQueue,

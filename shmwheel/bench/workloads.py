@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..system_timer import SystemTimer
-from ..timing_wheel import TimerTask
-from ..wheel_core import WheelCore, warm_up
+from ..kafka.system_timer import SystemTimer
+from ..kafka.timing_wheel import TimerTask
+from ..wheel.core import WheelCore, warm_up
 from .baselines import HeapTimer, asyncio_loop, event_loop
 
 Figures = dict[str, float]
@@ -270,7 +270,7 @@ def timer_fire(n: int) -> Figures:
 
 _INTERPRETED = """
 import json, time, numpy as np
-from shmwheel.wheel_core import WheelCore, warm_up
+from shmwheel.wheel.core import WheelCore, warm_up
 warm_up()
 n = {n}
 d = np.random.default_rng(1).integers(1000, 60001, n).astype(np.int64)

@@ -20,9 +20,10 @@ import msgpack
 import numpy as np
 import posix_ipc
 
-from . import service_kernels as SK
-from . import shm, wheel_core
-from .errors import LayoutError
+from . import slots as SK
+from . import shm
+from ..wheel import core as wheel_core
+from ..errors import LayoutError
 from .ring import Ring, ring_words
 
 MAGIC = 0x5348575356433031  # "SHWSVC01"

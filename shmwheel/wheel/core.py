@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import wheel_kernels as K
-from .errors import Full, LayoutError
+from . import kernels as K
+from ..errors import Full, LayoutError
 
 MAGIC = 0x53484D5748454C31  # "SHMWHEL1"
 LAYOUT_VERSION = 1

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import posix_ipc
 
-from .errors import LayoutError
+from ..errors import LayoutError
 
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
 PREFIX = "shmwheel."

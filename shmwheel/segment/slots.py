@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import wheel_kernels as K
-from .wheel_kernels import F_DEADLINE, F_GS, H_CAPACITY, H_NOW, H_PENDING, H_SENTINELS, H_TICK
+from ..wheel import kernels as K
+from ..wheel.kernels import F_DEADLINE, F_GS, H_CAPACITY, H_NOW, H_PENDING, H_SENTINELS, H_TICK
 
 RESERVED = 3
 SUBMITTED = 4

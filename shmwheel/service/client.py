@@ -22,13 +22,13 @@ from typing import Any, overload
 import numpy as np
 import posix_ipc
 
-from . import payload as P
-from . import ring as RG
-from . import service_kernels as SK
-from . import service_layout as L
-from . import wheel_kernels as K
-from .errors import Full, ShmwheelError
-from .service_layout import INLINE_MAX
+from ..segment import payload as P
+from ..segment import ring as RG
+from ..segment import slots as SK
+from ..segment import layout as L
+from ..wheel import kernels as K
+from ..errors import Full, ShmwheelError
+from ..segment.layout import INLINE_MAX
 from .stats import read_stats
 
 RING_WAIT_S = 2.0  # how long a full ring may block a producer before Full is raised

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import psutil
 
-from . import service_layout as L
-from . import wheel_kernels as K
+from ..segment import layout as L
+from ..wheel import kernels as K
 
 
 def percentile_ms(hist: np.ndarray, q: float) -> float:

@@ -7,7 +7,7 @@ outcome, seq, lateness), and after a batch advance the dispatch ring's tail. A r
 executor on the same rings therefore knows exactly what its predecessor did: results up
 to the last published seq are done, the ``started`` record (if unreported) crashed with
 it, and the rest are still to run — no task runs twice.
-Started by the supervisor through ``shmwheel.process_main``.
+Started by the supervisor through ``shmwheel.service.main``.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from . import fire_context as C
-from . import payload as P
-from . import service_kernels as SK
-from . import service_layout as L
-from . import wheel_kernels as K
-from .service_process import ServiceProcess
+from . import context as C
+from ..segment import payload as P
+from ..segment import slots as SK
+from ..segment import layout as L
+from ..wheel import kernels as K
+from .process import ServiceProcess
 
 BATCH = 256
 _NIL_META = 1 << 16  # flags 0, class 0, length 1: the inline msgpack nil (a None payload)

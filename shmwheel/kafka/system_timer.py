@@ -16,9 +16,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from .errors import ShmwheelError
+from ..errors import ShmwheelError
 from .timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
-from .wheel_core import warm_up
+from ..wheel.core import warm_up
 
 log = logging.getLogger("shmwheel.timer")
 

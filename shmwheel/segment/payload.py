@@ -9,8 +9,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from . import service_kernels as SK
-from .service_layout import INLINE_MAX, MAX_PAYLOAD, ServiceMemory
+from . import slots as SK
+from .layout import INLINE_MAX, MAX_PAYLOAD, ServiceMemory
 
 NIL_INLINE = 0xC0  # msgpack nil, the encoding of a None payload
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .wheel_core import DEFAULT_RANGE, WheelCore
+from ..wheel.core import DEFAULT_RANGE, WheelCore
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable

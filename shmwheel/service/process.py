@@ -16,7 +16,7 @@ import time
 
 import posix_ipc
 
-from . import service_layout as L
+from ..segment import layout as L
 
 LIVENESS_S = 0.05  # how often a process checks that its supervisor is alive
 

@@ -3,7 +3,7 @@ slots into the wheel; reclaims the rings of closed or dead clients.
 
 A ring's tail is advanced only after its records are linked, so a coordinator killed at
 any moment re-reads them on restart, and ``link_submitted`` skips what is already linked.
-Started by the supervisor through ``shmwheel.process_main``.
+Started by the supervisor through ``shmwheel.service.main``.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import os
 
 import numpy as np
 
-from . import service_kernels as SK
-from . import service_layout as L
-from . import shm
-from .service_process import ServiceProcess
-from .wheel_core import warm_up
+from ..segment import slots as SK
+from ..segment import layout as L
+from ..segment import shm
+from .process import ServiceProcess
+from ..wheel.core import warm_up
 
 BATCH = 8192
 IDLE_WAIT_S = 0.005

@@ -8,7 +8,7 @@ is always in exactly one place — the reaper's hands, a dispatch ring, an execu
 ``started`` word, or a result ring — and each hand-over writes the next place before
 clearing the previous one. On start the reaper dispatches the DUE slots found in none
 of those places (they were in a dead reaper's hands, so they never ran).
-Started by the supervisor through ``shmwheel.process_main``.
+Started by the supervisor through ``shmwheel.service.main``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import time
 
 import numpy as np
 
-from . import service_kernels as SK
-from . import service_layout as L
-from . import wheel_kernels as K
-from .ring import Ring
-from .service_process import ServiceProcess
-from .wheel_core import warm_up
+from ..segment import slots as SK
+from ..segment import layout as L
+from ..wheel import kernels as K
+from ..segment.ring import Ring
+from .process import ServiceProcess
+from ..wheel.core import warm_up
 
 BATCH = 16384
 CASCADE_BUDGET = 1024  # entries per pre-cascade step: ~0.1 ms of lock time

@@ -1,7 +1,7 @@
 """Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
 of coordinator, reaper, executor. The supervisor runs it through ``python -c`` after
 ignoring SIGINT (so a Ctrl-C never kills a process that is still importing); by hand,
-``python -m shmwheel.process_main ROLE SERVICE [INDEX]``."""
+``python -m shmwheel.service.main ROLE SERVICE [INDEX]``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] not in ("coordinator", "reaper", "executor"):
-        raise SystemExit("usage: python -m shmwheel.process_main "
+        raise SystemExit("usage: python -m shmwheel.service.main "
                          "{coordinator|reaper|executor} SERVICE [INDEX]")
     role, service = argv[1], argv[2]
     index = int(argv[3]) if len(argv) > 3 else 0

@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import service_layout as L
-from . import shm
+from ..segment import layout as L
+from ..segment import shm
 from .client import Client, connect, now_ms
-from .errors import ShmwheelError
+from ..errors import ShmwheelError
 from .executor import resolve
 from .stats import read_stats
 
@@ -179,7 +179,7 @@ class TimerService:
         # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
         # program must not kill a service process that is still starting
         argv = [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, "
-                "signal.SIG_IGN); import sys; from shmwheel.process_main import main; "
+                "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
                 "main(sys.argv)"]
         if role.startswith("exec"):
             argv += ["executor", self.name, role[4:]]
