@@ -1,0 +1,76 @@
+/* atomics.h: every cross-process memory access of shmwheel that is not protected by the
+ * segment lock goes through one of these, so the memory-ordering argument is made once,
+ * here, and each call site names which guarantee it relies on.
+ *
+ * Ground rules (who may touch what, and how):
+ *
+ *  - Words written under the segment lock (bucket links, bitmaps, H_NOW, H_FREE,
+ *    H_PENDING, the arena free stacks) are plain loads and stores: flock() is a system
+ *    call, and taking and dropping it orders everything inside it for the next holder.
+ *
+ *  - A slot's state word (F_GS) is written by several processes without the lock (a
+ *    client's cancel, the reaper's fire, the coordinator's link), so it is only ever
+ *    accessed with these atomics. A CAS that wins is acq_rel: acquire, so the winner sees
+ *    what the previous owner wrote before it released the state (the record, the
+ *    deadline); release, so the next owner sees what the winner wrote before its CAS.
+ *
+ *  - A ring's head is written only by its producer, its tail only by its consumer. The
+ *    producer writes a record with plain stores, then publishes with a release store of
+ *    head; the consumer loads head with acquire, so every record below it is visible
+ *    (C11: the release store synchronizes-with the acquire load that reads it). The
+ *    consumer reads the records it consumes, then stores tail with release; the producer
+ *    loads tail with acquire before overwriting a slot, so it never overwrites a record
+ *    the consumer is still reading. This is correct by the C11 model, not only by x86's
+ *    store order.
+ *
+ *  - Counters have one writer per word (relaxed stores); readers sum them with relaxed
+ *    loads: a snapshot, never a synchronization point.
+ *
+ *  - Sleep flags (a consumer announcing it is about to sleep) are stored seq_cst by the
+ *    sleeper and read after a seq_cst fence by the waker (Dekker's pattern). Every sleep is
+ *    bounded anyway, so a missed wake-up costs at most one timeout, never a hang.
+ */
+#ifndef SHMWHEEL_ATOMICS_H
+#define SHMWHEEL_ATOMICS_H
+
+#include "contract.h"
+
+/* the state word of node `node` */
+static inline i64 *gs_word(i64 *mem, i64 node) {
+    return &mem[mem[H_OFF_NODES] + node * NODE_WORDS + F_GS];
+}
+
+static inline i64 gs_load(const i64 *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+
+/* Publish a state the caller exclusively owns (RESERVED -> SUBMITTED by its client, or a
+ * transition made under the lock on a slot no lock-free writer can touch): release, so
+ * the record written before it is visible to whoever acquires the state. */
+static inline void gs_store(i64 *w, i64 v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+
+/* Compare-and-swap the state word from `expect` to `want`; true iff this caller won. */
+static inline int gs_cas(i64 *w, i64 expect, i64 want) {
+    return __atomic_compare_exchange_n(w, &expect, want, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
+
+static inline i64 ring_load_acquire(const i64 *w) {
+    return __atomic_load_n(w, __ATOMIC_ACQUIRE);
+}
+static inline void ring_store_release(i64 *w, i64 v) {
+    __atomic_store_n(w, v, __ATOMIC_RELEASE);
+}
+
+static inline i64 relaxed_load(const i64 *w) { return __atomic_load_n(w, __ATOMIC_RELAXED); }
+static inline void relaxed_store(i64 *w, i64 v) { __atomic_store_n(w, v, __ATOMIC_RELAXED); }
+/* a single-writer counter: load and store, no read-modify-write needed */
+static inline void counter_add(i64 *w, i64 n) {
+    __atomic_store_n(w, __atomic_load_n(w, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+/* the waker's side of the sleep-flag handshake */
+static inline i64 sleep_flag_after_publish(const i64 *flag) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return __atomic_load_n(flag, __ATOMIC_RELAXED);
+}
+
+#endif

@@ -1,0 +1,168 @@
+/* contract.h: the one definition of every shared-memory encoding shmwheel uses.
+ *
+ * Everything that reads or writes the wheel array, the side table, the payload arena or a
+ * ring takes its word indices, shifts and masks from here: the C core directly, Python
+ * through the constants the extension exports (shmwheel/segment/contract.py re-exports
+ * them with accessor functions). Nobody re-derives a shift or a mask.
+ *
+ * All words are int64 in host byte order (x86-64 / aarch64 little-endian).
+ */
+#ifndef SHMWHEEL_CONTRACT_H
+#define SHMWHEEL_CONTRACT_H
+
+#include <stdint.h>
+
+typedef int64_t i64;
+typedef uint64_t u64;
+
+/* ---- the wheel array: header words ------------------------------------------------- */
+#define H_MAGIC 0
+#define H_VERSION 1
+#define H_CAPACITY 2      /* entry slots */
+#define H_LEVELS 3
+#define H_WHEEL 4         /* Kafka's wheel_size W */
+#define H_SLOTS 5         /* buckets stored per level: 2 W (room to pre-cascade) */
+#define H_WORDS 6         /* 64-bit bitmap words per level */
+#define H_TICK 7
+#define H_NOW 8           /* the wheel's clock; written under the segment lock only */
+#define H_FREE 9          /* top of the free-slot stack, -1 when empty */
+#define H_PENDING 10      /* entries linked in buckets (PENDING or CANCELLED, not retired) */
+#define H_OFF_TICKS 11
+#define H_OFF_BEXP 12
+#define H_OFF_BITS 13
+#define H_OFF_NODES 14
+#define H_TOTAL 15
+#define H_SENTINELS 16    /* B = levels * slots: nodes [0, B) are bucket sentinels */
+#define WHEEL_HEADER_WORDS 32
+
+#define WHEEL_MAGIC 0x53484D5748454C32LL /* "SHMWHEL2" */
+#define WHEEL_LAYOUT_VERSION 2
+
+/* ---- a node: one 32-byte record; entry slot s is node B + s -------------------------- */
+#define NODE_WORDS 4
+#define F_NEXT 0          /* bucket list, or the free stack; -1 when in neither */
+#define F_PREV 1          /* bucket list; -1 iff the node is not linked in a bucket */
+#define F_DEADLINE 2      /* exact deadline (time units of the wheel) */
+#define F_GS 3            /* the state word: generation << 32 | state (see below) */
+
+/* The state word. Its low byte is the slot's state, bits 32..62 its generation. It is
+ * the one word of a slot that several processes write concurrently, so every access to
+ * it is atomic (gs_load / gs_cas in atomics.h); the transitions are drawn in slots.h. */
+#define GS_STATE_MASK 0xFFLL
+#define GS_GEN_SHIFT 32
+#define GS_GEN_MASK 0x7FFFFFFFLL
+#define GS_MAKE(gen, state) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(state))
+#define GS_STATE(gs) ((gs) & GS_STATE_MASK)
+#define GS_GEN(gs) (((gs) >> GS_GEN_SHIFT) & GS_GEN_MASK)
+
+/* Slot states */
+#define ST_FREE 0         /* on the free stack */
+#define ST_PENDING 1      /* linked in a bucket, waiting for its deadline */
+#define ST_FIRING 2       /* won by the reaper: unlinked, dispatched or running */
+#define ST_RESERVED 3     /* in one client's cache: that client alone may write it */
+#define ST_SUBMITTED 4    /* written and published on its client's ring, not yet linked */
+#define ST_CANCELLED 5    /* won by a cancel: the task never runs; retired soon after */
+#define ST_STOPPING 6     /* a run in flight was cancelled: no further runs */
+#define ST_COUNT 7
+
+/* A handle names one use of a slot: generation << 32 | slot. Freeing a slot bumps its
+ * generation, so a stale handle never matches a reused slot. Handles are >= 0. */
+#define HANDLE_SLOT_MASK 0xFFFFFFFFLL
+#define HANDLE_MAKE(gen, slot) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(slot))
+#define HANDLE_SLOT(h) ((h) & HANDLE_SLOT_MASK)
+#define HANDLE_GEN(h) (((h) >> GS_GEN_SHIFT) & GS_GEN_MASK)
+
+/* Results of the wheel's insert besides a handle (>= 0) */
+#define INS_ALREADY_DUE (-1)
+#define INS_OUT_OF_RANGE (-2)
+#define INS_NO_SLOT (-3)
+
+#define NO_TIME INT64_MIN
+#define NEVER INT64_MAX
+
+/* ---- the side table: 2 words per slot (task, payload, owner) ------------------------- */
+#define SIDE_WORDS 2
+#define S_META 0
+#define S_PAYLOAD 1       /* up to 8 inline msgpack bytes, or an arena block index */
+
+/* meta = task | flags << 16 | arena class << 24 | payload length << 32 | ring << 48 */
+#define META_TASK_SHIFT 0
+#define META_TASK_MASK 0xFFFFLL
+#define META_FLAGS_SHIFT 16
+#define META_FLAGS_MASK 0xFFLL
+#define META_CLASS_SHIFT 24
+#define META_CLASS_MASK 0xFFLL
+#define META_LEN_SHIFT 32
+#define META_LEN_MASK 0xFFFFLL
+#define META_RING_SHIFT 48
+#define META_RING_MASK 0xFFFFLL
+#define META_FIELD(m, F) (((m) >> META_##F##_SHIFT) & META_##F##_MASK)
+#define META_MAKE(task, flags, cls, len, ring)                              \
+    ((((i64)(task) & META_TASK_MASK) << META_TASK_SHIFT) |                  \
+     (((i64)(flags) & META_FLAGS_MASK) << META_FLAGS_SHIFT) |               \
+     (((i64)(cls) & META_CLASS_MASK) << META_CLASS_SHIFT) |                 \
+     (((i64)(len) & META_LEN_MASK) << META_LEN_SHIFT) |                     \
+     (((i64)(ring) & META_RING_MASK) << META_RING_SHIFT))
+
+#define FLAG_KEY 1        /* the blob is msgpack [key, payload] */
+#define FLAG_ARENA 2      /* the payload lives in an arena block */
+#define FLAG_REPEAT 8     /* the arena block starts with (period, runs): REPEAT_HEADER */
+#define REPEAT_HEADER 16  /* bytes before a repeating timer's payload in its block */
+#define INLINE_MAX 8      /* bytes of msgpack stored in the payload word itself */
+#define NIL_INLINE 0xC0   /* msgpack nil: the payload word of a None payload */
+
+/* ---- the payload arena: 4 size classes, each a block table and a free stack ---------- */
+#define ARENA_CLASSES 4
+#define ARENA_CLASS_BYTES(c) (64LL << (2 * (c)))   /* 64, 256, 1024, 4096 */
+#define MAX_PAYLOAD ARENA_CLASS_BYTES(ARENA_CLASSES - 1)
+#define A_CLASS_WORDS 8   /* header words per class, at the arena's start */
+#define A_NBLOCKS 0
+#define A_FREE 1          /* top of the class's free stack, -1 when empty */
+#define A_OFF_NEXT 2      /* word offset (in the arena) of the class's next-free table */
+#define A_OFF_OWNER 3     /* word offset of the owner table: 0 free, slot + 1, or
+                             -(ring + 1) for a block in that client's cache */
+#define A_DATA 4          /* word offset of the class's blocks in the arena data */
+#define A_BLOCK_WORDS 5
+#define OWNER_FREE 0
+#define OWNER_SLOT(s) ((i64)(s) + 1)
+#define OWNER_RING(r) (-(i64)(r) - 1)
+
+/* ---- rings: single producer, single consumer ----------------------------------------- */
+#define RING_HEAD 0       /* records ever published: the producer's word */
+#define RING_TAIL 8       /* records ever consumed: the consumer's word (own cache line) */
+#define RING_HEADER_WORDS 16
+/* producer ring: (handle, handle ^ CHECK_SUBMIT) schedules, (handle, handle ^
+ * CHECK_CANCEL) asks the coordinator to retire a slot a cancel won */
+#define PRODUCER_RECORD 2
+#define CHECK_SUBMIT 0x5A17C0DE3A11F00DLL
+#define CHECK_CANCEL 0x2C4BCE1D0F5EA5EDLL
+/* dispatch ring (reaper -> executor): handle, fired_ns */
+#define DISPATCH_RECORD 2
+/* result ring (executor -> reaper): handle, outcome, dispatch seq, lateness_us */
+#define RESULT_RECORD 4
+
+#define OUTCOME_OK 1
+#define OUTCOME_ERROR 2
+#define OUTCOME_CRASHED 3
+
+/* ---- per-writer counter rows (COUNTER_WORDS words; every word has one writer) -------- */
+#define COUNTER_WORDS 16
+#define C_SCHEDULED 0
+#define C_FIRED 1
+#define C_CANCELLED 2     /* cancels won (counted by the cancelling client) */
+#define C_COMPLETED 3
+#define C_ERRORS 4
+#define C_CRASHED 5
+#define C_GARBAGE 6
+#define C_STALE 7
+#define C_REARMED 8
+#define C_EARLY 9
+#define C_LINKED 10
+#define C_FREED 11
+#define C_RETIRED 12      /* cancelled slots unlinked and freed */
+
+/* ---- lateness histogram: bucket 0 is < 1 us; i >= 1 covers [2^((i-1)/8), 2^(i/8)) us -- */
+#define HIST_BUCKETS 256
+#define HIST_PER_OCTAVE 8
+
+#endif

@@ -1,0 +1,64 @@
+/* module.c: shmwheel._native, the native core. It gathers the method tables and types
+ * of the other files and exports every constant of contract.h, so that Python takes the
+ * encodings from the one definition (shmwheel/segment/contract.py re-exports them). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "contract.h"
+
+extern PyMethodDef shmwheel_wheel_methods[];
+extern PyMethodDef shmwheel_slot_methods[];
+int shmwheel_add_types(PyObject *m);
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "shmwheel._native",
+    "shmwheel's native core: the timing wheel, the slot state machine and the hot paths "
+    "(see shmwheel/native/*.c). Private: use the shmwheel package.",
+    -1, NULL,
+};
+
+#define EXPORT(name) \
+    if (PyModule_AddObject(m, #name, PyLong_FromLongLong((long long)(name))) < 0) goto fail
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&native_module);
+    if (!m) return NULL;
+    if (PyModule_AddFunctions(m, shmwheel_wheel_methods) < 0) goto fail;
+    if (PyModule_AddFunctions(m, shmwheel_slot_methods) < 0) goto fail;
+    if (shmwheel_add_types(m) < 0) goto fail;
+    EXPORT(H_MAGIC); EXPORT(H_VERSION); EXPORT(H_CAPACITY); EXPORT(H_LEVELS);
+    EXPORT(H_WHEEL); EXPORT(H_SLOTS); EXPORT(H_WORDS); EXPORT(H_TICK); EXPORT(H_NOW);
+    EXPORT(H_FREE); EXPORT(H_PENDING); EXPORT(H_OFF_TICKS); EXPORT(H_OFF_BEXP);
+    EXPORT(H_OFF_BITS); EXPORT(H_OFF_NODES); EXPORT(H_TOTAL); EXPORT(H_SENTINELS);
+    EXPORT(WHEEL_HEADER_WORDS); EXPORT(WHEEL_MAGIC); EXPORT(WHEEL_LAYOUT_VERSION);
+    EXPORT(NODE_WORDS); EXPORT(F_NEXT); EXPORT(F_PREV); EXPORT(F_DEADLINE); EXPORT(F_GS);
+    EXPORT(GS_STATE_MASK); EXPORT(GS_GEN_SHIFT); EXPORT(GS_GEN_MASK);
+    EXPORT(ST_FREE); EXPORT(ST_PENDING); EXPORT(ST_FIRING); EXPORT(ST_RESERVED);
+    EXPORT(ST_SUBMITTED); EXPORT(ST_CANCELLED); EXPORT(ST_STOPPING); EXPORT(ST_COUNT);
+    EXPORT(HANDLE_SLOT_MASK);
+    EXPORT(INS_ALREADY_DUE); EXPORT(INS_OUT_OF_RANGE); EXPORT(INS_NO_SLOT);
+    EXPORT(NO_TIME); EXPORT(NEVER);
+    EXPORT(SIDE_WORDS); EXPORT(S_META); EXPORT(S_PAYLOAD);
+    EXPORT(META_TASK_SHIFT); EXPORT(META_TASK_MASK); EXPORT(META_FLAGS_SHIFT);
+    EXPORT(META_FLAGS_MASK); EXPORT(META_CLASS_SHIFT); EXPORT(META_CLASS_MASK);
+    EXPORT(META_LEN_SHIFT); EXPORT(META_LEN_MASK); EXPORT(META_RING_SHIFT);
+    EXPORT(META_RING_MASK);
+    EXPORT(FLAG_KEY); EXPORT(FLAG_ARENA); EXPORT(FLAG_REPEAT); EXPORT(REPEAT_HEADER);
+    EXPORT(INLINE_MAX); EXPORT(NIL_INLINE);
+    EXPORT(ARENA_CLASSES); EXPORT(MAX_PAYLOAD); EXPORT(A_CLASS_WORDS); EXPORT(A_NBLOCKS);
+    EXPORT(A_FREE); EXPORT(A_OFF_NEXT); EXPORT(A_OFF_OWNER); EXPORT(A_DATA);
+    EXPORT(A_BLOCK_WORDS);
+    EXPORT(RING_HEAD); EXPORT(RING_TAIL); EXPORT(RING_HEADER_WORDS);
+    EXPORT(PRODUCER_RECORD); EXPORT(CHECK_SUBMIT); EXPORT(CHECK_CANCEL);
+    EXPORT(DISPATCH_RECORD); EXPORT(RESULT_RECORD);
+    EXPORT(OUTCOME_OK); EXPORT(OUTCOME_ERROR); EXPORT(OUTCOME_CRASHED);
+    EXPORT(COUNTER_WORDS); EXPORT(C_SCHEDULED); EXPORT(C_FIRED); EXPORT(C_CANCELLED);
+    EXPORT(C_COMPLETED); EXPORT(C_ERRORS); EXPORT(C_CRASHED); EXPORT(C_GARBAGE);
+    EXPORT(C_STALE); EXPORT(C_REARMED); EXPORT(C_EARLY); EXPORT(C_LINKED); EXPORT(C_FREED);
+    EXPORT(C_RETIRED);
+    EXPORT(HIST_BUCKETS); EXPORT(HIST_PER_OCTAVE);
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
