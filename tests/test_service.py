@@ -23,7 +23,8 @@ from shmwheel import Full, LayoutError, ShmwheelError, TimerService
 from shmwheel.segment import shm
 from shmwheel.service import client as client_mod
 from shmwheel.segment import layout as L
-from shmwheel.segment import slots as SK
+from shmwheel.segment.verify import verify
+from shmwheel.segment import contract as C
 
 TASKS = {"record": "workers.tasks:append_line", "boom": "workers.tasks:fail"}
 
@@ -319,19 +320,21 @@ def test_garbage_in_rings_is_counted_and_skipped(service, tmp_path):
     with service.client() as c:
         c.schedule("record", {"path": str(log), "tag": "before"}, delay_ms=1)
         junk = rng.integers(-2**63, 2**63 - 1, size=(500, 2), dtype=np.int64)
-        junk[:10, 1] = junk[:10, 0] ^ int(SK.CHECK_KEY)  # pass the check
-        assert c._producer.push_records(junk) == 500
+        junk[:10, 1] = junk[:10, 0] ^ C.CHECK_SUBMIT  # pass the check
+        junk[10:20, 1] = junk[10:20, 0] ^ C.CHECK_CANCEL
         mem = c._mem
+        producer = mem.producer[c.ring]
+        assert producer.push(junk) == 500
         for ring in mem.dispatch:
-            ring.push_records(rng.integers(0, 2**40, size=(50, 2), dtype=np.int64))
+            ring.push(rng.integers(0, 2**40, size=(50, 2), dtype=np.int64))
         for ring in mem.results:
-            ring.push_records(rng.integers(-2**62, 2**62, size=(50, 4), dtype=np.int64))
+            ring.push(rng.integers(-2**62, 2**62, size=(50, 4), dtype=np.int64))
         mem.ring_bell("coordinator")
         wait_for(lambda: service.stats()["ring_garbage"] >= 600, what="garbage counted")
-        ring = c._producer.words
-        ring[0] = ring[8] + 10**12  # a head far beyond anything published
+        ring = producer.words
+        ring[C.RING_HEAD] = ring[C.RING_TAIL] + 10**12  # a head far beyond anything published
         wait_for(lambda: service.stats()["ring_garbage"] >= 601, what="corrupt head counted")
-        assert not c._producer.pending(), "the coordinator skipped to the corrupt head"
+        assert not producer.pending(), "the coordinator skipped to the corrupt head"
         c.schedule("record", {"path": str(log), "tag": "after"}, delay_ms=1)
         wait_for(lambda: service.stats()["completed"] == 2, what="runs after the garbage")
     st = service.stats()
@@ -346,22 +349,21 @@ def test_lock_holder_killed_mid_update_is_repaired(service, tmp_path):
         for i, tag in enumerate(tags):
             c.schedule("record", {"path": str(log), "tag": tag}, delay_ms=200 + i)
         wait_for(lambda: service.stats()["pending"] == 300 and
-                 not service.mem.producer[c._ring].pending(), what="all linked")
+                 not service.mem.producer[c.ring].pending(), what="all linked")
         code = textwrap.dedent(f"""
             import os, signal
             import numpy as np
-            from shmwheel.segment import layout as L; from shmwheel.wheel import kernels as K
+            from shmwheel.segment import layout as L, contract as C
             mem = L.ServiceMemory.attach({service.name!r})
             with mem.locked():
                 w = mem.wheel  # half-done update: bitmaps and bucket heads scrambled
-                w[w[K.H_OFF_BITS]: w[K.H_OFF_NODES]] = 0
-                w[w[K.H_OFF_NODES]: w[K.H_OFF_NODES] + 64] = 12345
+                w[w[C.H_OFF_BITS]: w[C.H_OFF_NODES]] = 0
+                w[w[C.H_OFF_NODES]: w[C.H_OFF_NODES] + 64] = 12345
                 os.kill(os.getpid(), signal.SIGKILL)
         """)
         subprocess.run([sys.executable, "-c", code], timeout=60)
-        core = shmwheel.WheelCore.attach(service.mem.wheel)
         with service.mem.locked():  # the next holder repairs
-            core.verify()
+            verify(service.mem)
         assert service.stats()["repairs"] == 1
         wait_for(lambda: service.stats()["completed"] == 300, what="every run after repair")
     assert_once_never_early(read_log(log), tags)
@@ -524,7 +526,7 @@ def test_layout_mismatch_is_a_clear_error():
 
 def test_architecture_check(monkeypatch):
     monkeypatch.setattr(L.platform, "machine", lambda: "aarch64")
-    with pytest.raises(RuntimeError, match="TSO"):
+    with pytest.raises(RuntimeError, match="only been tested on x86-64"):
         L.check_architecture()
 
 
@@ -562,13 +564,13 @@ def test_client_killed_mid_write_leaves_no_half_record():
     with TimerService(tasks=TASKS, capacity=64, executors=1) as svc:
         code = textwrap.dedent(f"""
             import os, shmwheel
-            from shmwheel.segment import slots as SK; from shmwheel.wheel import kernels as K
+            from shmwheel.segment import contract as C
             c = shmwheel.connect({svc.name!r})
-            h = int(c._take(3)[0])  # three slots reserved, one half-written
-            slot = h & 0xFFFFFFFF
-            c._mem.side[slot * SK.SIDE_WORDS] = 12345  # a torn side record
-            c._mem.wheel[c._mem.nodes_off + slot * K.NODE_WORDS + K.F_GS] = \\
-                (h >> 32) << 32 | SK.SUBMITTED       # marked submitted, never published
+            h = c._take(); c._take(); c._take()  # three slots reserved, one half-written
+            slot = C.handle_slot(h)
+            c._mem.side[slot * C.SIDE_WORDS + C.S_META] = 12345  # a torn side record
+            c._mem.nodes()[slot, C.F_GS] = C.gs_make(C.handle_gen(h), C.ST_SUBMITTED)
+            # marked submitted, never published
             os._exit(0)
         """)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -587,7 +589,7 @@ def test_tasks_of_one_script_share_its_globals(tmp_path):
     script.write_text("seen = []\n"
                       "def add(p):\n    seen.append(p)\n"
                       "def count(p):\n    return len(seen)\n")
-    from shmwheel.service.executor import resolve
+    from shmwheel.service.tasks import resolve
     add, count = resolve(f"{script}:add"), resolve(f"{script}:count")
     add(1)
     add(2)

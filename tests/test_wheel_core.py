@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmwheel import Full, LayoutError, WheelCore
-from shmwheel.wheel import kernels as K
-from shmwheel.wheel.core import WheelGeometry, layout, words_needed
+from shmwheel.segment import contract as C
+from shmwheel.wheel.core import WheelGeometry, wheel_layout, words_needed
 
 
 def ceil_to(x, t):
@@ -20,25 +20,25 @@ def test_insert_advance_cancel_roundtrip():
     assert c.size == 3
     c.verify()
     assert list(c.advance(4)) == []
-    assert list(c.advance(5)) == [a & K.SLOT_MASK]
+    assert list(c.advance(5)) == [C.handle_slot(a)]
     assert c.cancel(b) and not c.cancel(b)
     assert not c.cancel(a), "a fired handle must not cancel"
     assert list(c.advance(99_999)) == []
-    assert list(c.advance(100_000)) == [far & K.SLOT_MASK]
+    assert list(c.advance(100_000)) == [C.handle_slot(far)]
     assert c.size == 0
     c.verify()
 
 
 def test_already_due_is_not_inserted_and_range_is_enforced():
     c = WheelCore(1, 4, 1000, 4, max_range=1000)
-    assert c.insert(1000) == K.ALREADY_DUE and c.insert(3) == K.ALREADY_DUE
+    assert c.insert(1000) == C.INS_ALREADY_DUE and c.insert(3) == C.INS_ALREADY_DUE
     assert c.size == 0
     limit = c.max_deadline()
     assert c.insert(limit - 1) >= 0
     with pytest.raises(ValueError, match="beyond the wheel's range"):
         c.insert(limit)
     codes = c.insert_many(np.array([limit, 999, 1001]))
-    assert codes[0] == K.OUT_OF_RANGE and codes[1] == K.ALREADY_DUE and codes[2] >= 0
+    assert codes[0] == C.INS_OUT_OF_RANGE and codes[1] == C.INS_ALREADY_DUE and codes[2] >= 0
 
 
 def test_stale_handle_never_touches_a_reused_slot():
@@ -46,7 +46,7 @@ def test_stale_handle_never_touches_a_reused_slot():
     h1 = c.insert(10)
     assert c.cancel(h1)
     h2 = c.insert(20)
-    assert h1 & K.SLOT_MASK == h2 & K.SLOT_MASK and h1 != h2
+    assert C.handle_slot(h1) == C.handle_slot(h2) and h1 != h2
     assert not c.cancel(h1)
     assert c.is_pending(h2) and c.size == 1
     assert not c.cancel(-5) and not c.cancel((1 << 32) | 7)
@@ -58,7 +58,7 @@ def test_fixed_capacity_raises_full_and_cancel_frees_at_once():
     with pytest.raises(Full, match="larger capacity"):
         c.insert(50)
     codes = c.insert_many(np.array([60, 61]))
-    assert list(codes) == [K.NO_SLOT, K.NO_SLOT]
+    assert list(codes) == [C.INS_NO_SLOT, C.INS_NO_SLOT]
     assert c.cancel(hs[1])
     assert c.insert(50) >= 0
 
@@ -78,7 +78,7 @@ def test_never_early_with_coarse_tick():
     c = WheelCore(10, 8, 0, 4)
     h = c.insert(105)
     assert list(c.advance(109)) == []
-    assert list(c.advance(110)) == [h & K.SLOT_MASK]
+    assert list(c.advance(110)) == [C.handle_slot(h)]
 
 
 def test_batch_matches_single_operations():
@@ -127,7 +127,7 @@ def test_two_storages_one_algorithm():
         core.cascade_step(50)
         rng = np.random.default_rng(3)
     assert (shared.mem == local.mem).all()
-    assert layout(g)["total"] == len(mem)
+    assert wheel_layout(g)["total"] == len(mem)
 
 
 def test_attach_refuses_a_foreign_or_newer_layout():
@@ -136,7 +136,7 @@ def test_attach_refuses_a_foreign_or_newer_layout():
     with pytest.raises(LayoutError, match="magic"):
         WheelCore.attach(mem)
     WheelCore.format(mem, g, 0)
-    mem[K.H_VERSION] = 99
+    mem[C.H_VERSION] = 99
     with pytest.raises(LayoutError, match="version 99"):
         WheelCore.attach(mem)
     WheelCore.format(mem, g, 0)
@@ -160,6 +160,34 @@ def test_advance_resumes_when_out_fills():
         got += list(out)
     got += list(out[:n])
     assert sorted(got) == list(range(10)) and c.size == 0
+
+
+def test_cancelled_linked_node_is_retired_not_fired():
+    """A node a lock-free cancel won (the service CASes its state word PENDING ->
+    CANCELLED and leaves it linked) is retired by the wheel when it walks the bucket:
+    freed, never emitted; the invariants hold before and after."""
+    c = WheelCore(1, 4, 0, 8, growable=False)
+    keep, gone, far = c.insert(3), c.insert(3), c.insert(30)
+    gs = c.entries()[:, C.F_GS]  # a view: simulate the other process's CAS by hand
+    for h in (gone, far):
+        s = C.handle_slot(h)
+        assert C.gs_state(int(gs[s])) == C.ST_PENDING
+        gs[s] = C.gs_make(C.handle_gen(h), C.ST_CANCELLED)
+    assert c.size == 3
+    c.verify()  # a CANCELLED node may be linked
+    assert c.cascade_step(100) == 1, "far's level-2 bucket is eligible: retired, not moved"
+    assert c.size == 2
+    c.verify()
+    assert list(c.advance(3, release=False)) == [C.handle_slot(keep)]
+    assert c.size == 0
+    c.verify()
+    for h in (gone, far):
+        s = C.handle_slot(h)
+        assert C.gs_state(int(gs[s])) == C.ST_FREE and C.gs_gen(int(gs[s])) == C.handle_gen(h) + 1
+        assert c.entries()[s, C.F_PREV] == -1 and not c.cancel(h)
+    assert c.release(np.array([C.handle_slot(keep)])) == 1
+    assert list(c.advance(100)) == []
+    c.verify()
 
 
 def test_release_false_keeps_slots_until_released():
@@ -202,7 +230,7 @@ def test_wheel_matches_heap_oracle(tick, wheel, start, program):
 
     def add(d, h):
         if d <= now:
-            assert h == K.ALREADY_DUE
+            assert h == C.INS_ALREADY_DUE
         else:
             assert h >= 0
             live[h] = d
@@ -232,7 +260,7 @@ def test_wheel_matches_heap_oracle(tick, wheel, start, program):
                 _, h = heapq.heappop(heap)
                 if h in live:
                     assert live[h] <= t, "oracle: never early"
-                    expect.append(h & K.SLOT_MASK)
+                    expect.append(C.handle_slot(h))
                     del live[h]
             assert fired == sorted(expect)
             c.release(np.array(fired, dtype=np.int64))
@@ -245,10 +273,10 @@ def test_wheel_matches_heap_oracle(tick, wheel, start, program):
 def _level_of(core, handle):
     """Which level an entry's bucket is on (tests only): walk back to its sentinel."""
     g = core.geometry
-    nodes = core.mem[int(core.mem[K.H_OFF_NODES]):].reshape(-1, K.NODE_WORDS)
-    node = g.sentinels + (handle & K.SLOT_MASK)
+    nodes = core.mem[int(core.mem[C.H_OFF_NODES]):].reshape(-1, C.NODE_WORDS)
+    node = g.sentinels + C.handle_slot(handle)
     while node >= g.sentinels:
-        node = int(nodes[node, K.F_PREV])
+        node = int(nodes[node, C.F_PREV])
     return node // g.slots, node % g.slots
 
 
@@ -259,12 +287,12 @@ def test_concepts_worked_example():
     assert _level_of(c, a) == (0, 3) and _level_of(c, b) == (1, 2) and _level_of(c, cc) == (2, 1)
     assert c.next_wakeup() == 0, "C's level-2 bucket is the next one: eligible now"
     assert c.cascade_step(100) == 1 and _level_of(c, cc) == (1, 7)
-    assert list(c.advance(3)) == [a & K.SLOT_MASK]
+    assert list(c.advance(3)) == [C.handle_slot(a)]
     c.advance(4)
     assert c.cascade_step(100) == 1 and _level_of(c, b) == (0, 1)
-    assert list(c.advance(9)) == [b & K.SLOT_MASK]
+    assert list(c.advance(9)) == [C.handle_slot(b)]
     c.advance(23)
     assert c.cascade_step(100) == 0 and _level_of(c, cc) == (1, 7)
     c.advance(24)
     assert c.cascade_step(100) == 1 and _level_of(c, cc) == (0, 30 % 8)
-    assert list(c.advance(29)) == [] and list(c.advance(30)) == [cc & K.SLOT_MASK]
+    assert list(c.advance(29)) == [] and list(c.advance(30)) == [C.handle_slot(cc)]

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import platform
+import sysconfig
 import statistics
 import sys
 import time
@@ -81,10 +82,6 @@ def workloads(producers: list[int] | None = None,
         Workload("timer_fire", "in-process fire->run (no-op)", W.timer_fire, "timer",
                  [("shmwheel SystemTimer", "asyncio call_later"),
                   ("shmwheel SystemTimer", "heapq+thread")]),
-        Workload("kernels", "wheel kernels: numba vs interpreted", W.kernel_choice, "kernel",
-                 [("insert_many: numba", "insert_many: interpreted"),
-                  ("cancel_many: numba", "cancel_many: interpreted"),
-                  ("cascade+advance: numba", "cascade+advance: interpreted")]),
     ]
 
 
@@ -102,8 +99,8 @@ def service_workloads(producers: list[int] | None = None,
     late = [(q, f"{q}: {S} service") for q in ("p50", "p99", "p99.9")]
     peers_late = ("heapq+thread", "asyncio call_at", "sched run()",
                   *rd(f"{R} ZSET + Lua claim"))
-    produce_goal = [("c. 2 producers, aggregate", f"{S} 2 producer processes", ">=", 1.5e6)] \
-        if 2 in ks else []
+    produce_goal = [("c. 2 producers / 1 producer", "ratio: 2 producers / 1 producer",
+                     ">=", 1.6)] if 1 in ks and 2 in ks else []
     return [
         Workload("svc_schedule_call", "schedule rate, per call", SW.svc_schedule_call,
                  "service",
@@ -111,8 +108,13 @@ def service_workloads(producers: list[int] | None = None,
                   (f"{S} Client.schedule", "asyncio call_later"),
                   (f"{S} Client.schedule", "sched enter"),
                   *rd((f"{S} Client.schedule", f"{R} ZADD"))],
-                 notes=rd(f"{R} timers (per call)"),
-                 goals=[("a. Client.schedule, 1 producer", f"{S} Client.schedule", ">=", 1e6)],
+                 notes=[f"{S} Client.schedule, 3-field dict payload",
+                        "ratio: Client.schedule / heapq+thread", *rd(f"{R} timers (per call)")],
+                 goals=[("a. Client.schedule, per call", f"{S} Client.schedule", ">=", 1.5e6),
+                        ("a. schedule / heapq+thread", "ratio: Client.schedule / heapq+thread",
+                         ">=", 2.0),
+                        ("a. schedule, 3-field dict payload",
+                         f"{S} Client.schedule, 3-field dict payload", ">=", 1e6)],
                  wid="W1"),
         Workload("svc_schedule_many", "schedule rate, batch", SW.svc_schedule_many, "service",
                  [(f"{S} Client.schedule_many", "heapq+thread schedule_many"),
@@ -131,8 +133,11 @@ def service_workloads(producers: list[int] | None = None,
                   (f"{S} Client.cancel_many", "sched cancel"),
                   *rd((f"{S} Client.cancel", f"{R} ZREM"),
                       (f"{S} Client.cancel_many", f"{R} ZREM pipelined"))],
-                 notes=rd(f"{R} timers (per call)", f"{R} timers (batch)"),
+                 notes=["ratio: Client.cancel / asyncio TimerHandle.cancel",
+                        *rd(f"{R} timers (per call)", f"{R} timers (batch)")],
                  goals=[("d. Client.cancel, per call", f"{S} Client.cancel", ">=", 2e6),
+                        ("d. cancel / asyncio", "ratio: Client.cancel / asyncio TimerHandle.cancel",
+                         ">=", 1.0),
                         ("d. Client.cancel_many", f"{S} Client.cancel_many", ">=", 2e6)],
                  wid="W2"),
         Workload("svc_memory", "bytes per pending timer", SW.svc_memory, "capacity",
@@ -170,7 +175,8 @@ def service_workloads(producers: list[int] | None = None,
                  [(f"{S} {k} producer processes", f"{peer} {k} threads{how}")
                   for k in ks for peer, how in (("heapq+thread", ""),
                                                 ("asyncio", " (call_soon_threadsafe)"))],
-                 notes=[f"{S} {k} producers, per producer (mean)" for k in ks],
+                 notes=[f"{S} {k} producers, per producer (mean)" for k in ks]
+                 + (["ratio: 2 producers / 1 producer"] if produce_goal else []),
                  goals=produce_goal, wid="W5"),
         Workload("svc_fire", "dispatch: fired->executed (no-op)", SW.svc_fire, "service",
                  [(f"{S} fired->executed", "ProcessPoolExecutor.submit"),
@@ -181,6 +187,15 @@ def service_workloads(producers: list[int] | None = None,
                  notes=[f"{S} executors"],
                  goals=[("g. fired->executed", f"{S} fired->executed", ">=", 1e6)],
                  wid="W6"),
+        Workload("svc_startup", "start-up: import and start()", SW.svc_startup, "service",
+                 [("import shmwheel", "import asyncio"),
+                  (f"{S} TimerService.start() (1M capacity)",
+                   "ProcessPoolExecutor start + one task per worker")],
+                 unit="ms", notes=[f"{S} TimerService.stop()"],
+                 goals=[("h. import shmwheel", "import shmwheel", "<=", 150),
+                        ("h. TimerService.start()", f"{S} TimerService.start() (1M capacity)",
+                         "<=", 2000)],
+                 wid="W8"),
         Workload("svc_scale", "scale: cost per op vs pending",
                  functools.partial(SW.svc_scale, levels=lv), "service",
                  [(f"{S} {op} @ {SW.level_label(x)}", f"heapq+thread {op} @ {SW.level_label(x)}")
@@ -206,11 +221,12 @@ def machine() -> dict:
                     break
     except OSError:
         pass
-    import numba
     import numpy
+    cc = sysconfig.get_config_var("CC") or "cc"
     return {"cores": len(os.sched_getaffinity(0)), "cpu": model,
             "python": platform.python_version(), "numpy": numpy.__version__,
-            "numba": numba.__version__, "loadavg_start": os.getloadavg()[0]}
+            "native": f"C extension built with {cc.split()[0]}",
+            "loadavg_start": os.getloadavg()[0]}
 
 
 LOWER_IS_BETTER = ("B", "us", "ms", "us/op")
@@ -259,9 +275,10 @@ def notes(selected: list[Workload]) -> str:
     for w in selected:
         med = w.median()
         for k in w.notes:
-            unit = "" if k.startswith(("early", "completed", "shmwheel executors",
+            unit = "" if k.startswith(("early", "completed", "shmwheel executors", "ratio",
                                        "redis timers")) else w.unit
-            value = f"{med[k]:,.0f}" if not unit else fmt(med[k], unit)
+            value = (f"{med[k]:.2f}x" if k.startswith("ratio") else
+                     f"{med[k]:,.0f}" if not unit else fmt(med[k], unit))
             lines.append(f"  {w.label}: {k} {value}")
     return "\n".join(["further figures (medians):", *lines]) if lines else ""
 
@@ -274,7 +291,7 @@ def goal_verdicts(selected: list[Workload]) -> list[dict]:
             v = med[key]
             met = v >= target if op == ">=" else v <= target
             out.append({"goal": what, "figure": key, "op": op, "target": target, "value": v,
-                        "unit": w.unit if not key.startswith("early") else "",
+                        "unit": w.unit if not key.startswith(("early", "ratio")) else "",
                         "met": bool(met)})
     return out
 
@@ -287,6 +304,8 @@ def goals_text(verdicts: list[dict]) -> str:
         def show(x: float, unit: str = g["unit"]) -> str:
             if unit == "B":
                 return f"{x:,.2f} B"  # the byte goals are tight: show the fraction
+            if g["figure"].startswith("ratio"):
+                return f"{x:.2f}x"
             return fmt(x, unit) if unit else f"{x:,.0f}"
 
         v, t = g["value"], g["target"]
@@ -410,12 +429,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown workloads {unknown}; choose from {names} or a group "
                      f"({', '.join(GROUPS)})")
         selected = [w for w in selected if w.key in wanted]
-    elif args.quick:  # the one workload that starts interpreters; name it to run it
-        selected = [w for w in selected if w.key != "kernels"]
 
     info = machine()
     print(f"shmwheel bench: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
-          f"numba {info['numba']}; load {info['loadavg_start']:.2f}", file=sys.stderr)
+          f"{info['native']}; load {info['loadavg_start']:.2f}", file=sys.stderr)
     note = f"note: {why}"
     print(note, file=sys.stderr)
     loads = [info["loadavg_start"]]
@@ -423,7 +440,6 @@ def main(argv: list[str] | None = None) -> int:
     total = reps * len(selected)
     step = 0
     try:
-        W.warm_up()
         for rep in range(reps):
             for w in selected:
                 step += 1
@@ -444,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     info["seconds"] = round(time.perf_counter() - started, 1)
 
     print(f"machine: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
-          f"numba {info['numba']}")
+          f"{info['native']}")
     print(f"load average during the run: {info['loadavg_start']:.2f} -> "
           f"{info['loadavg_end']:.2f} (max {info['loadavg_max']:.2f}); {reps} "
           f"repetition(s), interleaved, medians; {info['seconds']} s")

@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import queue
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -132,8 +133,8 @@ def _wait_completed(svc: TimerService, n: int, deadline_s: float,
 
 
 def warm(c: Client) -> None:
-    """Run every client call once or twice before timing, so that loading the service
-    kernels (numba's cache) in this process is not measured; leaves nothing scheduled."""
+    """Run every client call once or twice before timing (the first calls fill the client's
+    caches of reserved slots and arena blocks); leaves nothing scheduled."""
     hs = [c.schedule("noop", delay_ms=FAR_HI_MS) for _ in range(600)]  # > one slot batch
     c.cancel(hs.pop())
     c.cancel_many(np.array([h.id for h in hs], np.int64))
@@ -159,6 +160,12 @@ def svc_schedule_call(n: int) -> Figures:
         sched = c.schedule
         fig[f"{S} Client.schedule"] = _rate(
             n, lambda: [sched("noop", delay_ms=d) for d in delays])
+    with _service(_capacity_for(n)) as svc, svc.client() as c:
+        warm(c)
+        sched = c.schedule
+        payload = {"job": 12345, "try": 2, "queue": "default"}  # 3 fields, 29 bytes packed
+        fig[f"{S} Client.schedule, 3-field dict payload"] = _rate(
+            n, lambda: [sched("noop", payload, delay_ms=d) for d in delays])
     with HeapTimer() as ht:
         fig["heapq+thread schedule"] = _rate(
             n, lambda: [ht.schedule(d / 1000, _noop) for d in delays])
@@ -167,6 +174,8 @@ def svc_schedule_call(n: int) -> Figures:
             n, lambda: [loop.call_later(d / 1000, _noop) for d in delays])
     s = sched_scheduler()
     fig["sched enter"] = _rate(n, lambda: [s.enter(d / 1000, 0, _noop) for d in delays])
+    fig["ratio: Client.schedule / heapq+thread"] = \
+        fig[f"{S} Client.schedule"] / fig["heapq+thread schedule"]
     if use_redis:
         m = min(n, REDIS_CALL_N)
         members = _redis_members(m)
@@ -354,6 +363,9 @@ def svc_producers(n: int, ks: list[int] | None = None) -> Figures:
         delays = [(_far_delays(m, 10 + i) / 1000).tolist() for i in range(k)]
         fig[f"heapq+thread {k} threads"] = _heap_threads(k, m, delays)
         fig[f"asyncio {k} threads (call_soon_threadsafe)"] = _asyncio_threads(k, delays)
+    if 1 in ks and 2 in ks:
+        fig["ratio: 2 producers / 1 producer"] = \
+            fig[f"{S} 2 producer processes"] / fig[f"{S} 1 producer processes"]
     return fig
 
 
@@ -446,6 +458,8 @@ def svc_cancel(n: int) -> Figures:
                 raise RuntimeError("redis ZREM did not remove every pending member")
         fig[f"{R} timers (per call)"] = float(m)
         fig[f"{R} timers (batch)"] = float(mb)
+    fig["ratio: Client.cancel / asyncio TimerHandle.cancel"] = \
+        fig[f"{S} Client.cancel"] / fig["asyncio TimerHandle.cancel"]
     return fig
 
 
@@ -486,11 +500,11 @@ def svc_memory(n: int) -> Figures:
     with _service(n) as svc:
         cap = svc.config.capacity
         size = os.path.getsize(shm.SHM_DIR / (shm.PREFIX + svc.name))
-        off = L.layout(svc.config)
+        off = L.segment_layout(svc.config)
         words = dict(zip(list(off)[:-1], np.diff(list(off.values())).tolist(), strict=True))
         fig[f"{S} segment / capacity"] = size / cap
         fig[f"{S} wheel+side / capacity"] = (words["wheel"] + words["side"]) * 8 / cap
-        more = L.layout(dataclasses.replace(svc.config, capacity=cap + 1024))["total"]
+        more = L.segment_layout(dataclasses.replace(svc.config, capacity=cap + 1024))["total"]
         fig[f"{S} segment bytes per added timer"] = (more - off["total"]) * 8 / 1024
         fig[f"{S} payload arena / capacity"] = \
             (off["total"] - off["arena_meta"]) * 8 / cap
@@ -860,3 +874,41 @@ def svc_scale(n: int, levels: list[int] | None = None) -> Figures:
                 k, lambda: _each(ht.cancel, es))  # noqa: B023
     del fill_s
     return fig
+
+
+# -- start-up ------------------------------------------------------------------------------
+
+def svc_startup(n: int) -> Figures:
+    """What a user waits for before the first timer: ``import shmwheel`` in a fresh
+    interpreter (wall time of the import statement alone, median of 5), and
+    ``TimerService.start()`` of a 1M-capacity service (the default) until every process
+    is ready, and its stop(). Peer: ``import asyncio`` in a fresh interpreter, and
+    starting a ProcessPoolExecutor with as many workers and running one no-op in each."""
+    code = ("import time; t = time.perf_counter(); import {mod}; "
+            "print(time.perf_counter() - t)")
+
+    def import_s(mod: str) -> float:
+        runs = [float(subprocess.run([sys.executable, "-c", code.format(mod=mod)],
+                                     capture_output=True, text=True, check=True).stdout)
+                for _ in range(5)]
+        return sorted(runs)[2]
+
+    fig: Figures = {"import shmwheel": import_s("shmwheel") * 1000,
+                    "import asyncio": import_s("asyncio") * 1000}
+    t0 = time.perf_counter()
+    svc = TimerService(tasks=TASKS)
+    svc.start()
+    t1 = time.perf_counter()
+    svc.stop()
+    t2 = time.perf_counter()
+    fig[f"{S} TimerService.start() (1M capacity)"] = (t1 - t0) * 1000
+    fig[f"{S} TimerService.stop()"] = (t2 - t1) * 1000
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(svc.config.executors) as pool:
+        list(pool.map(_noop_pool, range(svc.config.executors)))
+    fig["ProcessPoolExecutor start + one task per worker"] = (time.perf_counter() - t0) * 1000
+    return fig
+
+
+def _noop_pool(i: int) -> int:
+    return i

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 
 from ..errors import ShmwheelError
 from .timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
-from ..wheel.core import warm_up
 
 log = logging.getLogger("shmwheel.timer")
 
@@ -79,7 +78,6 @@ class SystemTimer:
                  start_ms: int | None = None, *,
                  clock_ns: Callable[[], int] = time.monotonic_ns,
                  cascade_budget: int = 4096) -> None:
-        warm_up()
         self.name = name
         self._clock_ns = clock_ns
         start = self._now_ms() if start_ms is None else start_ms

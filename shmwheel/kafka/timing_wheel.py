@@ -143,7 +143,7 @@ class TimingWheel:
         return due
 
     def cascade_step(self, budget: int = 4096) -> int:
-        """Pre-cascade up to ``budget`` entries (see ``wheel_kernels``)."""
+        """Pre-cascade up to ``budget`` entries (see shmwheel/native/wheel.c)."""
         return self.core.cascade_step(budget)
 
     def next_wakeup_ms(self) -> int | None:

@@ -141,6 +141,11 @@ typedef uint64_t u64;
 /* result ring (executor -> reaper): handle, outcome, dispatch seq, lateness_us */
 #define RESULT_RECORD 4
 
+/* what a cancel did (slot_cancel) */
+#define CANCEL_LOST 0     /* nothing: fired already, cancelled already, or a stale handle */
+#define CANCEL_WON 1      /* PENDING/SUBMITTED -> CANCELLED: the task will never run */
+#define CANCEL_STOPPED 2  /* FIRING -> STOPPING: this run goes on, no further runs */
+
 #define OUTCOME_OK 1
 #define OUTCOME_ERROR 2
 #define OUTCOME_CRASHED 3

@@ -14,7 +14,7 @@ static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "shmwheel._native",
     "shmwheel's native core: the timing wheel, the slot state machine and the hot paths "
     "(see shmwheel/native/*.c). Private: use the shmwheel package.",
-    -1, NULL,
+    -1, NULL, NULL, NULL, NULL, NULL,
 };
 
 #define EXPORT(name) \
@@ -51,6 +51,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     EXPORT(RING_HEAD); EXPORT(RING_TAIL); EXPORT(RING_HEADER_WORDS);
     EXPORT(PRODUCER_RECORD); EXPORT(CHECK_SUBMIT); EXPORT(CHECK_CANCEL);
     EXPORT(DISPATCH_RECORD); EXPORT(RESULT_RECORD);
+    EXPORT(CANCEL_LOST); EXPORT(CANCEL_WON); EXPORT(CANCEL_STOPPED);
     EXPORT(OUTCOME_OK); EXPORT(OUTCOME_ERROR); EXPORT(OUTCOME_CRASHED);
     EXPORT(COUNTER_WORDS); EXPORT(C_SCHEDULED); EXPORT(C_FIRED); EXPORT(C_CANCELLED);
     EXPORT(C_COMPLETED); EXPORT(C_ERRORS); EXPORT(C_CRASHED); EXPORT(C_GARBAGE);

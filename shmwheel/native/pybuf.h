@@ -32,4 +32,26 @@ static inline int i64buf_get(PyObject *o, I64Buf *b, int writable) {
 
 static inline void i64buf_release(I64Buf *b) { PyBuffer_Release(&b->view); }
 
+/* The buffers a long-lived native object points into (views of the segment). They are
+ * held until close(): the segment's mmap cannot be closed while a view is exported, so
+ * every owner of one has a close() that the Python side calls before unmapping. */
+#define HOLDS_MAX 10
+typedef struct {
+    I64Buf b[HOLDS_MAX];
+    int n;
+} Holds;
+
+/* Hold `o` writable; its words in *p (and their count in *n if not NULL). */
+static inline int holds_add(Holds *h, PyObject *o, i64 **p, Py_ssize_t *n) {
+    if (h->n == HOLDS_MAX || i64buf_get(o, &h->b[h->n], 1) < 0) return -1;
+    *p = h->b[h->n].p;
+    if (n) *n = h->b[h->n].n;
+    h->n++;
+    return 0;
+}
+
+static inline void holds_release(Holds *h) {
+    while (h->n > 0) i64buf_release(&h->b[--h->n]);
+}
+
 #endif

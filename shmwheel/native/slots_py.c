@@ -1,5 +1,366 @@
-/* placeholder until the slot state machine bindings land */
+/* slots_py.c: Python's face of the slot state machine (`Tables`) and of the rings.
+ *
+ * `Tables(wheel, side, arena, adata)` holds one attachment's views of a service's tables.
+ * Every method but cancel/cancel_many must be called with the segment lock held (the
+ * Python side's `ServiceMemory.locked()`); none of them releases the GIL, so within one
+ * process they are also atomic with respect to other threads.
+ */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-PyMethodDef shmwheel_slot_methods[] = {{NULL, NULL, 0, NULL}};
-int shmwheel_add_types(PyObject *m) { return 0; }
+
+#include "atomics.h"
+#include "pybuf.h"
+#include "ring.h"
+#include "slots.h"
+#include "wheel.h"
+
+typedef struct {
+    PyObject_HEAD
+    Seg seg;
+    Holds holds;
+} Tables;
+
+static int tables_init(Tables *self, PyObject *args, PyObject *kw) {
+    PyObject *wheel, *side, *arena, *adata;
+    if (!PyArg_ParseTuple(args, "OOOO:Tables", &wheel, &side, &arena, &adata)) return -1;
+    holds_release(&self->holds);
+    if (holds_add(&self->holds, wheel, &self->seg.mem, NULL) < 0 ||
+        holds_add(&self->holds, side, &self->seg.side, NULL) < 0 ||
+        holds_add(&self->holds, arena, &self->seg.arena, NULL) < 0 ||
+        holds_add(&self->holds, adata, &self->seg.adata, NULL) < 0) {
+        holds_release(&self->holds);
+        return -1;
+    }
+    return 0;
+}
+
+static void tables_dealloc(Tables *self) {
+    holds_release(&self->holds);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int open_or_raise(Tables *t) {
+    if (t->holds.n == 0) {
+        PyErr_SetString(PyExc_ValueError, "the segment tables are closed");
+        return -1;
+    }
+    return 0;
+}
+
+#define OPEN(t) if (open_or_raise(t) < 0) return NULL
+
+static PyObject *tables_close(Tables *self, PyObject *unused) {
+    holds_release(&self->holds);
+    Py_RETURN_NONE;
+}
+
+static int arg_i64(PyObject *o, i64 *v) {
+    *v = PyLong_AsLongLong(o);
+    return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int nargs_ok(Py_ssize_t n, Py_ssize_t want, const char *name) {
+    if (n == want) return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, n);
+    return -1;
+}
+
+#define NARGS(want, name) if (nargs_ok(nargs, want, name) < 0) return NULL
+
+static PyObject *tables_cancel(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h;
+    OPEN(self);
+    NARGS(1, "cancel");
+    if (arg_i64(args[0], &h) < 0) return NULL;
+    return PyLong_FromLong(slot_cancel(&self->seg, h));
+}
+
+static PyObject *tables_cancel_many(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf ids, out;
+    OPEN(self);
+    NARGS(2, "cancel_many");
+    if (i64buf_get(args[0], &ids, 0) < 0) return NULL;
+    if (i64buf_get(args[1], &out, 1) < 0) { i64buf_release(&ids); return NULL; }
+    i64 won = -1;
+    if (out.n < ids.n) PyErr_SetString(PyExc_ValueError, "out is shorter than ids");
+    else {
+        won = 0;
+        for (Py_ssize_t i = 0; i < ids.n; i++) {
+            out.p[i] = slot_cancel(&self->seg, ids.p[i]);
+            won += out.p[i] == CANCEL_WON;
+        }
+    }
+    i64buf_release(&ids);
+    i64buf_release(&out);
+    return won < 0 ? NULL : PyLong_FromLongLong(won);
+}
+
+static PyObject *tables_reserve(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 ring;
+    I64Buf out;
+    OPEN(self);
+    NARGS(2, "reserve");
+    if (arg_i64(args[0], &ring) < 0 || i64buf_get(args[1], &out, 1) < 0) return NULL;
+    i64 n = slot_reserve(&self->seg, ring, out.p, out.n);
+    i64buf_release(&out);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *tables_arena_alloc(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 cls, slot;
+    OPEN(self);
+    NARGS(2, "arena_alloc");
+    if (arg_i64(args[0], &cls) < 0 || arg_i64(args[1], &slot) < 0) return NULL;
+    if (cls < 0 || cls >= ARENA_CLASSES || slot < 0 || slot >= seg_capacity(&self->seg))
+        return PyErr_Format(PyExc_ValueError, "arena_alloc(%lld, %lld): out of range",
+                            (long long)cls, (long long)slot);
+    return PyLong_FromLongLong(arena_alloc(&self->seg, (int)cls, slot));
+}
+
+static PyObject *tables_free_payload(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 slot;
+    OPEN(self);
+    NARGS(1, "free_payload");
+    if (arg_i64(args[0], &slot) < 0) return NULL;
+    if (slot < 0 || slot >= seg_capacity(&self->seg))
+        return PyErr_Format(PyExc_ValueError, "slot %lld out of range", (long long)slot);
+    slot_free_payload(&self->seg, slot);
+    Py_RETURN_NONE;
+}
+
+static PyObject *tables_retire(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 slot;
+    OPEN(self);
+    NARGS(1, "retire");
+    if (arg_i64(args[0], &slot) < 0) return NULL;
+    if (slot < 0 || slot >= seg_capacity(&self->seg))
+        return PyErr_Format(PyExc_ValueError, "slot %lld out of range", (long long)slot);
+    i64 st = GS_STATE(gs_load(gs_word(self->seg.mem, wheel_node(self->seg.mem, slot))));
+    if (st != ST_RESERVED)
+        return PyErr_Format(PyExc_ValueError, "retire(%lld): only a RESERVED slot (state %lld)",
+                            (long long)slot, (long long)st);
+    slot_retire(&self->seg, self->seg.mem, slot);
+    Py_RETURN_NONE;
+}
+
+/* link_records(recs, n, ring, res) and settle(results, n, res) */
+static PyObject *tables_apply(Tables *self, PyObject *const *args, Py_ssize_t nargs, int link) {
+    I64Buf recs, res;
+    i64 n, ring = 0;
+    OPEN(self);
+    if (nargs != (link ? 4 : 3))
+        return PyErr_Format(PyExc_TypeError, "wrong number of arguments");
+    if (arg_i64(args[1], &n) < 0 || (link && arg_i64(args[2], &ring) < 0)) return NULL;
+    if (i64buf_get(args[0], &recs, 0) < 0) return NULL;
+    if (i64buf_get(args[link ? 3 : 2], &res, 1) < 0) { i64buf_release(&recs); return NULL; }
+    i64 width = link ? PRODUCER_RECORD : RESULT_RECORD;
+    int ok = n >= 0 && n * width <= recs.n && res.n >= (link ? 5 : 2);
+    if (!ok) PyErr_SetString(PyExc_ValueError, "record count or result array out of range");
+    else if (link) slot_link_records(&self->seg, recs.p, n, ring, res.p);
+    else slot_settle(&self->seg, recs.p, n, res.p);
+    i64buf_release(&recs);
+    i64buf_release(&res);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tables_link_records(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    return tables_apply(self, args, nargs, 1);
+}
+
+static PyObject *tables_settle(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    return tables_apply(self, args, nargs, 0);
+}
+
+static PyObject *tables_reclaim(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 ring;
+    OPEN(self);
+    NARGS(1, "reclaim");
+    if (arg_i64(args[0], &ring) < 0) return NULL;
+    return PyLong_FromLongLong(slot_reclaim(&self->seg, ring));
+}
+
+static PyObject *tables_rebuild(Tables *self, PyObject *unused) {
+    OPEN(self);
+    return PyLong_FromLongLong(slot_rebuild(&self->seg));
+}
+
+/* advance(now, out): fire what is due, writing handles (not slots) to out */
+static PyObject *tables_advance(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 now;
+    I64Buf out;
+    OPEN(self);
+    NARGS(2, "advance");
+    if (arg_i64(args[0], &now) < 0 || i64buf_get(args[1], &out, 1) < 0) return NULL;
+    i64 *mem = self->seg.mem;
+    i64 n = wheel_advance(mem, now, out.p, out.n, 0, slot_retire_hook, &self->seg);
+    for (i64 i = 0; i < n; i++)   /* our CAS made it FIRING: its generation is stable */
+        out.p[i] = HANDLE_MAKE(GS_GEN(gs_load(gs_word(mem, wheel_node(mem, out.p[i])))),
+                               out.p[i]);
+    i64buf_release(&out);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *tables_cascade_step(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 budget;
+    OPEN(self);
+    NARGS(1, "cascade_step");
+    if (arg_i64(args[0], &budget) < 0) return NULL;
+    return PyLong_FromLongLong(
+        wheel_cascade_step(self->seg.mem, budget, slot_retire_hook, &self->seg));
+}
+
+static PyObject *tables_take_retired(Tables *self, PyObject *unused) {
+    i64 n = self->seg.retired;
+    self->seg.retired = 0;
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *tables_next_wakeup(Tables *self, PyObject *unused) {
+    OPEN(self);
+    return PyLong_FromLongLong(wheel_next_wakeup(self->seg.mem));
+}
+
+static PyMethodDef tables_methods[] = {
+    {"close", (PyCFunction)tables_close, METH_NOARGS, "Release the views (before unmapping)."},
+    {"cancel", (PyCFunction)(void (*)(void))tables_cancel, METH_FASTCALL,
+     "cancel(handle) -> CANCEL_WON / CANCEL_STOPPED / CANCEL_LOST. Lock-free."},
+    {"cancel_many", (PyCFunction)(void (*)(void))tables_cancel_many, METH_FASTCALL,
+     "cancel_many(ids, out) -> cancels won; the code of each in out. Lock-free."},
+    {"reserve", (PyCFunction)(void (*)(void))tables_reserve, METH_FASTCALL,
+     "reserve(ring, out) -> count of FREE slots made RESERVED for `ring` (handles in out)."},
+    {"arena_alloc", (PyCFunction)(void (*)(void))tables_arena_alloc, METH_FASTCALL,
+     "arena_alloc(cls, slot) -> a block of class cls owned by slot, or -1."},
+    {"free_payload", (PyCFunction)(void (*)(void))tables_free_payload, METH_FASTCALL,
+     "free_payload(slot): return the slot's arena block (an aborted schedule)."},
+    {"retire", (PyCFunction)(void (*)(void))tables_retire, METH_FASTCALL,
+     "retire(slot): free a RESERVED slot and its payload (a schedule given up)."},
+    {"link_records", (PyCFunction)(void (*)(void))tables_link_records, METH_FASTCALL,
+     "link_records(recs, n, ring, res): apply n producer records (see slots.h)."},
+    {"settle", (PyCFunction)(void (*)(void))tables_settle, METH_FASTCALL,
+     "settle(results, n, res): apply n executor outcomes (see slots.h)."},
+    {"reclaim", (PyCFunction)(void (*)(void))tables_reclaim, METH_FASTCALL,
+     "reclaim(ring) -> slots freed of a dead or closed client (and its cached blocks)."},
+    {"rebuild", (PyCFunction)tables_rebuild, METH_NOARGS,
+     "rebuild() -> entries relinked: crash repair from the slot states."},
+    {"advance", (PyCFunction)(void (*)(void))tables_advance, METH_FASTCALL,
+     "advance(now, out) -> count of handles fired (PENDING -> FIRING won) into out."},
+    {"cascade_step", (PyCFunction)(void (*)(void))tables_cascade_step, METH_FASTCALL,
+     "cascade_step(budget) -> entries moved one level down."},
+    {"take_retired", (PyCFunction)tables_take_retired, METH_NOARGS,
+     "take_retired() -> cancelled slots retired by advance, cascade_step or rebuild since "
+     "the last call (for the caller's counter row)."},
+    {"next_wakeup", (PyCFunction)tables_next_wakeup, METH_NOARGS,
+     "next_wakeup() -> when the wheel next has work (NEVER when empty)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TablesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmwheel._native.Tables",
+    .tp_basicsize = sizeof(Tables),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Tables(wheel, side, arena, adata): one attachment's view of a service's "
+              "tables and the slot state machine over them (see slots.h).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)tables_init,
+    .tp_dealloc = (destructor)tables_dealloc,
+    .tp_methods = tables_methods,
+};
+
+/* ---- rings ------------------------------------------------------------------------ */
+static int ring_from(PyObject *o, i64 record, I64Buf *b, Ring *r) {
+    if (i64buf_get(o, b, 1) < 0) return -1;
+    i64 cap = record > 0 ? (b->n - RING_HEADER_WORDS) / record : 0;
+    if (record < 1 || cap < 2 || (cap & (cap - 1))) {
+        i64buf_release(b);
+        PyErr_SetString(PyExc_ValueError, "not a ring of that record size");
+        return -1;
+    }
+    r->w = b->p;
+    r->cap = cap;
+    r->record = record;
+    return 0;
+}
+
+static PyObject *py_ring_push(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf rb, recs;
+    Ring r;
+    i64 record, n;
+    NARGS(4, "ring_push");
+    if (arg_i64(args[1], &record) < 0 || arg_i64(args[3], &n) < 0) return NULL;
+    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
+    if (i64buf_get(args[2], &recs, 0) < 0) { i64buf_release(&rb); return NULL; }
+    i64 done = -1;
+    if (n < 0 || n * record > recs.n) PyErr_SetString(PyExc_ValueError, "n out of range");
+    else done = ring_push(&r, recs.p, n);
+    i64buf_release(&recs);
+    i64buf_release(&rb);
+    return done < 0 ? NULL : PyLong_FromLongLong(done);
+}
+
+static PyObject *py_ring_peek(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf rb, out;
+    Ring r;
+    i64 record, limit, seq0;
+    NARGS(4, "ring_peek");
+    if (arg_i64(args[1], &record) < 0 || arg_i64(args[3], &limit) < 0) return NULL;
+    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
+    if (i64buf_get(args[2], &out, 1) < 0) { i64buf_release(&rb); return NULL; }
+    if (limit > out.n / record) limit = out.n / record;
+    i64 n = ring_peek(&r, out.p, limit, &seq0);
+    i64buf_release(&out);
+    i64buf_release(&rb);
+    return Py_BuildValue("(LL)", (long long)seq0, (long long)n);
+}
+
+static PyObject *py_ring_consume(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf rb;
+    Ring r;
+    i64 record, n, tail;
+    NARGS(3, "ring_consume");
+    if (arg_i64(args[1], &record) < 0 || arg_i64(args[2], &n) < 0) return NULL;
+    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
+    i64 avail = ring_avail(&r, &tail);
+    if (n < 0 || (avail >= 0 && n > avail)) n = -1;   /* never past head */
+    else if (avail < 0) ring_store_release(&r.w[RING_TAIL], ring_load_acquire(&r.w[RING_HEAD]));
+    else ring_consume(&r, n);
+    i64buf_release(&rb);
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "cannot consume past the head");
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_ring_pending(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf rb;
+    Ring r;
+    i64 record, tail;
+    NARGS(2, "ring_pending");
+    if (arg_i64(args[1], &record) < 0) return NULL;
+    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
+    i64 n = ring_avail(&r, &tail);
+    i64buf_release(&rb);
+    return PyLong_FromLongLong(n);
+}
+
+PyMethodDef shmwheel_slot_methods[] = {
+    {"ring_push", (PyCFunction)(void (*)(void))py_ring_push, METH_FASTCALL,
+     "ring_push(ring, record, recs, n) -> records published (as many of n as fit)."},
+    {"ring_peek", (PyCFunction)(void (*)(void))py_ring_peek, METH_FASTCALL,
+     "ring_peek(ring, record, out, limit) -> (first seq, count); count -1: corrupt head."},
+    {"ring_consume", (PyCFunction)(void (*)(void))py_ring_consume, METH_FASTCALL,
+     "ring_consume(ring, record, n): done with n records; with a corrupt head, skip to it."},
+    {"ring_pending", (PyCFunction)(void (*)(void))py_ring_pending, METH_FASTCALL,
+     "ring_pending(ring, record) -> records published, not consumed; -1 if corrupt."},
+    {NULL, NULL, 0, NULL},
+};
+
+int shmwheel_add_client_types(PyObject *m);
+int shmwheel_add_executor_type(PyObject *m);
+
+int shmwheel_add_types(PyObject *m) {
+    if (PyType_Ready(&TablesType) < 0) return -1;
+    Py_INCREF(&TablesType);
+    if (PyModule_AddObject(m, "Tables", (PyObject *)&TablesType) < 0) return -1;
+    if (shmwheel_add_client_types(m) < 0) return -1;
+    return shmwheel_add_executor_type(m);
+}

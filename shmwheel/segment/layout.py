@@ -5,29 +5,37 @@ The segment is a sequence of int64 regions, each at an offset computed from the
 
     header | meta blob (config + task names, msgpack) | counters | lateness histograms |
     ring table | executor table | producer rings | dispatch rings | result rings |
-    wheel (wheel_core layout) | side table | arena meta | arena data
+    wheel (contract.h's wheel array) | side table | arena meta | arena data
 
-The header starts with a magic, the layout version and the total size; ``attach`` checks
-them and the recomputed layout against the segment before anything else is read.
+This module owns the segment header's words (``W_*``), the ring and executor tables and
+the order of the regions; the encodings inside the regions (records, state words, rings)
+are ``contract``'s. The header starts with a magic, the layout version and the total size;
+``attach`` checks them and the recomputed layout against the segment before anything else
+is read.
 """
 
 from __future__ import annotations
 
+import logging
 import platform
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import msgpack
 import numpy as np
 import posix_ipc
 
-from . import slots as SK
-from . import shm
-from ..wheel import core as wheel_core
+from .. import _native as N
 from ..errors import LayoutError
-from .ring import Ring, ring_words
+from ..wheel import core as wheel_core
+from . import contract as C
+from . import shm
+from .ring import Ring
 
-MAGIC = 0x5348575356433031  # "SHWSVC01"
-LAYOUT_VERSION = 2
+log = logging.getLogger("shmwheel.segment")
+
+MAGIC = 0x5348575356433033  # "SHWSVC03"
+LAYOUT_VERSION = 3
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -49,28 +57,11 @@ W_PID_REAPER = 12
 READY_COORDINATOR = 1
 READY_REAPER = 2
 
-# counters: one row of COUNTER_WORDS per writer, so every word has a single writer
-COUNTER_WORDS = 16
-C_SCHEDULED = 0
-C_FIRED = 1
-C_CANCELLED = 2
-C_COMPLETED = 3
-C_ERRORS = 4
-C_CRASHED = 5
-C_GARBAGE = 6
-C_STALE = 7
-C_REARMED = 8
-C_EARLY = 9
-C_LINKED = 10
-C_FREED = 11
+# counter rows: one row of C.COUNTER_WORDS per writer, so every word has a single writer
 ROW_COORDINATOR = 0
 ROW_REAPER = 1
 ROW_LOCKED = 2  # written only under the segment lock, by whoever holds it
 FIXED_ROWS = 3
-
-# lateness histogram: bucket 0 is < 1 us; bucket i >= 1 covers [2**((i-1)/8), 2**(i/8)) us
-HIST_BUCKETS = 256
-HIST_PER_OCTAVE = 8
 
 # ring table row: pid of the claiming client, state
 RING_ROW = 4
@@ -86,21 +77,16 @@ X_STARTED = 0   # dispatch sequence number the executor is running (-1 none)
 X_SLEEPING = 1
 X_PID = 2
 
-PRODUCER_RECORD = 2  # handle, handle ^ CHECK_KEY
-DISPATCH_RECORD = 2  # handle, fired_ns
-RESULT_RECORD = 4    # handle, outcome, dispatch seq, lateness_us
-
-MAX_PAYLOAD = SK.ARENA_CLASSES[-1]
-INLINE_MAX = 8
-
 
 def check_architecture() -> None:
-    """The rings publish by store order, which x86-64's TSO keeps; elsewhere refuse."""
+    """The native core's atomics are correct by the C11 memory model, but it has only been
+    tested on x86-64: until a test has run elsewhere, refuse other machines."""
     machine = platform.machine().lower()
     if machine not in ("x86_64", "amd64"):
         raise RuntimeError(
-            f"shmwheel's lock-free rings rely on x86-64 store ordering (TSO); this machine "
-            f"is {platform.machine()!r} and no fenced ring mode is implemented")
+            f"shmwheel's service has only been tested on x86-64; this machine is "
+            f"{platform.machine()!r}. Its rings and state words use C11 acquire/release "
+            f"atomics, so other architectures should work, but nothing has shown it yet")
 
 
 @dataclass(frozen=True)
@@ -134,22 +120,26 @@ class ServiceConfig:
         return wheel_core.WheelGeometry.spanning(self.tick_ms, self.wheel_size, self.capacity)
 
 
-def layout(cfg: ServiceConfig) -> dict[str, int]:
-    """Word offset of each region, and 'total' (words)."""
-    arena_meta = SK.NCLASSES * SK.A_CLASS_WORDS + 2 * sum(cfg.arena_blocks)
-    arena_data = sum(n * size for n, size in zip(cfg.arena_blocks, SK.ARENA_CLASSES)) // 8
+def arena_meta_words(cfg: ServiceConfig) -> int:
+    """Class headers, then each class's next-free and owner tables."""
+    return C.ARENA_CLASSES * C.A_CLASS_WORDS + 2 * sum(cfg.arena_blocks)
+
+
+def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
+    """Word offset of each region of a service segment, and 'total' (words)."""
+    arena_data = sum(n * size for n, size in zip(cfg.arena_blocks, C.ARENA_CLASS_BYTES)) // 8
     sizes = [
         ("meta", META_BYTES // 8),
-        ("counters", (FIXED_ROWS + cfg.executors + cfg.max_clients) * COUNTER_WORDS),
-        ("hist", cfg.executors * HIST_BUCKETS),
+        ("counters", (FIXED_ROWS + cfg.executors + cfg.max_clients) * C.COUNTER_WORDS),
+        ("hist", cfg.executors * C.HIST_BUCKETS),
         ("ring_table", cfg.max_clients * RING_ROW),
         ("exec_table", cfg.executors * EXEC_ROW),
-        ("producer", cfg.max_clients * ring_words(cfg.ring_capacity, PRODUCER_RECORD)),
-        ("dispatch", cfg.executors * ring_words(cfg.dispatch_capacity, DISPATCH_RECORD)),
-        ("results", cfg.executors * ring_words(cfg.dispatch_capacity, RESULT_RECORD)),
+        ("producer", cfg.max_clients * C.ring_words(cfg.ring_capacity, C.PRODUCER_RECORD)),
+        ("dispatch", cfg.executors * C.ring_words(cfg.dispatch_capacity, C.DISPATCH_RECORD)),
+        ("results", cfg.executors * C.ring_words(cfg.dispatch_capacity, C.RESULT_RECORD)),
         ("wheel", wheel_core.words_needed(cfg.geometry())),
-        ("side", cfg.capacity * SK.SIDE_WORDS),
-        ("arena_meta", arena_meta),
+        ("side", cfg.capacity * C.SIDE_WORDS),
+        ("arena_meta", arena_meta_words(cfg)),
         ("arena_data", arena_data),
     ]
     off, at = {}, HEADER_WORDS
@@ -163,7 +153,8 @@ def layout(cfg: ServiceConfig) -> dict[str, int]:
 
 class ServiceMemory:
     """A process's attachment to a service segment: typed views of every region, the
-    segment lock (with its repair) and the service's semaphores.
+    native tables over them, the segment lock (with its repair) and the service's
+    semaphores.
 
     ``create`` formats a new segment (the supervisor does this once); ``attach`` maps an
     existing one and refuses a header or layout it does not understand."""
@@ -172,72 +163,86 @@ class ServiceMemory:
         self.service = service
         self.seg = seg
         self.config = cfg
-        off = layout(cfg)
+        off = segment_layout(cfg)
         if seg.size < off["total"] * 8:
             raise LayoutError(f"segment {seg.name} has {seg.size} bytes, layout needs "
                               f"{off['total'] * 8}")
         v = seg.view
         self.header = v(0, HEADER_WORDS)
         self.counters = v(off["counters"], (FIXED_ROWS + cfg.executors + cfg.max_clients)
-                          * COUNTER_WORDS).reshape(-1, COUNTER_WORDS)
-        self.hist = v(off["hist"], cfg.executors * HIST_BUCKETS).reshape(-1, HIST_BUCKETS)
+                          * C.COUNTER_WORDS).reshape(-1, C.COUNTER_WORDS)
+        self.hist = v(off["hist"], cfg.executors * C.HIST_BUCKETS).reshape(-1, C.HIST_BUCKETS)
         self.ring_table = v(off["ring_table"], cfg.max_clients * RING_ROW).reshape(-1, RING_ROW)
         self.exec_table = v(off["exec_table"], cfg.executors * EXEC_ROW).reshape(-1, EXEC_ROW)
         g = cfg.geometry()
         self.wheel = v(off["wheel"], wheel_core.words_needed(g))
-        self.side = v(off["side"], cfg.capacity * SK.SIDE_WORDS)
-        self.arena = v(off["arena_meta"], off["arena_data"] - off["arena_meta"])
-        self.arena_data = seg.byte_view(off["arena_data"] * 8,
-                                        (off["total"] - off["arena_data"]) * 8)
+        self.side = v(off["side"], cfg.capacity * C.SIDE_WORDS)
+        self.arena = v(off["arena_meta"], arena_meta_words(cfg))
         self.arena_words = v(off["arena_data"], off["total"] - off["arena_data"])
         self.producer = self._rings(off["producer"], cfg.max_clients, cfg.ring_capacity,
-                                    PRODUCER_RECORD)
+                                    C.PRODUCER_RECORD)
         self.dispatch = self._rings(off["dispatch"], cfg.executors, cfg.dispatch_capacity,
-                                    DISPATCH_RECORD)
+                                    C.DISPATCH_RECORD)
         self.results = self._rings(off["results"], cfg.executors, cfg.dispatch_capacity,
-                                   RESULT_RECORD)
-        self.nodes_off = int(self.wheel[wheel_core.K.H_OFF_NODES]) + g.sentinels * 4
+                                   C.RESULT_RECORD)
         self.task_names = [t[0] for t in cfg.tasks]
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
         self._sems: dict[str, posix_ipc.Semaphore] = {}
+        self._after_repair: list[Callable[[ServiceMemory], None]] = []
+        self.tables: N.Tables | None = None
         self._lock = seg.locked(W_DIRTY, self._repair)
 
+    def bind_tables(self) -> N.Tables:
+        """The native tables over this attachment (made once; a formatted wheel needed)."""
+        if self.tables is None:
+            self.tables = N.Tables(self.wheel, self.side, self.arena, self.arena_words)
+        return self.tables
+
+    def nodes(self) -> np.ndarray:
+        """The entry records as a (capacity, NODE_WORDS) view."""
+        start = int(self.wheel[C.H_OFF_NODES]) + int(self.wheel[C.H_SENTINELS]) * C.NODE_WORDS
+        return self.wheel[start: start + self.config.capacity * C.NODE_WORDS] \
+            .reshape(-1, C.NODE_WORDS)
+
     def _rings(self, start: int, count: int, capacity: int, record: int) -> list[Ring]:
-        n = ring_words(capacity, record)
+        n = C.ring_words(capacity, record)
         return [Ring(self.seg.view(start + i * n, n), capacity, record) for i in range(count)]
 
     # -- construction ---------------------------------------------------------------
     @classmethod
     def create(cls, service: str, cfg: ServiceConfig, owner_pid: int,
-               start_ms: int) -> ServiceMemory:
+               start_ms: int, local: bool = False) -> ServiceMemory:
+        """Format a new segment; with ``local`` in this process's memory (no name in
+        /dev/shm: the state machine's tests)."""
         blob = cfg.meta_blob()
         if len(blob) > META_BYTES:
             raise ValueError(f"the task registry is too large for the segment header "
                              f"({len(blob)} bytes > {META_BYTES}): register fewer tasks")
-        off = layout(cfg)
-        seg = shm.Segment(shm.segment_name(service), off["total"] * 8)
+        off = segment_layout(cfg)
+        seg = (shm.LocalSegment if local else shm.Segment)(shm.segment_name(service),
+                                                           off["total"] * 8)
         try:
             h = seg.words
-            h[W_MAGIC] = np.int64(np.uint64(MAGIC).view(np.int64))
+            h[W_MAGIC] = C.as_int64(MAGIC)
             h[W_VERSION] = LAYOUT_VERSION
             h[W_TOTAL] = off["total"] * 8
             h[W_OWNER] = owner_pid
             h[W_META_LEN] = len(blob)
-            seg.bytes[off["meta"] * 8 : off["meta"] * 8 + len(blob)] = np.frombuffer(blob, np.uint8)
+            seg.bytes[off["meta"] * 8: off["meta"] * 8 + len(blob)] = np.frombuffer(blob, np.uint8)
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)
             a = mem.arena
-            at, data = SK.NCLASSES * SK.A_CLASS_WORDS, 0
+            at, data = C.ARENA_CLASSES * C.A_CLASS_WORDS, 0
             for c, n in enumerate(cfg.arena_blocks):
-                base = c * SK.A_CLASS_WORDS
-                a[base + SK.A_NBLOCKS] = n
-                a[base + SK.A_OFF_NEXT] = at
-                a[base + SK.A_OFF_OWNER] = at + n
-                a[base + SK.A_DATA] = data // 8  # the classes' blocks follow one another
-                data += n * SK.ARENA_CLASSES[c]
-                a[base + SK.A_BLOCK_WORDS] = SK.ARENA_CLASSES[c] // 8
+                base = c * C.A_CLASS_WORDS
+                a[base + C.A_NBLOCKS] = n
+                a[base + C.A_OFF_NEXT] = at
+                a[base + C.A_OFF_OWNER] = at + n
+                a[base + C.A_DATA] = data // 8  # the classes' blocks follow one another
+                a[base + C.A_BLOCK_WORDS] = C.ARENA_CLASS_BYTES[c] // 8
+                data += n * C.ARENA_CLASS_BYTES[c]
                 at += 2 * n
-            SK.arena_format(a)
+            mem.bind_tables().rebuild()  # every block and slot free, the lists threaded
             for t in mem.exec_table:
                 t[X_STARTED] = -1
             return mem
@@ -251,19 +256,31 @@ class ServiceMemory:
         seg = shm.Segment(shm.segment_name(shm.check_name(service)))
         try:
             cfg = read_config(seg)
-            return cls(service, seg, cfg)
+            mem = cls(service, seg, cfg)
+            mem.bind_tables()
+            return mem
         except BaseException:
             seg.close()
             raise
 
     # -- the lock -------------------------------------------------------------------
-    def locked(self) -> shm._Locked:
+    def locked(self) -> shm.Locked:
         """The segment lock (see shm.py); the same object every time."""
         return self._lock
 
+    def on_repair(self, fn: Callable[[ServiceMemory], None]) -> None:
+        """Run fn(self) after every crash repair this process makes (tests check verify())."""
+        self._after_repair.append(fn)
+
     def _repair(self) -> None:
-        SK.rebuild(self.wheel, self.side, self.arena)
+        tables = self.bind_tables()
+        relinked = tables.rebuild()
+        self.counters[ROW_LOCKED, C.C_RETIRED] += tables.take_retired()
         self.header[W_REPAIRS] += 1
+        log.warning("service %s: a lock holder died mid-update; rebuilt the wheel from the "
+                    "slot states (%d timers relinked)", self.service, relinked)
+        for fn in self._after_repair:
+            fn(self)
 
     # -- semaphores -----------------------------------------------------------------
     def semaphore(self, role: str) -> posix_ipc.Semaphore:
@@ -279,29 +296,32 @@ class ServiceMemory:
             s.release()
 
     def close(self) -> None:
+        if self.tables is not None:
+            self.tables.close()
+            self.tables = None
         for s in self._sems.values():
             s.close()
         self._sems.clear()
         self.producer = self.dispatch = self.results = []
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
-        self.arena = self.arena_data = self.ring_table = self.exec_table = None  # type: ignore[assignment]
+        self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
         self.arena_words = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------
     def arena_block(self, cls_: int, block: int) -> np.ndarray:
         """The bytes of one arena block (the caller checked cls_ and block); where a class
-        starts is read from the arena header, the same word the kernels use."""
-        size = SK.ARENA_CLASSES[cls_]
-        start = int(self.arena[cls_ * SK.A_CLASS_WORDS + SK.A_DATA]) * 8 + block * size
-        return self.arena_data[start : start + size]
+        starts is read from the arena header, the same word the native core uses."""
+        size = C.ARENA_CLASS_BYTES[cls_]
+        start = int(self.arena[cls_ * C.A_CLASS_WORDS + C.A_DATA]) * 8 + block * size
+        return self.arena_words.view(np.uint8)[start: start + size]
 
 
 def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:
     """Blocks per size class for an arena of about `arena_bytes`: half the bytes for the
     smallest class, where most payloads land, then a quarter, an eighth, an eighth."""
     shares = (0.5, 0.25, 0.125, 0.125)
-    n = [int(arena_bytes * f) // size for f, size in zip(shares, SK.ARENA_CLASSES)]
+    n = [int(arena_bytes * f) // size for f, size in zip(shares, C.ARENA_CLASS_BYTES)]
     return (n[0], n[1], n[2], n[3])
 
 
@@ -315,9 +335,9 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
     h = seg.words
     if seg.size < HEADER_WORDS * 8 + META_BYTES:
         raise LayoutError(f"segment {seg.name} is too small to be a shmwheel service")
-    magic = int(np.int64(h[W_MAGIC]).view(np.uint64))
-    if magic != MAGIC:
-        raise LayoutError(f"segment {seg.name} is not a shmwheel service (magic {magic:#x})")
+    if h[W_MAGIC] != C.as_int64(MAGIC):
+        raise LayoutError(f"segment {seg.name} is not a shmwheel service "
+                          f"(magic {int(h[W_MAGIC]) & (2**64 - 1):#x})")
     if h[W_VERSION] != LAYOUT_VERSION:
         raise LayoutError(f"segment {seg.name} has layout version {int(h[W_VERSION])}; "
                           f"this shmwheel reads version {LAYOUT_VERSION}")
@@ -326,12 +346,13 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
         raise LayoutError(f"segment {seg.name} has a corrupt header (meta length {n})")
     start = HEADER_WORDS * 8
     try:
-        cfg = ServiceConfig.from_blob(bytes(seg.bytes[start : start + n]))
+        cfg = ServiceConfig.from_blob(bytes(seg.bytes[start: start + n]))
     except Exception as e:
         raise LayoutError(f"segment {seg.name} has an unreadable config: {e}") from e
-    if int(h[W_TOTAL]) != layout(cfg)["total"] * 8 or seg.size < int(h[W_TOTAL]):
+    total = segment_layout(cfg)["total"] * 8
+    if int(h[W_TOTAL]) != total or seg.size < int(h[W_TOTAL]):
         raise LayoutError(f"segment {seg.name}: header size {int(h[W_TOTAL])} does not match "
-                          f"its layout ({layout(cfg)['total'] * 8}) or the segment ({seg.size})")
+                          f"its layout ({total}) or the segment ({seg.size})")
     return cfg
 
 

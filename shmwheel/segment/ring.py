@@ -1,116 +1,76 @@
-"""Single-producer / single-consumer ring of fixed-size int64 records in shared memory.
+"""Single-producer / single-consumer rings of fixed-size int64 records in the segment.
 
-Layout: word 0 is ``head`` (records ever published, written only by the producer), word 8
-is ``tail`` (records ever consumed, written only by the consumer), each on its own cache
-line; records follow from word 16, ``capacity`` (a power of two) of ``record`` words.
-
-Memory ordering: the producer writes a record's words first and publishes by storing
-``head`` last; the consumer reads ``head``, then the records below it.  Each store is one
-aligned 8-byte write, and x86-64 (TSO) never makes a store visible before an earlier one,
-so a consumer never sees a published index before its data.  On weaker architectures
-(ARM64) this does not hold; ``service_layout.check_architecture`` refuses to start there.
-A ring never trusts its peer: ``pending`` clamps a corrupt head to what can be valid.
+The layout, the publishing protocol and its memory-ordering argument are the native
+core's (``shmwheel/native/ring.h`` and ``atomics.h``): records are written, then ``head``
+is stored with release; the consumer loads ``head`` with acquire, reads, then stores
+``tail`` with release. Every publish and consume goes through the native functions, so
+the protocol holds by the C11 memory model, not only by x86's store order. ``Ring`` only
+adds numpy views for the reads that happen when nobody is writing (recovery, tests).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-HEADER = 16
-HEAD = 0
-TAIL = 8
-
-
-def ring_words(capacity: int, record: int) -> int:
-    if capacity < 2 or capacity & (capacity - 1):
-        raise ValueError(f"ring capacity must be a power of two >= 2, got {capacity}")
-    return HEADER + capacity * record
+from .. import _native as N
+from . import contract as C
 
 
 class Ring:
-    """One side's handle on a ring (the same object serves producer or consumer)."""
+    """One ring: a view of its words, its capacity (records) and record size (words)."""
 
-    __slots__ = ("_mv", "capacity", "data", "mask", "record", "words")
+    __slots__ = ("capacity", "data", "mask", "record", "words")
 
     def __init__(self, words: np.ndarray, capacity: int, record: int) -> None:
+        if len(words) != C.ring_words(capacity, record):
+            raise ValueError(f"{len(words)} words is not a ring of {capacity} x {record}")
         self.words = words
         self.capacity = capacity
         self.mask = capacity - 1
         self.record = record
-        self.data = words[HEADER:].reshape(capacity, record)
-        self._mv = words.data  # per-item stores: cheaper than numpy item access
+        self.data = words[C.RING_HEADER_WORDS:].reshape(capacity, record)
 
     @property
     def head(self) -> int:
-        return self._mv[HEAD]
+        return int(self.words[C.RING_HEAD])
 
     @property
     def tail(self) -> int:
-        return self._mv[TAIL]
+        return int(self.words[C.RING_TAIL])
 
     def pending(self) -> int:
-        """Records published and not yet consumed, clamped to [0, capacity]."""
-        n = self._mv[HEAD] - self._mv[TAIL]
-        return 0 if n < 0 else min(n, self.capacity)
+        """Records published and not consumed, clamped to [0, capacity]."""
+        n = N.ring_pending(self.words, self.record)
+        return self.capacity if n < 0 else n
+
+    def corrupt(self) -> bool:
+        """The producer wrote garbage over head (it is not within tail + [0, capacity])."""
+        return bool(N.ring_pending(self.words, self.record) < 0)
 
     def free(self) -> int:
         return self.capacity - self.pending()
 
-    # -- producer -------------------------------------------------------------------
-    def push(self, *words: int) -> bool:
-        """Publish one record (its `record` words); False if the ring is full."""
-        mv = self._mv
-        head = mv[HEAD]
-        if head - mv[TAIL] >= self.capacity:
-            return False
-        i = HEADER + (head & self.mask) * self.record
-        for w in words:
-            mv[i] = w
-            i += 1
-        mv[HEAD] = head + 1
-        return True
+    def push(self, recs: np.ndarray) -> int:
+        """Publish as many rows of recs (n x record, int64) as fit; returns the count."""
+        recs = np.ascontiguousarray(recs, dtype=np.int64)
+        return int(N.ring_push(self.words, self.record, recs, len(recs)))
 
-    def push_records(self, recs: np.ndarray) -> int:
-        """Publish as many rows of recs (n x record) as fit, with one head store; returns
-        the count published."""
-        head = self._mv[HEAD]
-        n = min(len(recs), self.capacity - (head - self._mv[TAIL]))
-        if n <= 0:
-            return 0
-        i = head & self.mask
-        first = min(n, self.capacity - i)
-        self.data[i : i + first] = recs[:first]
-        if first < n:
-            self.data[: n - first] = recs[first:n]
-        self._mv[HEAD] = head + n
-        return n
-
-    # -- consumer -------------------------------------------------------------------
-    def peek(self, limit: int, out: np.ndarray) -> tuple[int, int]:
-        """Copy up to `limit` unconsumed records into out (rows); returns (first sequence
-        number, count). Does not consume: call ``consume`` once they are handled."""
-        tail = self._mv[TAIL]
-        n = min(self.pending(), limit, len(out))
-        if n == 0:
-            return tail, 0
-        i = tail & self.mask
-        first = min(n, self.capacity - i)
-        out[:first] = self.data[i : i + first]
-        if first < n:
-            out[first:n] = self.data[: n - first]
-        return tail, n
-
-    def corrupt(self) -> bool:
-        """True if head is not within [tail, tail + capacity]: the producer wrote garbage
-        over it. The consumer then skips to head (``consume(head - tail)``)."""
-        n = self._mv[HEAD] - self._mv[TAIL]
-        return n < 0 or n > self.capacity
-
-    def skip_to_head(self) -> None:
-        self._mv[TAIL] = self._mv[HEAD]
+    def peek(self, out: np.ndarray, limit: int | None = None) -> tuple[int, int]:
+        """Copy up to `limit` unconsumed records into out (rows); (first seq, count), count
+        -1 when head is corrupt. Nothing is consumed."""
+        lim = len(out) if limit is None else limit
+        seq0, n = N.ring_peek(self.words, self.record, out, lim)
+        return int(seq0), int(n)
 
     def consume(self, n: int) -> None:
-        self._mv[TAIL] = self._mv[TAIL] + n
+        """Done with n records; with a corrupt head (n == -1 from peek: pass 0), skip to it."""
+        N.ring_consume(self.words, self.record, n)
 
     def record_at(self, seq: int) -> np.ndarray:
+        """The record at sequence number `seq` (a view; for recovery and tests)."""
         return self.data[seq & self.mask]
+
+    def column(self, col: int) -> np.ndarray:
+        """Column `col` of the unconsumed records [tail, head), copied."""
+        idx = (self.tail + np.arange(self.pending())) & self.mask
+        return self.data[idx, col].copy()

@@ -91,10 +91,10 @@ class Segment:
         return v
 
     # -- the segment lock -------------------------------------------------------------
-    def locked(self, dirty_word: int, repair: Callable[[], None]) -> _Locked:
+    def locked(self, dirty_word: int, repair: Callable[[], None]) -> Locked:
         """Context manager: exclusive across processes (flock) and threads; runs `repair`
         first if the previous holder died with the dirty word set. Not re-entrant."""
-        return _Locked(self, dirty_word, repair)
+        return Locked(self, dirty_word, repair)
 
     def close(self) -> None:
         if self._map is None:
@@ -118,14 +118,40 @@ class Segment:
             pass
 
 
-class _Locked:
+class LocalSegment(Segment):
+    """A segment in this process's own memory, with the same views and lock as a shared
+    one (the lock is then only a thread lock): the slot state machine's tests drive the
+    real tables and native code over it, with no process and nothing in /dev/shm."""
+
+    def __init__(self, name: str, size: int) -> None:  # noqa: D107 - see the class
+        self.name = name
+        self.fd = -1
+        self.size = size
+        self._map = None
+        self.words = np.zeros(size // 8, dtype=np.int64)
+        self.bytes = self.words.view(np.uint8)
+        self._views = []
+        self._thread_lock = threading.Lock()
+
+    def locked(self, dirty_word: int, repair: Callable[[], None]) -> Locked:
+        return Locked(self, dirty_word, repair, use_flock=False)
+
+    def close(self) -> None:
+        self._views.clear()
+
+    def unlink(self) -> None:
+        pass
+
+
+class Locked:
     """The segment lock as a reusable context manager (one per attachment: entering it
     allocates nothing, which matters on per-call paths such as Client.cancel)."""
 
     __slots__ = ("_dirty", "_fd", "_repair", "_thread_lock", "_words")
 
-    def __init__(self, seg: Segment, dirty_word: int, repair: Callable[[], None]) -> None:
-        self._fd = seg.fd
+    def __init__(self, seg: Segment, dirty_word: int, repair: Callable[[], None],
+                 use_flock: bool = True) -> None:
+        self._fd = seg.fd if use_flock else -1
         self._words = seg.words.data
         self._thread_lock = seg._thread_lock
         self._dirty, self._repair = dirty_word, repair
@@ -133,13 +159,15 @@ class _Locked:
     def __enter__(self) -> None:
         self._thread_lock.acquire()
         try:
-            _flock(self._fd, _LOCK_EX)
+            if self._fd >= 0:
+                _flock(self._fd, _LOCK_EX)
             try:
                 if self._words[self._dirty]:
                     self._repair()  # if this raises, dirty stays set: the next holder retries
                 self._words[self._dirty] = 1
             except BaseException:
-                _flock(self._fd, _LOCK_UN)
+                if self._fd >= 0:
+                    _flock(self._fd, _LOCK_UN)
                 raise
         except BaseException:
             self._thread_lock.release()
@@ -147,7 +175,8 @@ class _Locked:
 
     def __exit__(self, *exc: object) -> None:
         self._words[self._dirty] = 0
-        _flock(self._fd, _LOCK_UN)
+        if self._fd >= 0:
+            _flock(self._fd, _LOCK_UN)
         self._thread_lock.release()
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .. import _native as N
+
 
 class FireContext(NamedTuple):
     """What fired: the timer's handle id, key, deadline (monotonic ms), when the reaper
@@ -16,14 +18,10 @@ class FireContext(NamedTuple):
     attempt: int
 
 
-# set by the executor around each task call: (id, key, deadline_ms, fired_ns, attempt), a
-# plain tuple because most tasks never ask; context() builds the FireContext on demand
-_current: tuple[int, Any, int, int, int] | None = None
-
-
 def context() -> FireContext:
-    """The FireContext of the running task; RuntimeError outside a task."""
-    raw = _current
+    """The FireContext of the running task; RuntimeError outside a task. The executor's
+    native loop keeps the raw values; the tuple is built only when a task asks."""
+    raw = N.fire_context()
     if raw is None:
         raise RuntimeError("shmwheel.context() is only available inside a task run by an executor")
-    return FireContext(raw[0], raw[1], raw[2], raw[3] // 1_000_000, raw[4])
+    return FireContext(*raw)

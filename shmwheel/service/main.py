@@ -1,12 +1,31 @@
 """Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
 of coordinator, reaper, executor. The supervisor runs it through ``python -c`` after
 ignoring SIGINT (so a Ctrl-C never kills a process that is still importing); by hand,
-``python -m shmwheel.service.main ROLE SERVICE [INDEX]``."""
+``python -m shmwheel.service.main ROLE SERVICE [INDEX]``.
+
+Each process logs through ``logging.getLogger("shmwheel.<role>")``. Unless the
+environment variable ``SHMWHEEL_LOG_LEVEL`` says otherwise (the supervisor passes its own
+``shmwheel`` logger's level), records of level INFO and above go to stderr with the
+service name, role and pid in front.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
+
+
+def _configure_logging(role: str, service: str) -> None:
+    level = os.environ.get("SHMWHEEL_LOG_LEVEL", "INFO")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s shmwheel[{service}] {role} {os.getpid()} %(levelname)s: %(message)s"))
+    root = logging.getLogger("shmwheel")
+    root.addHandler(handler)
+    root.setLevel(level if level.isdigit() is False else int(level))
+    root.propagate = False
 
 
 def main(argv: list[str]) -> None:
@@ -15,6 +34,7 @@ def main(argv: list[str]) -> None:
                          "{coordinator|reaper|executor} SERVICE [INDEX]")
     role, service = argv[1], argv[2]
     index = int(argv[3]) if len(argv) > 3 else 0
+    _configure_logging(role if role != "executor" else f"exec{index}", service)
     if role == "coordinator":
         from .coordinator import main as run
     elif role == "reaper":

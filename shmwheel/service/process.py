@@ -1,5 +1,5 @@
 """What every service process (coordinator, reaper, executor) shares: attaching to the
-segment, its wake-up semaphore, and knowing when to exit.
+segment, its wake-up semaphore, its logger, and knowing when to exit.
 
 A service process exits when the supervisor sets ``stopping`` or when the supervisor
 itself is gone (its parent changed: the embedding process was killed). In the latter case
@@ -11,11 +11,11 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import sys
 import time
 
 import posix_ipc
 
+from .. import _native as N
 from ..segment import layout as L
 
 LIVENESS_S = 0.05  # how often a process checks that its supervisor is alive
@@ -27,14 +27,15 @@ class ServiceProcess:
         self.service = service
         self.role = role
         self.mem = L.ServiceMemory.attach(service)
+        self.tables: N.Tables = self.mem.bind_tables()
         self.owner = int(self.mem.header[L.W_OWNER])
         self.bell = self.mem.semaphore(role)
         self._next_check = 0.0
         self.orphaned = False
 
     def settle_heap(self) -> None:
-        """Once started: move everything imported so far (numpy, numba, the tasks) out of
-        the garbage collector's sight, so a full collection never pauses a hot loop for
+        """Once started: move everything imported so far (numpy, the tasks) out of the
+        garbage collector's sight, so a full collection never pauses a hot loop for
         milliseconds walking objects that live as long as the process."""
         gc.collect()
         gc.freeze()
@@ -59,7 +60,3 @@ class ServiceProcess:
             self.bell.acquire(timeout_s)
         except posix_ipc.BusyError:
             pass
-
-    def log(self, msg: str) -> None:
-        print(f"shmwheel[{self.service}] {self.role} {os.getpid()}: {msg}", file=sys.stderr,
-              flush=True)

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import psutil
 
+from ..segment import contract as C
 from ..segment import layout as L
-from ..wheel import kernels as K
 
 
 def percentile_ms(hist: np.ndarray, q: float) -> float:
@@ -19,7 +19,7 @@ def percentile_ms(hist: np.ndarray, q: float) -> float:
     if total == 0:
         return 0.0
     i = int(np.searchsorted(np.cumsum(hist), q * total, side="left"))
-    return 0.0 if i == 0 else 2 ** (i / L.HIST_PER_OCTAVE) / 1000.0
+    return 0.0 if i == 0 else 2 ** (i / C.HIST_PER_OCTAVE) / 1000.0
 
 
 def lateness_summary(hist: np.ndarray) -> dict[str, float]:
@@ -27,7 +27,7 @@ def lateness_summary(hist: np.ndarray) -> dict[str, float]:
     late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99),
                                                         ("999", 0.999))}
     nz = np.flatnonzero(hist)
-    late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / L.HIST_PER_OCTAVE) / 1000.0
+    late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / C.HIST_PER_OCTAVE) / 1000.0
     return late
 
 
@@ -38,6 +38,9 @@ def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]
     c = mem.counters.sum(axis=0)
     hist = mem.hist.sum(axis=0)
     backlog = sum(r.pending() for r in mem.producer)
+    # linked entries, plus records not yet linked, less cancelled slots not yet retired
+    unretired = int(c[C.C_CANCELLED]) - int(c[C.C_RETIRED])
+    pending = max(0, int(mem.wheel[C.H_PENDING]) + backlog - unretired)
     late = lateness_summary(hist)
     processes = {}
     pids = {"coordinator": int(mem.header[L.W_PID_COORDINATOR]),
@@ -51,17 +54,18 @@ def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]
             alive = pid > 0 and psutil.pid_exists(pid)
         processes[role] = {"pid": pid, "alive": alive}
     return {
-        "pending": int(mem.wheel[K.H_PENDING]) + backlog,
-        "scheduled": int(c[L.C_SCHEDULED]),
-        "fired": int(c[L.C_FIRED]),
-        "cancelled": int(c[L.C_CANCELLED]),
-        "completed": int(c[L.C_COMPLETED]),
-        "task_errors": int(c[L.C_ERRORS]),
-        "crashed": int(c[L.C_CRASHED]),
-        "rearmed": int(c[L.C_REARMED]),
-        "early": int(c[L.C_EARLY]),
-        "ring_garbage": int(c[L.C_GARBAGE]),
-        "ring_stale": int(c[L.C_STALE]),
+        "pending": pending,
+        "scheduled": int(c[C.C_SCHEDULED]),
+        "fired": int(c[C.C_FIRED]),
+        "cancelled": int(c[C.C_CANCELLED]),
+        "completed": int(c[C.C_COMPLETED]),
+        "task_errors": int(c[C.C_ERRORS]),
+        "crashed": int(c[C.C_CRASHED]),
+        "rearmed": int(c[C.C_REARMED]),
+        "early": int(c[C.C_EARLY]),
+        "ring_garbage": int(c[C.C_GARBAGE]),
+        "ring_stale": int(c[C.C_STALE]),
+        "retired": int(c[C.C_RETIRED]),
         "repairs": int(mem.header[L.W_REPAIRS]),
         "lateness_ms": late,
         "lateness_samples": int(hist.sum()),

@@ -9,6 +9,7 @@ must find the shared state intact, so the segment has to outlive it.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import subprocess
@@ -16,50 +17,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
+from ..errors import ShmwheelError
 from ..segment import layout as L
 from ..segment import shm
 from .client import Client, connect, now_ms
-from ..errors import ShmwheelError
-from .executor import resolve
 from .stats import read_stats
+from .tasks import task_spec
+
+log = logging.getLogger("shmwheel.service")
 
 START_TIMEOUT_S = 60.0
 DEFAULT_ARENA_BYTES = 16 << 20  # payloads over 8 bytes: 131k of <= 64 B, 16k of <= 256 B, ...
 _READY_BITS = {"coordinator": L.READY_COORDINATOR, "reaper": L.READY_REAPER}
 MONITOR_S = 0.05
-
-
-def task_spec(name: str, task: str | Callable[..., Any]) -> str:
-    """The "module:function" an executor imports for a registry entry; refuses what an
-    executor could not import (lambdas, nested functions, non-callables)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"task names must be non-empty strings, got {name!r}")
-    if isinstance(task, str):
-        spec = task
-    elif callable(task):
-        qual = getattr(task, "__qualname__", "")
-        module = getattr(task, "__module__", None)
-        if not module or "<" in qual:
-            raise ValueError(f"task {name!r}: {task!r} is not a module-level function; executors "
-                             f"import tasks by name, so define it at module level")
-        if module == "__main__":
-            main_file = getattr(sys.modules["__main__"], "__file__", None)
-            if not main_file:
-                raise ValueError(f"task {name!r} is defined in an interactive __main__; move it "
-                                 f"into a module")
-            module = str(Path(main_file).resolve())
-        spec = f"{module}:{qual}"
-    else:
-        raise TypeError(f"task {name!r} must be 'module:function' or a function, got "
-                        f"{type(task).__name__}")
-    try:
-        resolve(spec)
-    except Exception as e:
-        raise ValueError(f"task {name!r}: cannot import {spec!r}: {e}") from None
-    return spec
 
 
 def default_executors() -> int:
@@ -117,6 +89,7 @@ class TimerService:
             tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()))
         self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None
+        self._owner_pid = 0  # the process that started the service: only it stops it
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = {}
         self._monitor: threading.Thread | None = None
@@ -129,7 +102,8 @@ class TimerService:
             raise ShmwheelError(f"service {self.name!r} is already started")
         L.check_architecture()
         shm.sweep_stale(L.owner_of)
-        self.mem = L.ServiceMemory.create(self.name, self.config, os.getpid(), now_ms())
+        self._owner_pid = os.getpid()
+        self.mem = L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
         try:
             for role in L.semaphore_roles(self.config):
                 shm.open_semaphore(self.name, role, create=True).close()
@@ -147,8 +121,18 @@ class TimerService:
 
     def stop(self, timeout: float = 10.0) -> None:
         """End every service process and unlink every segment and semaphore. Timers still
-        pending are dropped (there is no journal yet)."""
+        pending are dropped (there is no journal yet).
+
+        Only the process that started the service stops it: in a process forked from it
+        (``os.fork()`` inside the ``with`` block), stop() and ``__exit__`` just drop this
+        copy's mapping and leave the service running for its owner."""
         if self.mem is None:
+            return
+        if os.getpid() != self._owner_pid:
+            self.mem.close()
+            self.mem = None
+            self.procs = {}
+            self._monitor = None
             return
         self._stop.set()
         if self._monitor is not None:
@@ -162,8 +146,13 @@ class TimerService:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def __repr__(self) -> str:
+        state = "stopped" if self.mem is None else f"running, owner pid {self._owner_pid}"
+        return (f"TimerService(name={self.name!r}, {state}, capacity={self.config.capacity}, "
+                f"executors={self.config.executors})")
+
     def __del__(self) -> None:
-        if getattr(self, "mem", None) is not None:
+        if getattr(self, "mem", None) is not None and os.getpid() == self._owner_pid:
             try:
                 self.stop(2.0)
             except Exception:
@@ -187,6 +176,8 @@ class TimerService:
             argv += [role, self.name]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        env.setdefault("SHMWHEEL_LOG_LEVEL",
+                       logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()))
         self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
 
     def _await_ready(self) -> None:
@@ -231,10 +222,9 @@ class TimerService:
                     backoff[role] = 0.0 if self._was_up(role, p.pid) else \
                         min(5.0, max(MONITOR_S, 2 * backoff.get(role, 0.0)))
                     due[role] = now + backoff[role]
-                    print(f"shmwheel[{self.name}]: {role} (pid {p.pid}) exited with code "
-                          f"{p.returncode}; restarting it"
-                          + (f" in {backoff[role]:.2f} s" if backoff[role] else ""),
-                          file=sys.stderr, flush=True)
+                    log.warning("service %s: %s (pid %d) exited with code %s; restarting it%s",
+                                self.name, role, p.pid, p.returncode,
+                                f" in {backoff[role]:.2f} s" if backoff[role] else "")
                 if now < due[role]:
                     continue
                 del due[role]

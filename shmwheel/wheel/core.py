@@ -1,10 +1,13 @@
-"""The wheel core: one timing-wheel algorithm (``wheel_kernels``) over one int64 array.
+"""The wheel core: one timing-wheel algorithm (the native core's, ``shmwheel/native/wheel.c``,
+whose header comment is the theory of operation) over one int64 array.
 
-``WheelCore`` owns or attaches that array: ``layout`` fixes where each table lives, the
-header records it (magic, layout version, sizes), and every operation is a compiled
-kernel call with that single argument.  In process the array is ordinary numpy memory
-that can grow; in the shared-memory service it is a view of a segment, fixed in size.
-Times are integers in whatever unit the caller chose (milliseconds for the Kafka layer).
+``WheelCore`` owns or attaches that array: ``wheel_layout`` fixes where each table lives,
+the header records it (magic, layout version, sizes), and every operation is one call of
+the native core with that array as its first argument.  In process the array is ordinary
+numpy memory that can grow; in the shared-memory service it is a view of a segment, fixed
+in size.  Times are integers in whatever unit the caller chose (milliseconds for the Kafka
+layer).  Every word index, state and code comes from ``shmwheel/native/contract.h``
+through the constants the extension exports.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels as K
+from .. import _native as N
 from ..errors import Full, LayoutError
 
-MAGIC = 0x53484D5748454C31  # "SHMWHEL1"
-LAYOUT_VERSION = 1
+MAGIC = N.WHEEL_MAGIC  # "SHMWHEL2"
+LAYOUT_VERSION = N.WHEEL_LAYOUT_VERSION
 DEFAULT_RANGE = 2**41  # ~70 years of milliseconds
 _MAX_SPAN = 2**61
 
@@ -68,15 +71,15 @@ class WheelGeometry:
         return self.tick * self.wheel_size**self.levels
 
 
-def layout(g: WheelGeometry) -> dict[str, int]:
+def wheel_layout(g: WheelGeometry) -> dict[str, int]:
     """Word offsets of each table in the wheel array, and its total length in words."""
     sizes = [
         ("ticks", g.levels),
         ("bexp", g.sentinels),
         ("bits", g.levels * g.words),
-        ("nodes", (g.sentinels + g.capacity) * K.NODE_WORDS),
+        ("nodes", (g.sentinels + g.capacity) * N.NODE_WORDS),
     ]
-    offsets, at = {}, K.HEADER_WORDS
+    offsets, at = {}, N.WHEEL_HEADER_WORDS
     for name, n in sizes:
         offsets[name] = at
         at += n
@@ -85,50 +88,80 @@ def layout(g: WheelGeometry) -> dict[str, int]:
 
 
 def words_needed(g: WheelGeometry) -> int:
-    return layout(g)["total"]
+    return wheel_layout(g)["total"]
 
 
 def _write_header(mem: np.ndarray, g: WheelGeometry) -> None:
-    off = layout(g)
-    mem[: K.HEADER_WORDS] = 0
-    mem[K.H_MAGIC] = np.int64(np.uint64(MAGIC).view(np.int64))
-    mem[K.H_VERSION] = LAYOUT_VERSION
-    mem[K.H_CAPACITY] = g.capacity
-    mem[K.H_LEVELS] = g.levels
-    mem[K.H_WHEEL] = g.wheel_size
-    mem[K.H_SLOTS] = g.slots
-    mem[K.H_WORDS] = g.words
-    mem[K.H_TICK] = g.tick
-    mem[K.H_OFF_TICKS] = off["ticks"]
-    mem[K.H_OFF_BEXP] = off["bexp"]
-    mem[K.H_OFF_BITS] = off["bits"]
-    mem[K.H_OFF_NODES] = off["nodes"]
-    mem[K.H_TOTAL] = off["total"]
-    mem[K.H_SENTINELS] = g.sentinels
+    off = wheel_layout(g)
+    mem[: N.WHEEL_HEADER_WORDS] = 0
+    mem[N.H_MAGIC] = MAGIC  # "SHMWHEL2" < 2**63: an int64 as it is
+    mem[N.H_VERSION] = LAYOUT_VERSION
+    mem[N.H_CAPACITY] = g.capacity
+    mem[N.H_LEVELS] = g.levels
+    mem[N.H_WHEEL] = g.wheel_size
+    mem[N.H_SLOTS] = g.slots
+    mem[N.H_WORDS] = g.words
+    mem[N.H_TICK] = g.tick
+    mem[N.H_OFF_TICKS] = off["ticks"]
+    mem[N.H_OFF_BEXP] = off["bexp"]
+    mem[N.H_OFF_BITS] = off["bits"]
+    mem[N.H_OFF_NODES] = off["nodes"]
+    mem[N.H_TOTAL] = off["total"]
+    mem[N.H_SENTINELS] = g.sentinels
     ot = off["ticks"]
-    mem[ot : ot + g.levels] = [g.tick * g.wheel_size**k for k in range(g.levels)]
+    mem[ot : ot + g.levels] = _ticks(g)
+
+
+def _ticks(g: WheelGeometry) -> list[int]:
+    return [g.tick * g.wheel_size**k for k in range(g.levels)]
+
+
+_OFFSETS = ((N.H_OFF_TICKS, "ticks"), (N.H_OFF_BEXP, "bexp"), (N.H_OFF_BITS, "bits"),
+            (N.H_OFF_NODES, "nodes"))
 
 
 def _read_geometry(mem: np.ndarray) -> WheelGeometry:
-    if mem.dtype != np.int64 or mem.ndim != 1 or len(mem) < K.HEADER_WORDS:
+    if mem.dtype != np.int64 or mem.ndim != 1 or len(mem) < N.WHEEL_HEADER_WORDS:
         raise LayoutError("a wheel array is a 1-d int64 array with at least a header")
-    magic = int(np.int64(mem[K.H_MAGIC]).view(np.uint64))
+    magic = int(np.int64(mem[N.H_MAGIC]).view(np.uint64))
     if magic != MAGIC:
         raise LayoutError(f"not a shmwheel wheel: magic {magic:#x}, expected {MAGIC:#x}")
-    if mem[K.H_VERSION] != LAYOUT_VERSION:
+    if mem[N.H_VERSION] != LAYOUT_VERSION:
         raise LayoutError(
-            f"wheel layout version {int(mem[K.H_VERSION])}, this code reads {LAYOUT_VERSION}")
-    g = WheelGeometry(int(mem[K.H_TICK]), int(mem[K.H_WHEEL]), int(mem[K.H_LEVELS]),
-                      int(mem[K.H_CAPACITY]))
-    off = layout(g)
-    if g.tick < 1 or g.wheel_size < 2 or g.levels < 1 or mem[K.H_TOTAL] != off["total"] \
-            or len(mem) < off["total"] or mem[K.H_SLOTS] != g.slots:
+            f"wheel layout version {int(mem[N.H_VERSION])}, this code reads {LAYOUT_VERSION}")
+    g = WheelGeometry(int(mem[N.H_TICK]), int(mem[N.H_WHEEL]), int(mem[N.H_LEVELS]),
+                      int(mem[N.H_CAPACITY]))
+    if g.tick < 1 or g.wheel_size < 2 or g.levels < 1 or g.capacity < 0:
+        raise LayoutError(f"wheel header sizes are inconsistent ({g}, {len(mem)} words)")
+    off = wheel_layout(g)
+    if mem[N.H_TOTAL] != off["total"] or len(mem) < off["total"] or mem[N.H_SLOTS] != g.slots \
+            or mem[N.H_SENTINELS] != g.sentinels or mem[N.H_WORDS] != g.words \
+            or any(mem[h] != off[name] for h, name in _OFFSETS) \
+            or mem[off["ticks"]:off["ticks"] + g.levels].tolist() != _ticks(g):
         raise LayoutError(f"wheel header sizes are inconsistent ({g}, {len(mem)} words)")
     return g
 
 
+
+# the native calls of the hot paths, bound once
+_insert = N.wheel_insert
+_insert_many = N.wheel_insert_many
+_cancel = N.wheel_cancel
+_cancel_many = N.wheel_cancel_many
+_advance = N.wheel_advance
+_cascade_step = N.wheel_cascade_step
+_next_wakeup = N.wheel_next_wakeup
+_release = N.wheel_release
+_NO_SLOT = N.INS_NO_SLOT
+_OUT_OF_RANGE = N.INS_OUT_OF_RANGE
+_NEVER = N.NEVER
+_SLOT_MASK = N.HANDLE_SLOT_MASK
+_GEN_BITS = N.GS_GEN_MASK << N.GS_GEN_SHIFT
+
+
 class WheelCore:
-    """A hierarchical timing wheel over one int64 array; see ``wheel_kernels`` for the theory.
+    """A hierarchical timing wheel over one int64 array; see ``shmwheel/native/wheel.c`` for
+    the theory.
 
     Not thread-safe: callers serialise access (SystemTimer with a lock, the service by
     giving the wheel to one process). ``growable`` cores (process memory) double their
@@ -148,9 +181,13 @@ class WheelCore:
         """Lay out an empty wheel in `mem` (len >= words_needed(g)), clock at start_time."""
         if len(mem) < words_needed(g):
             raise LayoutError(f"wheel needs {words_needed(g)} words, buffer has {len(mem)}")
+        now = (int(start_time) // g.tick) * g.tick
+        if not -(2**63) + g.span <= now <= 2**63 - 1 - g.span:
+            raise ValueError(f"start_time {start_time} is outside the clock range: the wheel's "
+                             f"span {g.span} must fit on either side of it in int64")
         _write_header(mem, g)
-        mem[K.H_NOW] = (int(start_time) // g.tick) * g.tick
-        K.reset(mem)
+        mem[N.H_NOW] = now
+        N.wheel_reset(mem)
 
     @classmethod
     def attach(cls, mem: np.ndarray) -> WheelCore:
@@ -163,7 +200,8 @@ class WheelCore:
         self.mem = mem
         self.geometry = g
         self.growable = growable
-        self._one = np.empty(1, dtype=np.int64)
+        # what the native calls borrow: a memoryview of the array, cheaper to borrow than it
+        self._buf = mem.data
 
     # -- properties ---------------------------------------------------------------
     @property
@@ -172,16 +210,16 @@ class WheelCore:
 
     @property
     def current_time(self) -> int:
-        return int(self.mem[K.H_NOW])
+        return int(self.mem[N.H_NOW])
 
     @property
     def size(self) -> int:
         """Entries linked in the wheel (pending)."""
-        return int(self.mem[K.H_PENDING])
+        return int(self.mem[N.H_PENDING])
 
     @property
     def capacity(self) -> int:
-        return int(self.mem[K.H_CAPACITY])
+        return int(self.mem[N.H_CAPACITY])
 
     def max_deadline(self) -> int:
         """The first deadline the wheel refuses as out of range at the current time."""
@@ -193,94 +231,97 @@ class WheelCore:
     def insert(self, deadline: int) -> int:
         """Insert one deadline. Returns a handle (>= 0) or ALREADY_DUE (-1) if
         ``deadline <= current_time`` (nothing inserted). Raises ValueError beyond range."""
-        h = K.insert_one(self.mem, deadline)
-        if h == K.NO_SLOT:
-            self._make_room(1)
-            h = K.insert_one(self.mem, deadline)
-        if h == K.OUT_OF_RANGE:
-            raise ValueError(f"deadline {deadline} is beyond the wheel's range "
-                             f"(must be < {self.max_deadline()})")
-        return int(h)
+        h = _insert(self._buf, deadline)
+        if h < 0:
+            if h == _NO_SLOT:
+                self._make_room(1)
+                h = _insert(self._buf, deadline)
+            if h == _OUT_OF_RANGE:
+                raise ValueError(f"deadline {deadline} is beyond the wheel's range "
+                                 f"(must be < {self.max_deadline()})")
+        return h
 
     def cancel(self, handle: int) -> bool:
         """Unlink and free a pending entry in O(1); False for a stale or unknown handle."""
-        return bool(K.cancel_one(self.mem, handle))
+        return _cancel(self._buf, handle)
 
     # -- batch operations ---------------------------------------------------------
     def insert_many(self, deadlines: np.ndarray) -> np.ndarray:
         """Insert a batch. Returns handles, with ALREADY_DUE / OUT_OF_RANGE codes for entries
         not inserted, and NO_SLOT for those left over when a fixed-size core is full."""
         d = np.ascontiguousarray(deadlines, dtype=np.int64)
-        out = np.full(len(d), K.NO_SLOT, dtype=np.int64)
-        done = K.insert_batch(self.mem, d, out)
+        out = np.full(len(d), _NO_SLOT, dtype=np.int64)
+        done = _insert_many(self._buf, d, out)
         while done < len(d) and self.growable:
             self._make_room(len(d) - done)
-            done += K.insert_batch(self.mem, d[done:], out[done:])
+            done += _insert_many(self._buf, d[done:], out[done:])
         return out
 
     def cancel_many(self, handles: np.ndarray) -> np.ndarray:
         """Cancel a batch; returns a bool array, True where the entry was pending."""
         h = np.ascontiguousarray(handles, dtype=np.int64)
-        out = np.zeros(len(h), dtype=np.bool_)
-        K.cancel_batch(self.mem, h, out)
+        out = np.empty(len(h), dtype=np.bool_)  # 1 byte a flag: an int64 out costs 8x the pages
+        _cancel_many(self._buf, h, out)
         return out
 
     def advance_into(self, now: int, out: np.ndarray, release: bool = True) -> int:
-        """Advance towards `now`, writing due slots into `out`; see ``wheel_kernels.advance``.
-        A return value equal to len(out) means more may be due: call again."""
-        return int(K.advance(self.mem, now, out, release))
+        """Advance towards `now`, writing due slots into `out` (see ``wheel_advance`` in
+        shmwheel/native/wheel.c). A return value equal to len(out) means more may be due:
+        call again."""
+        return _advance(self._buf, now, out, release)
 
     def advance(self, now: int, release: bool = True) -> np.ndarray:
         """Advance the clock to `now` and return every slot that came due, in deadline order
         of their buckets. With ``release`` the slots are freed for reuse at once."""
         out = np.empty(max(1, self.size), dtype=np.int64)
-        n = K.advance(self.mem, now, out, release)
+        n = _advance(self._buf, now, out, release)
         if n < len(out):
             return out[:n]
         parts = [out.copy()]
         while n == len(out):
-            n = K.advance(self.mem, now, out, release)
+            n = _advance(self._buf, now, out, release)
             parts.append(out[:n].copy())
         return np.concatenate(parts)
 
     def release(self, slots: np.ndarray) -> int:
         """Free slots emitted by ``advance(release=False)``."""
-        return int(K.release_batch(self.mem, np.ascontiguousarray(slots, dtype=np.int64)))
+        return _release(self._buf, np.ascontiguousarray(slots, dtype=np.int64))
 
     def cascade_step(self, budget: int = 4096) -> int:
         """Pre-cascade up to `budget` entries from buckets that will expire next at each
         level; returns how many moved (0 means no pre-cascade work is pending)."""
-        return int(K.cascade_step(self.mem, budget))
+        return _cascade_step(self._buf, budget)
 
     def next_wakeup(self) -> int | None:
         """When the wheel next has work (a bucket to fire or to pre-cascade); None if empty."""
-        t = K.next_wakeup(self.mem)
-        return None if t == K.NEVER else int(t)
+        t = _next_wakeup(self._buf)
+        return None if t == _NEVER else t
 
     # -- entry table --------------------------------------------------------------
     def entries(self) -> np.ndarray:
         """The entry records as a (capacity, 4) view: next, prev, deadline, gen|state."""
         g = self.geometry
-        start = int(self.mem[K.H_OFF_NODES]) + g.sentinels * K.NODE_WORDS
-        return self.mem[start : start + g.capacity * K.NODE_WORDS].reshape(-1, K.NODE_WORDS)
+        start = int(self.mem[N.H_OFF_NODES]) + g.sentinels * N.NODE_WORDS
+        return self.mem[start : start + g.capacity * N.NODE_WORDS].reshape(-1, N.NODE_WORDS)
 
     def deadline_of(self, slot: int) -> int:
-        return int(self.entries()[slot, K.F_DEADLINE])
+        return int(self.entries()[slot, N.F_DEADLINE])
 
     def handle_of(self, slot: int) -> int:
         """The handle that currently names `slot` (its generation and index)."""
-        return ((int(self.entries()[slot, K.F_GS]) >> 32) << 32) | slot
+        return (int(self.entries()[slot, N.F_GS]) & _GEN_BITS) | slot
 
     @staticmethod
     def slot_of(handle: int) -> int:
-        return handle & K.SLOT_MASK
+        return handle & _SLOT_MASK
 
     def is_pending(self, handle: int) -> bool:
-        slot = handle & K.SLOT_MASK
+        slot = handle & _SLOT_MASK
         if handle < 0 or slot >= self.capacity:
             return False
-        gs = int(self.entries()[slot, K.F_GS])
-        return (gs >> 32) == (handle >> 32) and (gs & 0xFF) == K.PENDING
+        gs = int(self.entries()[slot, N.F_GS])
+        return (gs & _GEN_BITS) == (handle & _GEN_BITS) \
+            and (gs & N.GS_STATE_MASK) == N.ST_PENDING
 
     # -- capacity -----------------------------------------------------------------
     def _make_room(self, wanted: int) -> None:
@@ -297,79 +338,85 @@ class WheelCore:
         ng = WheelGeometry(g.tick, g.wheel_size, g.levels, capacity)
         mem = np.zeros(words_needed(ng), dtype=np.int64)
         _write_header(mem, ng)
-        mem[K.H_NOW] = old[K.H_NOW]
-        mem[K.H_FREE] = old[K.H_FREE]
-        mem[K.H_PENDING] = old[K.H_PENDING]
-        o, n = layout(g), layout(ng)
+        mem[N.H_NOW] = old[N.H_NOW]
+        mem[N.H_FREE] = old[N.H_FREE]
+        mem[N.H_PENDING] = old[N.H_PENDING]
+        o, n = wheel_layout(g), wheel_layout(ng)
         for name, length in (("bexp", g.sentinels), ("bits", g.levels * g.words),
-                             ("nodes", (g.sentinels + g.capacity) * K.NODE_WORDS)):
+                             ("nodes", (g.sentinels + g.capacity) * N.NODE_WORDS)):
             mem[n[name] : n[name] + length] = old[o[name] : o[name] + length]
-        K.add_free_slots(mem, g.capacity)
+        N.wheel_add_free_slots(mem, g.capacity)
         self._bind(mem, ng, self.growable)
 
     # -- checking -----------------------------------------------------------------
     def verify(self) -> None:
-        """Check the structural invariants (slow; for tests). Raises AssertionError."""
+        """Check the structural invariants of wheel.c (slow; for tests). A linked entry is
+        PENDING, or CANCELLED (a service's lock-free cancel; the wheel retires it), and an
+        entry is linked iff its prev is not -1. Raises AssertionError."""
         mem, g = self.mem, self.geometry
-        off = layout(g)
-        nodes = mem[off["nodes"]:off["nodes"] + (g.sentinels + g.capacity) * K.NODE_WORDS]
-        nodes = nodes.reshape(-1, K.NODE_WORDS)
-        nx, pv = nodes[:, K.F_NEXT], nodes[:, K.F_PREV]
-        gs, dl = nodes[g.sentinels:, K.F_GS], nodes[g.sentinels:, K.F_DEADLINE]
-        bexp = mem[off["bexp"]:off["bexp"] + g.sentinels]
-        bits = mem[off["bits"]:off["bits"] + g.levels * g.words].view(np.uint64)
+        off = wheel_layout(g)
+        nodes = mem[off["nodes"]:off["nodes"] + (g.sentinels + g.capacity) * N.NODE_WORDS]
+        nodes = nodes.reshape(-1, N.NODE_WORDS)
+        st = nodes[g.sentinels:, N.F_GS] & N.GS_STATE_MASK
+        epv, enx = nodes[g.sentinels:, N.F_PREV], nodes[g.sentinels:, N.F_NEXT]
+        # the walks read Python lists: indexing numpy one scalar at a time is ~5x slower
+        nx, pv = nodes[:, N.F_NEXT].tolist(), nodes[:, N.F_PREV].tolist()
+        stl, dl = st.tolist(), nodes[g.sentinels:, N.F_DEADLINE].tolist()
+        bexp = mem[off["bexp"]:off["bexp"] + g.sentinels].tolist()
+        bits = mem[off["bits"]:off["bits"] + g.levels * g.words].view(np.uint64).tolist()
         now, linked = self.current_time, 0
+        linkable = (N.ST_PENDING, N.ST_CANCELLED)
         for k in range(g.levels):
             tk = g.tick * g.wheel_size**k
             for i in range(g.slots):
                 b = k * g.slots + i
-                bit = bool((int(bits[k * g.words + i // 64]) >> (i % 64)) & 1)
-                node, prev, n = int(nx[b]), b, 0
+                bit = bool((bits[k * g.words + i // 64] >> (i % 64)) & 1)
+                node, prev, n = nx[b], b, 0
                 while node != b:
-                    assert int(pv[node]) == prev, f"broken prev link at node {node}"
+                    assert pv[node] == prev, f"broken prev link at node {node}"
                     slot = node - g.sentinels
                     assert 0 <= slot < g.capacity, f"bucket {b} links to node {node}"
-                    assert int(gs[slot]) & 0xFF == K.PENDING, f"slot {slot} linked, not pending"
-                    r = -((-int(dl[slot])) // g.tick) * g.tick
-                    v = r // tk
-                    assert v % g.slots == i and v * tk == int(bexp[b]), \
-                        f"slot {slot} (r={r}) in level {k} bucket {i} expiring {int(bexp[b])}"
+                    assert stl[slot] in linkable, \
+                        f"slot {slot} linked in state {stl[slot]}, not pending/cancelled"
+                    r = -((-dl[slot]) // g.tick) * g.tick
                     assert r > now or k == 0, f"slot {slot} overdue at level {k}"
+                    # level 0: an entry linked already due (wheel_link) sits in now's bucket
+                    v = max(r, now) // tk if k == 0 else r // tk
+                    assert v % g.slots == i and v * tk == bexp[b], \
+                        f"slot {slot} (r={r}) in level {k} bucket {i} expiring {bexp[b]}"
                     if k > 0:
                         assert v > now // tk, f"level {k} bucket {i} is the current one"
-                    prev, node, n = node, int(nx[node]), n + 1
+                    prev, node, n = node, nx[node], n + 1
                     assert n <= g.capacity, "cycle in a bucket list"
-                assert bit == (n > 0) == (int(bexp[b]) != K.NO_TIME), \
-                    f"level {k} bucket {i}: bit {bit}, {n} entries, expiration {int(bexp[b])}"
+                assert bit == (n > 0) == (bexp[b] != N.NO_TIME), \
+                    f"level {k} bucket {i}: bit {bit}, {n} entries, expiration {bexp[b]}"
                 linked += n
         assert linked == self.size, f"{linked} linked entries, header says {self.size}"
-        free, s = 0, int(mem[K.H_FREE])
+        assert int(np.count_nonzero(epv != -1)) == linked, \
+            "an unlinked entry has prev != -1 (linked iff prev != -1)"
+        assert not (((st == N.ST_PENDING) & (epv == -1)).any()), "a pending slot is not linked"
+        stack, s = [], int(mem[N.H_FREE])
         while s != -1:
-            assert int(gs[s]) & 0xFF == K.FREE, f"free list holds slot {s} not free"
-            free, s = free + 1, int(nx[g.sentinels + s])
-            assert free <= g.capacity, "cycle in the free list"
-        held = int(np.count_nonzero(((gs & 0xFF) != K.FREE) & ((gs & 0xFF) != K.PENDING)))
-        assert free + linked + held == g.capacity, \
-            f"{free} free + {linked} linked + {held} held (due, reserved) != capacity {g.capacity}"
-
-
-_warm = False
+            assert 0 <= s < g.capacity, f"free list holds slot {s} out of range"
+            stack.append(s)
+            assert len(stack) <= g.capacity, "cycle in the free list"
+            s = nx[g.sentinels + s]
+        on_stack = np.array(stack, dtype=np.int64)
+        bad = on_stack[st[on_stack] != N.ST_FREE]
+        assert len(bad) == 0, f"free list holds slot {int(bad[0]) if len(bad) else 0} not free"
+        bad = on_stack[epv[on_stack] != -1]
+        assert len(bad) == 0, f"free slot {int(bad[0]) if len(bad) else 0} has prev != -1"
+        free = len(stack)
+        assert int(np.count_nonzero(st == N.ST_FREE)) == free, "a FREE slot is off the stack"
+        held_mask = (st != N.ST_FREE) & (epv == -1)  # FIRING (or reserved, in the service)
+        assert (enx[held_mask] == -1).all(), "a held slot has next != -1 (in a list)"
+        held = int(np.count_nonzero(held_mask))
+        assert free + linked + held == g.capacity, (
+            f"{free} free + {linked} linked + {held} held (firing, reserved) != "
+            f"capacity {g.capacity}")
 
 
 def warm_up() -> None:
-    """Load (or compile) every kernel once in this process, so that no timer operation
-    pays for compilation later. Idempotent; about 0.3 s from numba's on-disk cache."""
-    global _warm
-    if _warm:
-        return
-    core = WheelCore(1, 4, 0, 4)
-    h = core.insert_many(np.array([5, 50, 500], dtype=np.int64))
-    core.cancel_many(h[:1])
-    core.cancel(core.insert(7))
-    core.cascade_step(1)
-    core.next_wakeup()
-    out = np.empty(4, dtype=np.int64)
-    core.advance_into(1000, out, False)
-    core.release(out[:0])
-    core.grow(8)
-    _warm = True
+    """Kept for compatibility; does nothing. It loaded numba's compiled kernels before the
+    first timer operation; the native core is compiled at install, so there is nothing to
+    load."""

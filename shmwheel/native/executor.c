@@ -1,0 +1,286 @@
+/* executor.c: an executor process's batch loop. For each dispatch record, in this order:
+ * store `started = seq`, check the slot, decode its payload, run the task, publish the
+ * outcome (handle, outcome, seq, lateness_us) on the result ring. After the batch the
+ * dispatch ring's tail advances and `started` goes back to -1. A replacement executor on
+ * the same rings therefore knows what its predecessor did (shmwheel/service/executor.py,
+ * `recover`): outcomes up to the last published seq are done, the `started` record (if
+ * unreported) crashed with it, the rest are still to run. No task runs twice.
+ *
+ * A record whose slot is not FIRING (or STOPPING) with the record's generation is garbage:
+ * counted, reported as an error, never run. The payload is decoded only after its side
+ * record and arena block check out. The running task's context is kept here and read by
+ * shmwheel.context() through fire_context().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "atomics.h"
+#include "pybuf.h"
+#include "ring.h"
+#include "slots.h"
+#include "wheel.h"
+
+#define BATCH 256
+
+typedef struct {
+    PyObject_HEAD
+    Seg seg;
+    Ring dispatch, results;
+    Holds holds;
+    i64 *started;        /* this executor's X_STARTED word */
+    i64 *counters;       /* its counter row (single writer) */
+    i64 *hist;           /* its lateness histogram (single writer) */
+    PyObject *tasks;     /* list: task id -> callable */
+    PyObject *unpack;    /* bytes -> object (msgpack) */
+    PyObject *on_error;  /* (handle, task id, exception): logs the traceback */
+    PyObject *on_full;   /* () -> bool: the result ring is full; False to give up */
+    i64 tally[COUNTER_WORDS];
+    i64 late[HIST_BUCKETS];
+} Executor;
+
+/* the task running now (one per process: executors run one task at a time) */
+static struct {
+    int active;
+    i64 handle, deadline_ms, fired_ns, attempt;
+    PyObject *key;
+} current;
+
+static i64 now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (i64)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+/* The payload of a FIRING slot as a new reference (Py_None for a nil payload), its key
+ * (new reference or NULL) and run number; NULL with an exception if it does not check. */
+static PyObject *decode(Executor *e, i64 slot, PyObject **key, i64 *attempt) {
+    Seg *s = &e->seg;
+    i64 meta = *side_meta(s, slot), word = *side_payload(s, slot);
+    i64 flags = META_FIELD(meta, FLAGS), len = META_FIELD(meta, LEN);
+    *key = NULL;
+    *attempt = 1;
+    if (!(flags & (FLAG_ARENA | FLAG_KEY)) && len == 1 && word == NIL_INLINE) Py_RETURN_NONE;
+    PyObject *blob;
+    if (flags & FLAG_ARENA) {
+        i64 c = META_FIELD(meta, CLASS), skip = (flags & FLAG_REPEAT) ? REPEAT_HEADER : 0;
+        if (c >= ARENA_CLASSES || skip + len > ARENA_CLASS_BYTES(c) || word < 0 ||
+                word >= s->arena[c * A_CLASS_WORDS + A_NBLOCKS] ||
+                *arena_owner(s, (int)c, word) != OWNER_SLOT(slot))
+            return PyErr_Format(PyExc_ValueError, "slot %lld: its arena block does not check "
+                                "out (class %lld, block %lld)", (long long)slot,
+                                (long long)c, (long long)word);
+        i64 *w = arena_block(s, (int)c, word);
+        if (skip) *attempt = w[1];
+        blob = PyBytes_FromStringAndSize((const char *)w + skip, (Py_ssize_t)len);
+    } else {
+        if (len < 1 || len > INLINE_MAX)
+            return PyErr_Format(PyExc_ValueError, "slot %lld: inline payload length %lld",
+                                (long long)slot, (long long)len);
+        blob = PyBytes_FromStringAndSize((const char *)&word, (Py_ssize_t)len);
+    }
+    if (!blob) return NULL;
+    PyObject *v = PyObject_CallOneArg(e->unpack, blob);
+    Py_DECREF(blob);
+    if (!v || !(flags & FLAG_KEY)) return v;
+    if (!PyList_Check(v) || PyList_GET_SIZE(v) != 2) {
+        Py_DECREF(v);
+        return PyErr_Format(PyExc_ValueError, "slot %lld: a keyed payload is not a [key, "
+                            "payload] pair", (long long)slot);
+    }
+    *key = Py_NewRef(PyList_GET_ITEM(v, 0));
+    PyObject *p = Py_NewRef(PyList_GET_ITEM(v, 1));
+    Py_DECREF(v);
+    return p;
+}
+
+static void record_lateness(Executor *e, i64 late_us) {
+    if (late_us < 1) {
+        e->late[0]++;
+        if (late_us < 0) e->tally[C_EARLY]++;
+        return;
+    }
+    i64 b = 1 + (i64)(log2((double)late_us) * HIST_PER_OCTAVE);
+    e->late[b < HIST_BUCKETS ? b : HIST_BUCKETS - 1]++;
+}
+
+/* Run the task of one checked record; returns the outcome, or -1 for an exception that is
+ * not an Exception (SystemExit, KeyboardInterrupt): it propagates and the process ends. */
+static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
+    i64 tid = META_FIELD(*side_meta(&e->seg, slot), TASK), attempt;
+    PyObject *key = NULL, *payload = NULL, *r = NULL;
+    if (tid >= PyList_GET_SIZE(e->tasks)) {
+        PyErr_Format(PyExc_ValueError, "slot %lld names task id %lld, which is not "
+                     "registered", (long long)slot, (long long)tid);
+    } else if ((payload = decode(e, slot, &key, &attempt))) {
+        current.active = 1;
+        current.handle = h;
+        current.deadline_ms = deadline;
+        current.fired_ns = fired_ns;
+        current.attempt = attempt;
+        current.key = key;
+        r = PyObject_CallOneArg(PyList_GET_ITEM(e->tasks, tid), payload);
+        current.active = 0;
+        current.key = NULL;
+        Py_DECREF(payload);
+    }
+    Py_XDECREF(key);
+    if (r) {
+        Py_DECREF(r);
+        e->tally[C_COMPLETED]++;
+        return OUTCOME_OK;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb) PyException_SetTraceback(value, tb);
+    PyObject *lr = PyObject_CallFunction(e->on_error, "LLO", (long long)h, (long long)tid, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (!lr) PyErr_Clear();   /* a failing logger must not stop the executor */
+    Py_XDECREF(lr);
+    e->tally[C_ERRORS]++;
+    return OUTCOME_ERROR;
+}
+
+static void publish_counts(Executor *e) {
+    for (int k = 0; k < COUNTER_WORDS; k++)
+        if (e->tally[k]) { counter_add(&e->counters[k], e->tally[k]); e->tally[k] = 0; }
+    for (int b = 0; b < HIST_BUCKETS; b++)
+        if (e->late[b]) { counter_add(&e->hist[b], e->late[b]); e->late[b] = 0; }
+}
+
+/* run() -> records handled (0 when the dispatch ring is empty) */
+static PyObject *ex_run(Executor *e, PyObject *unused) {
+    if (!e->holds.n) return PyErr_Format(PyExc_ValueError, "executor is closed");
+    i64 buf[BATCH * DISPATCH_RECORD], seq0;
+    i64 n = ring_peek(&e->dispatch, buf, BATCH, &seq0);
+    if (n <= 0) return PyLong_FromLongLong(n);
+    i64 *mem = e->seg.mem, cap = mem[H_CAPACITY];
+    for (i64 i = 0; i < n; i++) {
+        i64 h = buf[2 * i], fired_ns = buf[2 * i + 1], seq = seq0 + i;
+        i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0;
+        relaxed_store(e->started, seq);
+        i64 gs = (h >= 0 && slot < cap) ? gs_load(gs_word(mem, wheel_node(mem, slot))) : -1;
+        if (gs >= 0 && GS_GEN(gs) == HANDLE_GEN(h) &&
+                (GS_STATE(gs) == ST_FIRING || GS_STATE(gs) == ST_STOPPING)) {
+            i64 deadline = *wheel_field(mem, wheel_node(mem, slot), F_DEADLINE);
+            late_us = now_us() - deadline * 1000;
+            record_lateness(e, late_us);
+            int o = run_one(e, h, slot, deadline, fired_ns);
+            if (o < 0) { publish_counts(e); return NULL; }
+            outcome = o;
+        } else {
+            e->tally[C_GARBAGE]++;
+        }
+        i64 rec[RESULT_RECORD] = {h, outcome, seq, late_us};
+        while (!ring_push(&e->results, rec, 1)) {
+            PyObject *r = PyObject_CallNoArgs(e->on_full);
+            int go_on = r && PyObject_IsTrue(r) == 1;
+            Py_XDECREF(r);
+            if (!go_on) { publish_counts(e); return r ? PyLong_FromLongLong(-1) : NULL; }
+        }
+    }
+    ring_consume(&e->dispatch, n);
+    relaxed_store(e->started, -1);
+    publish_counts(e);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *ex_close(Executor *e, PyObject *unused) {
+    holds_release(&e->holds);
+    Py_RETURN_NONE;
+}
+
+static int ex_init(Executor *e, PyObject *args, PyObject *kw) {
+    PyObject *o[9];
+    if (e->holds.n) {
+        PyErr_SetString(PyExc_RuntimeError, "Executor is initialised already");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!OOO:Executor", &o[0], &o[1], &o[2], &o[3], &o[4],
+                          &o[5], &o[6], &o[7], &o[8], &PyList_Type, &e->tasks, &e->unpack,
+                          &e->on_error, &e->on_full))
+        return -1;
+    Py_INCREF(e->tasks);
+    Py_INCREF(e->unpack);
+    Py_INCREF(e->on_error);
+    Py_INCREF(e->on_full);
+    Py_ssize_t nd, nr, nc, nh;
+    i64 *started_row;
+    if (holds_add(&e->holds, o[0], &e->seg.mem, NULL) < 0 ||
+        holds_add(&e->holds, o[1], &e->seg.side, NULL) < 0 ||
+        holds_add(&e->holds, o[2], &e->seg.arena, NULL) < 0 ||
+        holds_add(&e->holds, o[3], &e->seg.adata, NULL) < 0 ||
+        holds_add(&e->holds, o[4], &e->dispatch.w, &nd) < 0 ||
+        holds_add(&e->holds, o[5], &e->results.w, &nr) < 0 ||
+        holds_add(&e->holds, o[6], &started_row, NULL) < 0 ||
+        holds_add(&e->holds, o[7], &e->counters, &nc) < 0 ||
+        holds_add(&e->holds, o[8], &e->hist, &nh) < 0)
+        return -1;
+    e->started = started_row;   /* the caller passes a view starting at X_STARTED */
+    e->dispatch.record = DISPATCH_RECORD;
+    e->dispatch.cap = (nd - RING_HEADER_WORDS) / DISPATCH_RECORD;
+    e->results.record = RESULT_RECORD;
+    e->results.cap = (nr - RING_HEADER_WORDS) / RESULT_RECORD;
+    if (nc < COUNTER_WORDS || nh < HIST_BUCKETS || e->dispatch.cap < 2 || e->results.cap < 2) {
+        PyErr_SetString(PyExc_ValueError, "Executor: a counter row, histogram or ring too short");
+        return -1;
+    }
+    return 0;
+}
+
+static void ex_dealloc(Executor *e) {
+    holds_release(&e->holds);
+    Py_CLEAR(e->tasks);
+    Py_CLEAR(e->unpack);
+    Py_CLEAR(e->on_error);
+    Py_CLEAR(e->on_full);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static PyMethodDef ex_methods[] = {
+    {"run", (PyCFunction)ex_run, METH_NOARGS,
+     "run() -> records handled from the dispatch ring (0 when empty; -1 if on_full gave "
+     "up). Tasks run in this thread; outcomes are published one by one."},
+    {"close", (PyCFunction)ex_close, METH_NOARGS, "Release the segment views."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ExecutorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmwheel._native.Executor",
+    .tp_basicsize = sizeof(Executor),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Executor(wheel, side, arena, adata, dispatch, results, started, counters, "
+              "hist, tasks, unpack, on_error, on_full): an executor's batch loop (executor.c).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)ex_init,
+    .tp_dealloc = (destructor)ex_dealloc,
+    .tp_methods = ex_methods,
+};
+
+static PyObject *fire_context(PyObject *m, PyObject *unused) {
+    if (!current.active) Py_RETURN_NONE;
+    return Py_BuildValue("(LOLLL)", (long long)current.handle,
+                         current.key ? current.key : Py_None, (long long)current.deadline_ms,
+                         (long long)(current.fired_ns / 1000000), (long long)current.attempt);
+}
+
+static PyMethodDef ctx_methods[] = {
+    {"fire_context", (PyCFunction)fire_context, METH_NOARGS,
+     "fire_context() -> (id, key, deadline_ms, fired_ms, attempt) of the running task, or "
+     "None outside one."},
+    {NULL, NULL, 0, NULL},
+};
+
+int shmwheel_add_executor_type(PyObject *m) {
+    if (PyType_Ready(&ExecutorType) < 0) return -1;
+    Py_INCREF(&ExecutorType);
+    if (PyModule_AddObject(m, "Executor", (PyObject *)&ExecutorType) < 0) return -1;
+    return PyModule_AddFunctions(m, ctx_methods);
+}

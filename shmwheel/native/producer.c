@@ -1,0 +1,611 @@
+/* producer.c: a client's hot path. `Producer` is the base of shmwheel's `Client`, `Handle`
+ * the base of `TimerHandle`.
+ *
+ * schedule() in the common case (a registered task, delay_ms as a number, a payload that
+ * encodes to at most 64 bytes, no key, no repeat) runs here without the segment lock and
+ * without a system call: it takes a RESERVED slot (and, for a payload over 8 bytes, an
+ * arena block) from this client's cache, writes the slot's side record and deadline,
+ * stores SUBMITTED with release, and publishes (handle, handle ^ CHECK_SUBMIT) on the
+ * client's ring with a release store of head. Anything else (and every error) goes to the
+ * Python method `_schedule_slow`, which validates and raises what the API promises.
+ * The caches are refilled in batches by the Python method `_restock` (segment lock).
+ *
+ * cancel() is slot_cancel's compare-and-swap; when it wins it publishes (handle, handle ^
+ * CHECK_CANCEL) so the coordinator unlinks and frees the slot within its next drain.
+ *
+ * Threads: nothing here releases the GIL, so one Client may be shared by the threads of
+ * its process; the Python callbacks (_restock, _bell, ...) are made between, never inside,
+ * updates of the caches or the ring.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <string.h>
+#include <structmember.h>
+#include <time.h>
+
+#include "atomics.h"
+#include "pybuf.h"
+#include "ring.h"
+#include "slots.h"
+#include "wheel.h"
+
+#define CACHE_MAX 256
+#define URGENT_MS 20   /* a deadline nearer than this wakes a sleeping coordinator */
+
+typedef struct {
+    PyObject_HEAD
+    Seg seg;
+    Ring ring;
+    Holds holds;
+    i64 *counters;        /* this client's counter row (single writer: this process) */
+    i64 *header;          /* the segment header */
+    i64 w_sleeping, w_stopping;
+    i64 ring_index, max_delay_ms, batch;
+    i64 scheduled, cancelled;
+    int closed, forked;
+    int ncache, nblocks;
+    i64 cache[CACHE_MAX];   /* RESERVED handles of this ring */
+    i64 blocks[CACHE_MAX];  /* class-0 arena blocks owned by OWNER_RING(ring) */
+    PyObject *task_ids;     /* dict: task name -> id */
+    PyObject *encode;       /* payload -> bytes (msgpack), raising the API's errors */
+    PyTypeObject *handle_type;
+} Producer;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *client;
+    i64 id;
+    i64 deadline_ms;
+} Handle;
+
+static PyTypeObject ProducerType, HandleType;
+static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms, *s_payload;
+static PyObject *s_schedule_slow, *s_schedule_checked, *s_restock, *s_bell, *s_wait_push, *s_check;
+
+static i64 monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);   /* time.monotonic_ns() on Linux */
+    return (i64)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline i64 ceil_div(i64 a, i64 b) { return -((-a) / b); }
+
+static int is_bound(Producer *p) {
+    if (p->holds.n) return 1;
+    PyErr_SetString(PyExc_ValueError, "this client is closed");
+    return 0;
+}
+
+/* ---- writing and publishing one slot --------------------------------------------- */
+static void write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
+    i64 slot = HANDLE_SLOT(h), *mem = p->seg.mem, node = wheel_node(mem, slot);
+    *side_payload(&p->seg, slot) = word;
+    /* release: crash repair (slots.c, slot_rebuild) that reads meta sees the word */
+    __atomic_store_n(side_meta(&p->seg, slot), meta, __ATOMIC_RELEASE);
+    if (META_FIELD(meta, FLAGS) & FLAG_ARENA)
+        *arena_owner(&p->seg, (int)META_FIELD(meta, CLASS), word) = OWNER_SLOT(slot);
+    *wheel_field(mem, node, F_DEADLINE) = deadline;
+    /* RESERVED is ours alone; release: the coordinator that acquires SUBMITTED (through
+     * the ring's head, then the state word) sees the record and deadline above */
+    gs_store(gs_word(mem, node), GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED));
+}
+
+static int push_record(Producer *p, i64 h, i64 check) {
+    i64 rec[2] = {h, h ^ check};
+    return (int)ring_push(&p->ring, rec, 1);
+}
+
+/* ---- schedule ------------------------------------------------------------------- */
+static PyObject *new_handle(Producer *p, i64 h, i64 deadline) {
+    Handle *hd = (Handle *)p->handle_type->tp_alloc(p->handle_type, 0);
+    if (!hd) return NULL;
+    Py_INCREF(p);
+    hd->client = (PyObject *)p;
+    hd->id = h;
+    hd->deadline_ms = deadline;
+    return (PyObject *)hd;
+}
+
+static PyObject *go_slow(Producer *p, PyObject *task, PyObject *payload, PyObject *delay,
+                         PyObject *deadline, PyObject *key, PyObject *every) {
+    PyObject *args[7] = {(PyObject *)p, task, payload, delay ? delay : Py_None,
+                         deadline ? deadline : Py_None, key ? key : Py_None,
+                         every ? every : Py_None};
+    return PyObject_VectorcallMethod(s_schedule_slow, args,
+                                     7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static int call_method0(Producer *p, PyObject *name) {
+    PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, name);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames) {
+    PyObject *task = nargs > 0 ? args[0] : NULL, *payload = nargs > 1 ? args[1] : Py_None;
+    PyObject *delay = NULL, *deadline = NULL, *key = NULL, *every = NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs < 1 || nargs > 2) goto unusual;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[nargs + i];
+        if (k == s_delay_ms) delay = v;
+        else if (k == s_deadline_ms) deadline = v;
+        else if (k == s_key) key = v;
+        else if (k == s_every_ms) every = v;
+        else goto unusual;   /* a non-interned or unknown name, payload= ...: Python decides */
+    }
+    if (!delay || (deadline && deadline != Py_None) || (key && key != Py_None) ||
+            (every && every != Py_None) || !PyUnicode_CheckExact(task))
+        goto slow;
+    if (p->closed || p->forked || !p->holds.n || relaxed_load(&p->header[p->w_stopping]))
+        goto slow;
+    PyObject *tid_obj = PyDict_GetItemWithError(p->task_ids, task);
+    if (!tid_obj) {
+        if (PyErr_Occurred()) return NULL;
+        goto slow;
+    }
+    i64 tid = PyLong_AsLongLong(tid_obj);
+    double d;
+    if (PyFloat_CheckExact(delay)) d = PyFloat_AS_DOUBLE(delay);
+    else if (PyLong_CheckExact(delay)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(delay, &overflow);
+        if (overflow) goto slow;
+        d = (double)v;
+    } else goto slow;
+    if (!(d >= 0 && d < (double)p->max_delay_ms)) goto slow;   /* NaN fails too */
+    i64 now_ns = monotonic_ns();
+    i64 due = ceil_div(now_ns + (i64)ceil(d * 1e6), 1000000);
+
+    i64 meta, word, block = -1;
+    PyObject *blob = NULL;
+    if (payload == Py_None) {
+        meta = META_MAKE(tid, 0, 0, 1, p->ring_index);
+        word = NIL_INLINE;
+    } else {
+        blob = PyObject_CallOneArg(p->encode, payload);
+        if (!blob) return NULL;   /* encode raised the API's TypeError / ValueError */
+        if (!PyBytes_Check(blob)) { Py_DECREF(blob); goto slow; }
+        Py_ssize_t len = PyBytes_GET_SIZE(blob);
+        const char *bytes = PyBytes_AS_STRING(blob);
+        if (len <= INLINE_MAX) {
+            u64 v = 0;
+            memcpy(&v, bytes, (size_t)len);   /* little-endian, as contract.py packs it */
+            meta = META_MAKE(tid, 0, 0, len, p->ring_index);
+            word = (i64)v;
+        } else if (len <= ARENA_CLASS_BYTES(0)) {
+            if (!p->nblocks && call_method0(p, s_restock) < 0) { Py_DECREF(blob); return NULL; }
+            if (!p->nblocks) { Py_DECREF(blob); goto slow; }
+            block = p->blocks[--p->nblocks];
+            memcpy(arena_block(&p->seg, 0, block), bytes, (size_t)len);
+            meta = META_MAKE(tid, FLAG_ARENA, 0, len, p->ring_index);
+            word = block;
+        } else {
+            Py_DECREF(blob);
+            goto slow;
+        }
+        Py_DECREF(blob);
+    }
+    if (!p->ncache && (call_method0(p, s_restock) < 0 || !p->ncache)) {
+        if (block >= 0) p->blocks[p->nblocks++] = block;
+        if (PyErr_Occurred()) return NULL;
+        goto slow;   /* no free slot: Python raises Full */
+    }
+    i64 h = p->cache[--p->ncache];
+    write_slot(p, h, meta, word, due);
+    if (push_record(p, h, CHECK_SUBMIT)) {
+        relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
+    } else {   /* ring full: wait for the coordinator (_push counts it once published) */
+        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
+                                          (long long)CHECK_SUBMIT);
+        if (!r) return NULL;   /* it took the slot back and raised Full */
+        Py_DECREF(r);
+    }
+    if (due - now_ns / 1000000 < URGENT_MS ||
+            ring_room(&p->ring, relaxed_load(&p->ring.w[RING_HEAD])) < p->ring.cap * 3 / 4) {
+        if (sleep_flag_after_publish(&p->header[p->w_sleeping]) &&
+                call_method0(p, s_bell) < 0)
+            return NULL;
+    }
+    return new_handle(p, h, due);
+
+unusual:
+    /* argument shapes only Python can judge (it raises the TypeError): pass them as given */
+    {
+        Py_ssize_t total = nargs + nkw;
+        PyObject *stack[16];
+        if (total + 1 > 16) return PyErr_Format(PyExc_TypeError, "too many arguments");
+        stack[0] = (PyObject *)p;
+        for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
+        return PyObject_VectorcallMethod(s_schedule_checked, stack, (nargs + 1), kwnames);
+    }
+slow:
+    return go_slow(p, task, payload, delay, deadline, key, every);
+}
+
+/* ---- cancel --------------------------------------------------------------------- */
+static int handle_id(PyObject *o, i64 *h) {
+    if (PyObject_TypeCheck(o, &HandleType)) {
+        *h = ((Handle *)o)->id;
+        return 0;
+    }
+    if (PyLong_Check(o) && !PyBool_Check(o)) {
+        *h = PyLong_AsLongLong(o);
+        if (*h == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            *h = -1;   /* out of range for any handle: cancels nothing */
+        }
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "cancel() takes a TimerHandle or its id, got %s",
+                 Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static int cancel_one(Producer *p, i64 h) {
+    int code = slot_cancel(&p->seg, h);
+    if (code != CANCEL_WON) return code;
+    relaxed_store(&p->counters[C_CANCELLED], ++p->cancelled);
+    if (!push_record(p, h, CHECK_CANCEL)) {
+        /* ring full: the slot stays CANCELLED until the record gets through (or the
+         * reaper meets it); the cancel itself is decided already */
+        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
+                                          (long long)CHECK_CANCEL);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    return code;
+}
+
+static int usable(Producer *p) {
+    if (!p->closed && !p->forked && p->holds.n) return 1;
+    PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, s_check);   /* raises */
+    Py_XDECREF(r);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "this client is closed");
+    return 0;
+}
+
+static PyObject *prod_cancel(Producer *p, PyObject *arg) {
+    i64 h;
+    if (!usable(p) || handle_id(arg, &h) < 0) return NULL;
+    int code = cancel_one(p, h);
+    if (code < 0) return NULL;
+    return PyBool_FromLong(code == CANCEL_WON);
+}
+
+static PyObject *prod_cancel_many(Producer *p, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf ids, out;
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "_cancel_many(ids, out)");
+    if (!usable(p) || i64buf_get(args[0], &ids, 0) < 0) return NULL;
+    if (i64buf_get(args[1], &out, 1) < 0) { i64buf_release(&ids); return NULL; }
+    i64 won = 0;
+    if (out.n < ids.n) { PyErr_SetString(PyExc_ValueError, "out too short"); won = -1; }
+    for (Py_ssize_t i = 0; won >= 0 && i < ids.n; i++) {
+        int code = cancel_one(p, ids.p[i]);
+        if (code < 0) won = -1;
+        else {
+            out.p[i] = code;
+            won += code == CANCEL_WON;
+        }
+    }
+    i64buf_release(&ids);
+    i64buf_release(&out);
+    return won < 0 ? NULL : PyLong_FromLongLong(won);
+}
+
+/* ---- the primitives the Python slow paths build on ------------------------------ */
+static PyObject *prod_bind(Producer *p, PyObject *args) {
+    PyObject *wheel, *side, *arena, *adata, *ring, *counters, *header, *task_ids, *encode;
+    PyObject *htype;
+    long long ring_index, w_sleeping, w_stopping, max_delay, batch;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLLLLO!OO!:_bind", &wheel, &side, &arena, &adata,
+                          &ring, &counters, &header, &ring_index, &w_sleeping, &w_stopping,
+                          &max_delay, &batch, &PyDict_Type, &task_ids, &encode, &PyType_Type,
+                          &htype))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)htype, &HandleType))
+        return PyErr_Format(PyExc_TypeError, "handle type must derive from Handle");
+    Py_ssize_t nring, ncount;
+    holds_release(&p->holds);
+    if (holds_add(&p->holds, wheel, &p->seg.mem, NULL) < 0 ||
+        holds_add(&p->holds, side, &p->seg.side, NULL) < 0 ||
+        holds_add(&p->holds, arena, &p->seg.arena, NULL) < 0 ||
+        holds_add(&p->holds, adata, &p->seg.adata, NULL) < 0 ||
+        holds_add(&p->holds, ring, &p->ring.w, &nring) < 0 ||
+        holds_add(&p->holds, counters, &p->counters, &ncount) < 0 ||
+        holds_add(&p->holds, header, &p->header, NULL) < 0) {
+        holds_release(&p->holds);
+        return NULL;
+    }
+    p->ring.record = PRODUCER_RECORD;
+    p->ring.cap = (nring - RING_HEADER_WORDS) / PRODUCER_RECORD;
+    if (ncount < COUNTER_WORDS || p->ring.cap < 2 || (p->ring.cap & (p->ring.cap - 1))) {
+        holds_release(&p->holds);
+        return PyErr_Format(PyExc_ValueError, "bad ring or counter row");
+    }
+    p->ring_index = ring_index;
+    p->w_sleeping = w_sleeping;
+    p->w_stopping = w_stopping;
+    p->max_delay_ms = max_delay;
+    p->batch = batch < 1 ? 1 : batch > CACHE_MAX ? CACHE_MAX : batch;
+    p->scheduled = relaxed_load(&p->counters[C_SCHEDULED]);
+    p->cancelled = relaxed_load(&p->counters[C_CANCELLED]);
+    p->ncache = p->nblocks = 0;
+    Py_INCREF(task_ids);
+    Py_XSETREF(p->task_ids, task_ids);
+    Py_INCREF(encode);
+    Py_XSETREF(p->encode, encode);
+    Py_INCREF(htype);
+    Py_XSETREF(p->handle_type, (PyTypeObject *)htype);
+    Py_RETURN_NONE;
+}
+
+/* caller holds the segment lock */
+static PyObject *prod_restock_locked(Producer *p, PyObject *unused) {
+    if (!is_bound(p)) return NULL;
+    i64 want = p->batch - p->ncache;
+    if (want > 0) p->ncache += (int)slot_reserve(&p->seg, p->ring_index, &p->cache[p->ncache], want);
+    want = p->batch - p->nblocks;
+    if (want > 0)
+        p->nblocks += (int)arena_reserve(&p->seg, 0, p->ring_index, &p->blocks[p->nblocks], want);
+    return Py_BuildValue("(ii)", p->ncache, p->nblocks);
+}
+
+static PyObject *prod_take(Producer *p, PyObject *unused) {
+    if (!is_bound(p)) return NULL;
+    if (!p->ncache && call_method0(p, s_restock) < 0) return NULL;
+    return PyLong_FromLongLong(p->ncache ? p->cache[--p->ncache] : -1);
+}
+
+static PyObject *prod_give_back(Producer *p, PyObject *arg) {
+    i64 h = PyLong_AsLongLong(arg);
+    if (h == -1 && PyErr_Occurred()) return NULL;
+    if (p->ncache == CACHE_MAX) return PyErr_Format(PyExc_RuntimeError, "slot cache full");
+    p->cache[p->ncache++] = h;
+    Py_RETURN_NONE;
+}
+
+/* _submit(h, meta, word, deadline) -> published: write the record, SUBMITTED, push */
+static PyObject *prod_submit(Producer *p, PyObject *args) {
+    long long h, meta, word, deadline;
+    if (!PyArg_ParseTuple(args, "LLLL:_submit", &h, &meta, &word, &deadline)) return NULL;
+    if (!is_bound(p)) return NULL;
+    write_slot(p, h, meta, word, deadline);
+    int ok = push_record(p, h, CHECK_SUBMIT);
+    if (ok) relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
+    return PyBool_FromLong(ok);
+}
+
+/* _write_many(handles, metas, words, deadlines): records of a batch, all SUBMITTED */
+static PyObject *prod_write_many(Producer *p, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf b[4];
+    int got = 0;
+    PyObject *ret = NULL;
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "_write_many takes 4 arrays");
+    if (!is_bound(p)) return NULL;
+    for (; got < 4; got++)
+        if (i64buf_get(args[got], &b[got], 0) < 0) goto done;
+    if (b[1].n < b[0].n || b[2].n < b[0].n || b[3].n < b[0].n) {
+        PyErr_SetString(PyExc_ValueError, "arrays of different lengths");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < b[0].n; i++) write_slot(p, b[0].p[i], b[1].p[i], b[2].p[i], b[3].p[i]);
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    while (got > 0) i64buf_release(&b[--got]);
+    return ret;
+}
+
+/* _publish(handles, check) -> how many of them (from the first) fit on the ring */
+static PyObject *prod_publish(Producer *p, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf hs;
+    i64 check;
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "_publish(handles, check)");
+    if (!is_bound(p) || i64buf_get(args[0], &hs, 0) < 0) return NULL;
+    check = PyLong_AsLongLong(args[1]);
+    if (check == -1 && PyErr_Occurred()) { i64buf_release(&hs); return NULL; }
+    i64 done = 0, recs[2 * 64];
+    while (done < hs.n) {
+        i64 k = hs.n - done < 64 ? hs.n - done : 64;
+        for (i64 i = 0; i < k; i++) {
+            recs[2 * i] = hs.p[done + i];
+            recs[2 * i + 1] = hs.p[done + i] ^ check;
+        }
+        i64 pushed = ring_push(&p->ring, recs, k);
+        done += pushed;
+        if (pushed < k) break;
+    }
+    if (check == CHECK_SUBMIT) {
+        p->scheduled += done;
+        relaxed_store(&p->counters[C_SCHEDULED], p->scheduled);
+    }
+    i64buf_release(&hs);
+    return PyLong_FromLongLong(done);
+}
+
+/* _unsubmit(h) -> True if a written but unpublished slot is RESERVED again (ours); False
+ * if a cancel won it meanwhile (its cancel record retires it) */
+static PyObject *prod_unsubmit(Producer *p, PyObject *arg) {
+    i64 h = PyLong_AsLongLong(arg);
+    if ((h == -1 && PyErr_Occurred()) || !is_bound(p)) return NULL;
+    i64 *w = gs_word(p->seg.mem, wheel_node(p->seg.mem, HANDLE_SLOT(h)));
+    return PyBool_FromLong(gs_cas(w, GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED),
+                                  GS_MAKE(HANDLE_GEN(h), ST_RESERVED)));
+}
+
+/* _push(h, check) -> published (a schedule record is counted once it is) */
+static PyObject *prod_push(Producer *p, PyObject *args) {
+    long long h, check;
+    if (!PyArg_ParseTuple(args, "LL:_push", &h, &check) || !is_bound(p)) return NULL;
+    int ok = push_record(p, h, check);
+    if (ok && check == CHECK_SUBMIT) relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *prod_release(Producer *p, PyObject *unused) {
+    holds_release(&p->holds);
+    p->ncache = p->nblocks = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *prod_cached(Producer *p, PyObject *unused) {
+    return Py_BuildValue("(ii)", p->ncache, p->nblocks);
+}
+
+static void prod_dealloc(Producer *p) {
+    PyObject_GC_UnTrack(p);
+    holds_release(&p->holds);
+    Py_CLEAR(p->task_ids);
+    Py_CLEAR(p->encode);
+    Py_CLEAR(p->handle_type);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static int prod_traverse(Producer *p, visitproc visit, void *arg) {
+    Py_VISIT(p->task_ids);
+    Py_VISIT(p->encode);
+    Py_VISIT(p->handle_type);
+    Py_VISIT(Py_TYPE(p));
+    return 0;
+}
+
+static int prod_clear(Producer *p) {
+    Py_CLEAR(p->task_ids);
+    Py_CLEAR(p->encode);
+    Py_CLEAR(p->handle_type);
+    return 0;
+}
+
+static PyMethodDef prod_methods[] = {
+    {"schedule", (PyCFunction)(void (*)(void))prod_schedule, METH_FASTCALL | METH_KEYWORDS,
+     "schedule(task, payload=None, *, delay_ms=None, deadline_ms=None, key=None, "
+     "every_ms=None) -> TimerHandle\n\nRun task(payload) in an executor at or after the "
+     "deadline (exactly one of delay_ms, deadline_ms: absolute monotonic ms); with "
+     "every_ms again every period until cancelled. Raises ValueError / TypeError for a bad "
+     "argument and Full when the service or the ring has no room."},
+    {"cancel", (PyCFunction)prod_cancel, METH_O,
+     "cancel(handle) -> bool\n\nTrue iff the timer will never run (a compare-and-swap on "
+     "its slot: a racing fire and this cancel have exactly one winner). For a repeating "
+     "timer with a run in flight: False, and it will not run again."},
+    {"_cancel_many", (PyCFunction)(void (*)(void))prod_cancel_many, METH_FASTCALL, NULL},
+    {"_bind", (PyCFunction)prod_bind, METH_VARARGS, NULL},
+    {"_restock_locked", (PyCFunction)prod_restock_locked, METH_NOARGS, NULL},
+    {"_take", (PyCFunction)prod_take, METH_NOARGS, NULL},
+    {"_give_back", (PyCFunction)prod_give_back, METH_O, NULL},
+    {"_submit", (PyCFunction)prod_submit, METH_VARARGS, NULL},
+    {"_write_many", (PyCFunction)(void (*)(void))prod_write_many, METH_FASTCALL, NULL},
+    {"_publish", (PyCFunction)(void (*)(void))prod_publish, METH_FASTCALL, NULL},
+    {"_unsubmit", (PyCFunction)prod_unsubmit, METH_O, NULL},
+    {"_push", (PyCFunction)prod_push, METH_VARARGS, NULL},
+    {"_release", (PyCFunction)prod_release, METH_NOARGS, NULL},
+    {"_cached", (PyCFunction)prod_cached, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef prod_members[] = {
+    {"_closed", T_BOOL, offsetof(Producer, closed), 0, NULL},
+    {"_forked", T_BOOL, offsetof(Producer, forked), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ProducerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmwheel._native.Producer",
+    .tp_basicsize = sizeof(Producer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native half of a Client: its caches, its ring and the hot paths.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)prod_dealloc,
+    .tp_traverse = (traverseproc)prod_traverse,
+    .tp_clear = (inquiry)prod_clear,
+    .tp_methods = prod_methods,
+    .tp_members = prod_members,
+};
+
+/* ---- Handle --------------------------------------------------------------------- */
+static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *client;
+    long long id, deadline;
+    static char *names[] = {"client", "id", "deadline_ms", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLL", names, &client, &id, &deadline))
+        return NULL;
+    Handle *h = (Handle *)type->tp_alloc(type, 0);
+    if (!h) return NULL;
+    Py_INCREF(client);
+    h->client = client;
+    h->id = id;
+    h->deadline_ms = deadline;
+    return (PyObject *)h;
+}
+
+static PyObject *handle_cancel(Handle *h, PyObject *unused) {
+    if (!PyObject_TypeCheck(h->client, &ProducerType))
+        return PyObject_CallMethod(h->client, "cancel", "O", (PyObject *)h);
+    return prod_cancel((Producer *)h->client, (PyObject *)h);
+}
+
+static void handle_dealloc(Handle *h) {
+    PyObject_GC_UnTrack(h);
+    Py_CLEAR(h->client);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static int handle_traverse(Handle *h, visitproc visit, void *arg) {
+    Py_VISIT(h->client);
+    Py_VISIT(Py_TYPE(h));
+    return 0;
+}
+
+static int handle_clear(Handle *h) {
+    Py_CLEAR(h->client);
+    return 0;
+}
+
+static PyMethodDef handle_methods[] = {
+    {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
+     "cancel() -> bool\n\nTrue iff the timer will never run (see Client.cancel)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef handle_members[] = {
+    {"id", T_LONGLONG, offsetof(Handle, id), READONLY,
+     "The timer's id: generation << 32 | slot, unique while the service lives."},
+    {"deadline_ms", T_LONGLONG, offsetof(Handle, deadline_ms), READONLY,
+     "The deadline, in monotonic milliseconds."},
+    {"_client", T_OBJECT, offsetof(Handle, client), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmwheel._native.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Handle(client, id, deadline_ms): the native half of a TimerHandle.",
+    .tp_new = handle_new,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_traverse = (traverseproc)handle_traverse,
+    .tp_clear = (inquiry)handle_clear,
+    .tp_methods = handle_methods,
+    .tp_members = handle_members,
+};
+
+int shmwheel_add_client_types(PyObject *m) {
+    struct { PyObject **s; const char *v; } names[] = {
+        {&s_delay_ms, "delay_ms"}, {&s_deadline_ms, "deadline_ms"}, {&s_key, "key"},
+        {&s_every_ms, "every_ms"}, {&s_payload, "payload"},
+        {&s_schedule_slow, "_schedule_slow"}, {&s_schedule_checked, "_schedule_checked"}, {&s_restock, "_restock"}, {&s_bell, "_bell"},
+        {&s_wait_push, "_wait_push"}, {&s_check, "_check"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!(*names[i].s = PyUnicode_InternFromString(names[i].v))) return -1;
+    if (PyType_Ready(&ProducerType) < 0 || PyType_Ready(&HandleType) < 0) return -1;
+    Py_INCREF(&ProducerType);
+    if (PyModule_AddObject(m, "Producer", (PyObject *)&ProducerType) < 0) return -1;
+    Py_INCREF(&HandleType);
+    return PyModule_AddObject(m, "Handle", (PyObject *)&HandleType);
+}

@@ -1,0 +1,278 @@
+/* slots.c: the slot state machine of slots.h (read its header comment first). */
+#include "slots.h"
+
+#include <stddef.h>
+
+#include "atomics.h"
+#include "wheel.h"
+
+/* A slot index a handle names, if in range; else -1. */
+static inline i64 slot_of(const Seg *s, i64 h) {
+    i64 slot = HANDLE_SLOT(h);
+    return (h < 0 || slot >= seg_capacity(s)) ? -1 : slot;
+}
+
+static inline i64 *gs_of(Seg *s, i64 slot) { return gs_word(s->mem, wheel_node(s->mem, slot)); }
+
+int slot_cancel(Seg *s, i64 h) {
+    i64 slot = slot_of(s, h);
+    if (slot < 0) return CANCEL_LOST;
+    i64 *w = gs_of(s, slot), gen = HANDLE_GEN(h);
+    for (;;) {
+        i64 gs = gs_load(w);
+        if (GS_GEN(gs) != gen) return CANCEL_LOST;   /* freed since: the handle is stale */
+        switch (GS_STATE(gs)) {
+        case ST_PENDING:
+        case ST_SUBMITTED:
+            /* the reaper's fire and the coordinator's link CAS this same word: if either
+             * moved it first, re-read and decide again */
+            if (gs_cas(w, gs, GS_MAKE(gen, ST_CANCELLED))) return CANCEL_WON;
+            continue;
+        case ST_FIRING:
+            if (gs_cas(w, gs, GS_MAKE(gen, ST_STOPPING))) return CANCEL_STOPPED;
+            continue;
+        default:
+            return CANCEL_LOST;
+        }
+    }
+}
+
+/* ---- the arena -------------------------------------------------------------------- */
+static i64 arena_pop(Seg *s, int cls, i64 owner) {
+    i64 *h = &s->arena[cls * A_CLASS_WORDS];
+    i64 b = h[A_FREE];
+    if (b < 0) return -1;
+    h[A_FREE] = s->arena[h[A_OFF_NEXT] + b];
+    s->arena[h[A_OFF_OWNER] + b] = owner;
+    return b;
+}
+
+void arena_release(Seg *s, int cls, i64 block) {
+    i64 *h = &s->arena[cls * A_CLASS_WORDS];
+    s->arena[h[A_OFF_OWNER] + block] = OWNER_FREE;
+    s->arena[h[A_OFF_NEXT] + block] = h[A_FREE];
+    h[A_FREE] = block;
+}
+
+i64 arena_alloc(Seg *s, int cls, i64 slot) { return arena_pop(s, cls, OWNER_SLOT(slot)); }
+
+i64 arena_reserve(Seg *s, int cls, i64 ring, i64 *out, i64 n) {
+    i64 k = 0;
+    while (k < n) {
+        i64 b = arena_pop(s, cls, OWNER_RING(ring));
+        if (b < 0) break;
+        out[k++] = b;
+    }
+    return k;
+}
+
+/* The block a slot's side record names, if it is really that slot's: its class via *cls;
+ * else -1. */
+static i64 slot_block(Seg *s, i64 slot, int *cls) {
+    i64 meta = __atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE);
+    if (!(META_FIELD(meta, FLAGS) & FLAG_ARENA)) return -1;
+    i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
+    if (c >= ARENA_CLASSES || b < 0 || b >= s->arena[c * A_CLASS_WORDS + A_NBLOCKS]) return -1;
+    if (*arena_owner(s, (int)c, b) != OWNER_SLOT(slot)) return -1;
+    *cls = (int)c;
+    return b;
+}
+
+void slot_free_payload(Seg *s, i64 slot) {
+    int c;
+    i64 b = slot_block(s, slot, &c);
+    if (b >= 0) arena_release(s, c, b);
+    i64 *m = side_meta(s, slot);   /* a RESERVED slot stays its ring's */
+    *m = META_MAKE(0, 0, 0, 0, META_FIELD(*m, RING));
+}
+
+void slot_retire(Seg *s, i64 *mem, i64 slot) {
+    slot_free_payload(s, slot);
+    *side_meta(s, slot) = 0;
+    wheel_free_slot(mem, slot);
+}
+
+void slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
+    Seg *s = (Seg *)ctx;
+    slot_retire(s, mem, slot);
+    s->retired++;
+}
+
+i64 slot_repeat(Seg *s, i64 slot, i64 **runs) {
+    i64 meta = *side_meta(s, slot);
+    if (!(META_FIELD(meta, FLAGS) & FLAG_REPEAT)) return 0;
+    int c;
+    i64 b = slot_block(s, slot, &c);
+    if (b < 0) return 0;
+    i64 *w = arena_block(s, c, b);   /* (period, runs) precede the payload */
+    if (runs) *runs = &w[1];
+    return w[0] > 0 ? w[0] : 0;
+}
+
+/* ---- reserve, link, settle ------------------------------------------------------- */
+i64 slot_reserve(Seg *s, i64 ring, i64 *out, i64 n) {
+    i64 *mem = s->mem, k = 0;
+    while (k < n) {
+        i64 slot = wheel_pop_free(mem);
+        if (slot < 0) break;
+        i64 *w = gs_of(s, slot), gen = GS_GEN(gs_load(w));
+        *side_meta(s, slot) = META_MAKE(0, 0, 0, 0, ring);
+        gs_store(w, GS_MAKE(gen, ST_RESERVED));   /* FREE: no lock-free writer acts on it */
+        out[k++] = HANDLE_MAKE(gen, slot);
+    }
+    return k;
+}
+
+void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
+    i64 *mem = s->mem, limit = wheel_limit(mem), tick = mem[H_TICK];
+    for (i64 j = 0; j < n; j++) {
+        i64 h = recs[2 * j], check = recs[2 * j + 1];
+        int submit = check == (h ^ CHECK_SUBMIT);
+        if (!submit && check != (h ^ CHECK_CANCEL)) { res[2]++; continue; }
+        i64 slot = slot_of(s, h);
+        if (slot < 0) { res[2]++; continue; }
+        i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gen = HANDLE_GEN(h);
+    again:;
+        i64 gs = gs_load(w);
+        if (GS_GEN(gs) != gen) { res[1]++; continue; }   /* retired since */
+        i64 st = GS_STATE(gs);
+        int linked = *wheel_field(mem, node, F_PREV) != -1;
+        if (submit && st == ST_SUBMITTED) {
+            if (META_FIELD(*side_meta(s, slot), RING) != ring) { res[2]++; continue; }
+            i64 deadline = *wheel_field(mem, node, F_DEADLINE);
+            if (deadline > limit - tick) {   /* a client wrote one beyond the wheel's range */
+                if (!gs_cas(w, gs, GS_MAKE(gen, ST_CANCELLED))) goto again;
+                slot_retire(s, mem, slot);
+                res[2]++;
+                continue;
+            }
+            if (!gs_cas(w, gs, GS_MAKE(gen, ST_PENDING))) goto again;  /* a cancel won */
+            wheel_link(mem, node, deadline);   /* a cancel may now win PENDING: fine */
+            mem[H_PENDING]++;
+            res[0]++;
+            if (deadline < res[3]) res[3] = deadline;
+        } else if (st == ST_CANCELLED && (!submit || !linked)) {
+            /* a cancel won it: unlink if it got linked, then free it (once: the record
+             * that comes second finds a new generation) */
+            if (linked) {
+                wheel_unlink(mem, node);
+                mem[H_PENDING]--;
+            }
+            slot_retire(s, mem, slot);
+            res[4]++;
+        } else {
+            res[1]++;   /* linked already, or its cancel was applied */
+        }
+    }
+}
+
+void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
+    i64 *mem = s->mem, now = mem[H_NOW];
+    for (i64 j = 0; j < n; j++) {
+        i64 h = results[RESULT_RECORD * j], outcome = results[RESULT_RECORD * j + 1];
+        i64 slot = slot_of(s, h);
+        if (slot < 0) continue;
+        i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gen = HANDLE_GEN(h);
+        i64 gs = gs_load(w);
+        if (GS_GEN(gs) != gen) continue;   /* settled already: outcomes are idempotent */
+        i64 st = GS_STATE(gs);
+        if (st != ST_FIRING && st != ST_STOPPING) continue;
+        i64 *runs = NULL, every = slot_repeat(s, slot, &runs);
+        if (st == ST_FIRING && every > 0 && outcome != OUTCOME_CRASHED) {
+            i64 d = *wheel_field(mem, node, F_DEADLINE) + every;
+            if (d <= now) d += ((now - d) / every + 1) * every;
+            *wheel_field(mem, node, F_DEADLINE) = d;
+            if (gs_cas(w, gs, GS_MAKE(gen, ST_PENDING))) {   /* else a cancel stopped it */
+                (*runs)++;
+                if (wheel_link(mem, node, d) >= 0) {
+                    mem[H_PENDING]++;
+                    res[1]++;
+                    continue;
+                }
+                gs_store(w, GS_MAKE(gen, ST_CANCELLED));   /* cannot happen: every < range */
+            }
+        }
+        slot_retire(s, mem, slot);
+        res[0]++;
+    }
+}
+
+i64 slot_reclaim(Seg *s, i64 ring) {
+    i64 *mem = s->mem, cap = seg_capacity(s), n = 0;
+    for (i64 slot = 0; slot < cap; slot++) {
+        i64 st = GS_STATE(gs_load(gs_of(s, slot)));
+        /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
+         * that is not linked lost its cancel record to a full ring */
+        int unlinked = *wheel_field(mem, wheel_node(mem, slot), F_PREV) == -1;
+        if ((st == ST_RESERVED || st == ST_SUBMITTED || (st == ST_CANCELLED && unlinked)) &&
+                META_FIELD(*side_meta(s, slot), RING) == ring) {
+            slot_retire(s, mem, slot);
+            n++;
+        }
+    }
+    for (int c = 0; c < ARENA_CLASSES; c++)
+        for (i64 b = 0; b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS]; b++)
+            if (*arena_owner(s, c, b) == OWNER_RING(ring)) arena_release(s, c, b);
+    return n;
+}
+
+i64 slot_rebuild(Seg *s) {
+    i64 *mem = s->mem, cap = seg_capacity(s), nb = mem[H_SENTINELS], relinked = 0;
+    /* empty buckets and bitmaps, an empty free stack */
+    for (i64 b = 0; b < nb; b++) {
+        *wheel_field(mem, b, F_NEXT) = b;
+        *wheel_field(mem, b, F_PREV) = b;
+        mem[mem[H_OFF_BEXP] + b] = NO_TIME;
+    }
+    for (i64 i = 0; i < mem[H_LEVELS] * mem[H_WORDS]; i++) mem[mem[H_OFF_BITS] + i] = 0;
+    mem[H_FREE] = -1;
+    mem[H_PENDING] = 0;
+    /* blocks: keep those in a client's cache; the rest are re-owned from side records */
+    for (int c = 0; c < ARENA_CLASSES; c++)
+        for (i64 b = 0; b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS]; b++)
+            if (*arena_owner(s, c, b) > 0) *arena_owner(s, c, b) = OWNER_FREE;
+    for (i64 slot = cap - 1; slot >= 0; slot--) {
+        i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gs = gs_load(w);
+        i64 st = GS_STATE(gs);
+        *wheel_field(mem, node, F_PREV) = -1;
+        *wheel_field(mem, node, F_NEXT) = -1;
+        if (st == ST_FREE || st == ST_CANCELLED || st >= ST_COUNT) {
+            /* a cancelled slot is retired now: records naming it will find a new gen */
+            if (st == ST_CANCELLED) {
+                gs_store(w, GS_MAKE(GS_GEN(gs) + 1, ST_FREE));
+                s->retired++;
+            } else {
+                gs_store(w, GS_MAKE(GS_GEN(gs), ST_FREE));
+            }
+            *side_meta(s, slot) = 0;
+            *wheel_field(mem, node, F_NEXT) = mem[H_FREE];
+            mem[H_FREE] = slot;
+            continue;
+        }
+        i64 meta = *side_meta(s, slot);
+        if (META_FIELD(meta, FLAGS) & FLAG_ARENA) {
+            i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
+            if (c < ARENA_CLASSES && b >= 0 && b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS])
+                *arena_owner(s, (int)c, b) = OWNER_SLOT(slot);
+        }
+        if (st == ST_PENDING) {
+            if (wheel_link(mem, node, *wheel_field(mem, node, F_DEADLINE)) >= 0) {
+                mem[H_PENDING]++;
+                relinked++;
+            } else {   /* a deadline no client could have had accepted: drop it */
+                gs_store(w, GS_MAKE(GS_GEN(gs), ST_CANCELLED));
+                slot_retire(s, mem, slot);
+            }
+        }
+    }
+    for (int c = 0; c < ARENA_CLASSES; c++) {
+        i64 *h = &s->arena[c * A_CLASS_WORDS];
+        h[A_FREE] = -1;
+        for (i64 b = h[A_NBLOCKS] - 1; b >= 0; b--)
+            if (*arena_owner(s, c, b) == OWNER_FREE) {
+                s->arena[h[A_OFF_NEXT] + b] = h[A_FREE];
+                h[A_FREE] = b;
+            }
+    }
+    return relinked;
+}

@@ -1,0 +1,155 @@
+"""The shared-memory encodings, as Python sees them.
+
+The one definition is ``shmwheel/native/contract.h``; the native core exports each of its
+constants and this module re-exports them, with accessor pairs for the packed words
+(handle, state word, side-record meta), so that no Python code re-derives a shift or a
+mask. Read contract.h for what each word means; slots.h for the state machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _native as N
+
+# -- wheel header words, node fields ---------------------------------------------------
+H_MAGIC, H_VERSION, H_CAPACITY, H_LEVELS = N.H_MAGIC, N.H_VERSION, N.H_CAPACITY, N.H_LEVELS
+H_WHEEL, H_SLOTS, H_WORDS, H_TICK, H_NOW = N.H_WHEEL, N.H_SLOTS, N.H_WORDS, N.H_TICK, N.H_NOW
+H_FREE, H_PENDING, H_OFF_TICKS, H_OFF_BEXP = N.H_FREE, N.H_PENDING, N.H_OFF_TICKS, N.H_OFF_BEXP
+H_OFF_BITS, H_OFF_NODES, H_TOTAL, H_SENTINELS = (N.H_OFF_BITS, N.H_OFF_NODES, N.H_TOTAL,
+                                                 N.H_SENTINELS)
+WHEEL_HEADER_WORDS, WHEEL_MAGIC, WHEEL_LAYOUT_VERSION = (N.WHEEL_HEADER_WORDS, N.WHEEL_MAGIC,
+                                                         N.WHEEL_LAYOUT_VERSION)
+NODE_WORDS, F_NEXT, F_PREV, F_DEADLINE, F_GS = (N.NODE_WORDS, N.F_NEXT, N.F_PREV, N.F_DEADLINE,
+                                                N.F_GS)
+NO_TIME, NEVER = N.NO_TIME, N.NEVER
+INS_ALREADY_DUE, INS_OUT_OF_RANGE, INS_NO_SLOT = (N.INS_ALREADY_DUE, N.INS_OUT_OF_RANGE,
+                                                  N.INS_NO_SLOT)
+
+# -- slot states -------------------------------------------------------------------------
+ST_FREE, ST_PENDING, ST_FIRING, ST_RESERVED = N.ST_FREE, N.ST_PENDING, N.ST_FIRING, N.ST_RESERVED
+ST_SUBMITTED, ST_CANCELLED, ST_STOPPING = N.ST_SUBMITTED, N.ST_CANCELLED, N.ST_STOPPING
+ST_COUNT = N.ST_COUNT
+STATE_NAMES = {ST_FREE: "FREE", ST_PENDING: "PENDING", ST_FIRING: "FIRING",
+               ST_RESERVED: "RESERVED", ST_SUBMITTED: "SUBMITTED", ST_CANCELLED: "CANCELLED",
+               ST_STOPPING: "STOPPING"}
+CANCEL_LOST, CANCEL_WON, CANCEL_STOPPED = N.CANCEL_LOST, N.CANCEL_WON, N.CANCEL_STOPPED
+
+# -- side records, payloads, arena ---------------------------------------------------------
+SIDE_WORDS, S_META, S_PAYLOAD = N.SIDE_WORDS, N.S_META, N.S_PAYLOAD
+FLAG_KEY, FLAG_ARENA, FLAG_REPEAT = N.FLAG_KEY, N.FLAG_ARENA, N.FLAG_REPEAT
+REPEAT_HEADER, INLINE_MAX, NIL_INLINE, MAX_PAYLOAD = (N.REPEAT_HEADER, N.INLINE_MAX,
+                                                      N.NIL_INLINE, N.MAX_PAYLOAD)
+ARENA_CLASSES = N.ARENA_CLASSES
+ARENA_CLASS_BYTES = tuple(64 << (2 * c) for c in range(ARENA_CLASSES))
+assert ARENA_CLASS_BYTES[-1] == MAX_PAYLOAD, "contract.h's ARENA_CLASS_BYTES changed"
+A_CLASS_WORDS, A_NBLOCKS, A_FREE = N.A_CLASS_WORDS, N.A_NBLOCKS, N.A_FREE
+A_OFF_NEXT, A_OFF_OWNER, A_DATA, A_BLOCK_WORDS = (N.A_OFF_NEXT, N.A_OFF_OWNER, N.A_DATA,
+                                                  N.A_BLOCK_WORDS)
+
+# -- rings, records, outcomes, counters, histogram ------------------------------------------
+RING_HEAD, RING_TAIL, RING_HEADER_WORDS = N.RING_HEAD, N.RING_TAIL, N.RING_HEADER_WORDS
+PRODUCER_RECORD, DISPATCH_RECORD, RESULT_RECORD = (N.PRODUCER_RECORD, N.DISPATCH_RECORD,
+                                                   N.RESULT_RECORD)
+CHECK_SUBMIT, CHECK_CANCEL = N.CHECK_SUBMIT, N.CHECK_CANCEL
+OUTCOME_OK, OUTCOME_ERROR, OUTCOME_CRASHED = N.OUTCOME_OK, N.OUTCOME_ERROR, N.OUTCOME_CRASHED
+COUNTER_WORDS = N.COUNTER_WORDS
+C_SCHEDULED, C_FIRED, C_CANCELLED, C_COMPLETED = (N.C_SCHEDULED, N.C_FIRED, N.C_CANCELLED,
+                                                  N.C_COMPLETED)
+C_ERRORS, C_CRASHED, C_GARBAGE, C_STALE = N.C_ERRORS, N.C_CRASHED, N.C_GARBAGE, N.C_STALE
+C_REARMED, C_EARLY, C_LINKED, C_FREED, C_RETIRED = (N.C_REARMED, N.C_EARLY, N.C_LINKED,
+                                                    N.C_FREED, N.C_RETIRED)
+HIST_BUCKETS, HIST_PER_OCTAVE = N.HIST_BUCKETS, N.HIST_PER_OCTAVE
+
+_SLOT_MASK = N.HANDLE_SLOT_MASK
+_GEN_SHIFT, _GEN_MASK, _STATE_MASK = N.GS_GEN_SHIFT, N.GS_GEN_MASK, N.GS_STATE_MASK
+
+
+# -- accessor pairs (they work on ints and, elementwise, on int64 arrays) --------------------
+def handle_make(gen: int, slot: int) -> int:
+    """The handle naming `slot` in its generation `gen`."""
+    return ((gen & _GEN_MASK) << _GEN_SHIFT) | slot
+
+
+def handle_slot(h):  # type: ignore[no-untyped-def]
+    """The slot a handle names (int or array)."""
+    return h & _SLOT_MASK
+
+
+def handle_gen(h):  # type: ignore[no-untyped-def]
+    return (h >> _GEN_SHIFT) & _GEN_MASK
+
+
+def gs_make(gen: int, state: int) -> int:
+    """A state word."""
+    return ((gen & _GEN_MASK) << _GEN_SHIFT) | state
+
+
+def gs_state(gs):  # type: ignore[no-untyped-def]
+    return gs & _STATE_MASK
+
+
+def gs_gen(gs):  # type: ignore[no-untyped-def]
+    return (gs >> _GEN_SHIFT) & _GEN_MASK
+
+
+def gs_handle(gs, slot):  # type: ignore[no-untyped-def]
+    """The handle of `slot` whose state word is `gs`."""
+    return (gs & (_GEN_MASK << _GEN_SHIFT)) | slot
+
+
+def meta_make(task: int, flags: int, cls: int, length: int, ring: int) -> int:
+    """A side record's meta word (contract.h's META_MAKE)."""
+    return (((task & N.META_TASK_MASK) << N.META_TASK_SHIFT)
+            | ((flags & N.META_FLAGS_MASK) << N.META_FLAGS_SHIFT)
+            | ((cls & N.META_CLASS_MASK) << N.META_CLASS_SHIFT)
+            | ((length & N.META_LEN_MASK) << N.META_LEN_SHIFT)
+            | ((ring & N.META_RING_MASK) << N.META_RING_SHIFT))
+
+
+def meta_task(m):  # type: ignore[no-untyped-def]
+    return (m >> N.META_TASK_SHIFT) & N.META_TASK_MASK
+
+
+def meta_flags(m):  # type: ignore[no-untyped-def]
+    return (m >> N.META_FLAGS_SHIFT) & N.META_FLAGS_MASK
+
+
+def meta_class(m):  # type: ignore[no-untyped-def]
+    return (m >> N.META_CLASS_SHIFT) & N.META_CLASS_MASK
+
+
+def meta_length(m):  # type: ignore[no-untyped-def]
+    return (m >> N.META_LEN_SHIFT) & N.META_LEN_MASK
+
+
+def meta_ring(m):  # type: ignore[no-untyped-def]
+    return (m >> N.META_RING_SHIFT) & N.META_RING_MASK
+
+
+def inline_word(blob: bytes) -> int:
+    """The payload word of a blob of at most INLINE_MAX bytes (little-endian, as the
+    native core copies it)."""
+    return int.from_bytes(blob.ljust(8, b"\0"), "little", signed=True)
+
+
+def owner_slot(slot):  # type: ignore[no-untyped-def]
+    """An arena block's owner word when `slot` owns it."""
+    return slot + 1
+
+
+def owner_ring(ring: int) -> int:
+    """An arena block's owner word when it sits in client ring `ring`'s cache."""
+    return -ring - 1
+
+
+def ring_words(capacity: int, record: int) -> int:
+    """Words of a ring of `capacity` records (a power of two >= 2)."""
+    if capacity < 2 or capacity & (capacity - 1):
+        raise ValueError(f"ring capacity must be a power of two >= 2, got {capacity}")
+    return RING_HEADER_WORDS + capacity * record
+
+
+def as_int64(value: int) -> np.int64:
+    """An unsigned 64-bit constant (a magic) as the int64 a word holds."""
+    return np.int64(np.uint64(value & (2**64 - 1)).view(np.int64))
