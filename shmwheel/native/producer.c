@@ -48,7 +48,8 @@ typedef struct {
     i64 cache[CACHE_MAX];   /* RESERVED handles of this ring */
     i64 blocks[CACHE_MAX];  /* class-0 arena blocks owned by OWNER_RING(ring) */
     PyObject *task_ids;     /* dict: task name -> id */
-    PyObject *encode;       /* payload -> bytes (msgpack), raising the API's errors */
+    PyObject *encode;       /* payload -> bytes: msgpack's Packer.pack (its errors are
+                               replaced by the slow path's, which say what to change) */
     PyTypeObject *handle_type;
 } Producer;
 
@@ -167,8 +168,11 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         word = NIL_INLINE;
     } else {
         blob = PyObject_CallOneArg(p->encode, payload);
-        if (!blob) return NULL;   /* encode raised the API's TypeError / ValueError */
-        if (!PyBytes_Check(blob)) { Py_DECREF(blob); goto slow; }
+        if (!blob || !PyBytes_Check(blob)) {   /* the slow path raises the API's error */
+            Py_XDECREF(blob);
+            PyErr_Clear();
+            goto slow;
+        }
         Py_ssize_t len = PyBytes_GET_SIZE(blob);
         const char *bytes = PyBytes_AS_STRING(blob);
         if (len <= INLINE_MAX) {
@@ -261,7 +265,8 @@ static int cancel_one(Producer *p, i64 h) {
 }
 
 static int usable(Producer *p) {
-    if (!p->closed && !p->forked && p->holds.n) return 1;
+    if (!p->closed && !p->forked && p->holds.n && !relaxed_load(&p->header[p->w_stopping]))
+        return 1;
     PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, s_check);   /* raises */
     Py_XDECREF(r);
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "this client is closed");

@@ -15,6 +15,7 @@ import msgpack
 from . import contract as C
 
 _pack = msgpack.Packer().pack  # one reusable packer: packb builds a new one per call
+fast_pack = msgpack.Packer().pack  # the native schedule path's own (it checks the size)
 
 
 def _refuse(e: Exception) -> TypeError:
@@ -30,7 +31,7 @@ def _check_size(blob: bytes) -> bytes:
 
 
 def encode_payload(payload: Any) -> bytes:
-    """The msgpack blob of a payload (the native schedule path calls this)."""
+    """The msgpack blob of a payload, or the API's TypeError / ValueError."""
     try:
         blob = _pack(payload)
     except (TypeError, ValueError, OverflowError) as e:

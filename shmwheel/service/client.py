@@ -68,6 +68,31 @@ class TimerHandle(N.Handle):
         return (f"TimerHandle(id={self.id:#x}, slot={C.handle_slot(self.id)}, "
                 f"deadline_ms={self.deadline_ms})")
 
+    # the futures-like side of API.md section 2 is not built yet: say so, clearly
+    def done(self) -> bool:
+        """Not built yet (raises NotImplementedError): outcomes do not reach clients."""
+        raise NotImplementedError(_NO_OUTCOMES)
+
+    def cancelled(self) -> bool:
+        """Not built yet (raises NotImplementedError); ``cancel()``'s result says it."""
+        raise NotImplementedError(_NO_OUTCOMES)
+
+    def result(self, timeout: float | None = None) -> str:
+        """Not built yet (raises NotImplementedError)."""
+        raise NotImplementedError(_NO_OUTCOMES)
+
+    def add_done_callback(self, fn: Any) -> None:
+        """Not built yet (raises NotImplementedError)."""
+        raise NotImplementedError(_NO_OUTCOMES)
+
+    def __await__(self) -> Any:
+        raise NotImplementedError(_NO_OUTCOMES)
+
+
+_NO_OUTCOMES = ("a timer's outcome does not reach the client yet (done/result/callbacks/await "
+                "are not built; see docs/api.md): cancel() returns whether it will run, and "
+                "stats() counts outcomes")
+
 
 class TimerHandles(Sequence[TimerHandle]):
     """The handles of one ``schedule_many`` call as two arrays (ids, deadlines); items are
@@ -134,7 +159,7 @@ class Client(N.Producer):
         batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
         self._bind(mem.wheel, mem.side, mem.arena, mem.arena_words, mem.producer[ring].words,
                    mem.counters[row], mem.header, ring, L.W_COORD_SLEEPING, L.W_STOPPING,
-                   self._max_delay, batch, dict(mem.task_ids), P.encode_payload, TimerHandle)
+                   self._max_delay, batch, dict(mem.task_ids), P.fast_pack, TimerHandle)
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -448,11 +473,24 @@ class Client(N.Producer):
         self._cancel_many(ids, out)
         return out == C.CANCEL_WON
 
+    def watch(self, keys: Sequence[str | bytes | int], timeout_ms: float, *,
+              on_complete: str | None = None, on_expire: str | None = None,
+              payload: Any = None, required: int = 1) -> Any:
+        """Not built yet (raises NotImplementedError): the cross-process purgatory."""
+        raise NotImplementedError("the cross-process purgatory (Client.watch) is not built "
+                                  "yet; see docs/api.md. The in-process "
+                                  "DelayedOperationPurgatory works.")
+
+    def check_and_complete(self, key: str | bytes | int, amount: int = 1) -> int:
+        """Not built yet (raises NotImplementedError): the cross-process purgatory."""
+        raise NotImplementedError("the cross-process purgatory (Client.check_and_complete) "
+                                  "is not built yet; see docs/api.md")
+
     def stats(self) -> dict[str, Any]:
         """The service's stats() as this process sees them in shared memory (no restart
-        counts: only the supervisor knows those). ShmwheelError once closed."""
-        if self._closed:
-            raise ShmwheelError("this client is closed; connect() again")
+        counts: only the supervisor knows those). ShmwheelError once the client is closed
+        or the service is stopping or stopped (docs/quickstart.md, "Errors at the call")."""
+        self._check()
         return read_stats(self._mem)
 
 

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import psutil
 
 from ..segment import contract as C
 from ..segment import layout as L
@@ -51,6 +50,8 @@ def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]
         if p is not None:  # the supervisor knows its children best (a fresh restart)
             pid, alive = p.pid, p.poll() is None
         else:
+            import psutil  # here, not at import: `import shmwheel` stays fast
+
             alive = pid > 0 and psutil.pid_exists(pid)
         processes[role] = {"pid": pid, "alive": alive}
     return {

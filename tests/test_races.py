@@ -1,0 +1,118 @@
+"""Cancel against fire across processes, at scale: 100,000 races, one winner each."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import race_tasks
+from shmwheel import TimerService
+
+N = 100_000
+CANCELLERS = 3
+LEAD_MS = 400  # the first deadline, from the schedule_many call
+WINDOW_MS = 400  # deadlines spread evenly over [LEAD_MS, LEAD_MS + WINDOW_MS)
+JITTER_MS = 3  # each cancel is aimed at its timer's deadline +- this
+
+MINE = f"s{os.getpid()}-"  # how TimerService names the services this process starts
+
+
+def _leftovers() -> tuple[list[psutil.Process], set[str]]:
+    procs = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if any("shmwheel.service.main" in a for a in cmd[:3]) and \
+                any(a.startswith(MINE) for a in cmd[3:]):
+            procs.append(p)
+    files = {p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + MINE in p.name}
+    return procs, files
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    yield
+    deadline = time.monotonic() + 5
+    while any(_leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    procs, files = _leftovers()
+    for p in procs:
+        p.kill()
+    assert not procs, f"service processes still alive: {procs}"
+    assert not files, f"left in /dev/shm: {files}"
+
+
+def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatch):
+    counts_path, seen_path = tmp_path / "counts", tmp_path / "seen"
+    np.memmap(counts_path, dtype=np.int32, mode="w+", shape=N).flush()
+    np.memmap(seen_path, dtype=np.int64, mode="w+", shape=N).flush()
+    np.memmap(tmp_path / "results", dtype=np.int8, mode="w+", shape=N).flush()
+    monkeypatch.setenv(race_tasks.COUNTS_ENV, str(counts_path))  # executors inherit it
+    monkeypatch.setenv(race_tasks.SEEN_ENV, str(seen_path))
+    spawn = mp.get_context("spawn")
+    t0 = time.monotonic()
+    with TimerService(tasks={"hit": "race_tasks:hit"}, capacity=2 * N, executors=2) as svc, \
+            svc.client() as c:
+        ready = [spawn.Event() for _ in range(CANCELLERS)]
+        go = spawn.Event()
+        procs = [spawn.Process(target=race_tasks.canceller,
+                               args=(svc.name, str(tmp_path), CANCELLERS, j, JITTER_MS,
+                                     ready[j], go))
+                 for j in range(CANCELLERS)]
+        for p in procs:
+            p.start()
+        try:
+            for e in ready:
+                assert e.wait(60), "a canceller did not connect"
+            hs = c.schedule_many("hit", LEAD_MS + np.arange(N) * (WINDOW_MS / N),
+                                 list(range(N)))
+            scheduled_by = race_tasks.now_ms()
+            np.save(tmp_path / "ids.npy", hs.ids)
+            np.save(tmp_path / "deadlines.npy", hs.deadlines_ms)
+            go.set()
+            margin = int(hs.deadlines_ms.min()) - scheduled_by  # printed: ~150-250 ms
+            for p in procs:
+                p.join(60)
+            assert [p.exitcode for p in procs] == [0] * CANCELLERS, "a canceller failed"
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        end = time.monotonic() + 30
+        while True:
+            st = svc.stats()
+            if st["completed"] + st["cancelled"] + st["task_errors"] >= N:
+                break
+            assert time.monotonic() < end, f"timed out waiting for every timer: {st}"
+            time.sleep(0.01)
+        time.sleep(0.1)  # a run twice would show up now
+        st = svc.stats()
+    elapsed = time.monotonic() - t0
+
+    counts = np.fromfile(counts_path, dtype=np.int32)
+    seen = np.fromfile(seen_path, dtype=np.int64)
+    results = np.fromfile(tmp_path / "results", dtype=np.int8)
+    won, lost = results == 1, results == 2
+    print(f"\n{N} races: cancel won {int(won.sum())}, fire won {int(lost.sum())} "
+          f"({elapsed:.1f} s; stats {({k: st[k] for k in ('cancelled', 'completed', 'early')})}, "
+          f"lateness {st['lateness_ms']}, scheduled {margin} ms before the first deadline)")
+    assert (won | lost).all(), f"{int((~(won | lost)).sum())} timers were never cancelled"
+    assert (counts <= 1).all(), \
+        f"{int((counts > 1).sum())} timers ran more than once, e.g. {np.flatnonzero(counts > 1)[:5]}"
+    bad_won = np.flatnonzero(won & (counts != 0))
+    assert not len(bad_won), \
+        f"{len(bad_won)} timers ran although their cancel returned True, e.g. {bad_won[:5]}"
+    bad_lost = np.flatnonzero(lost & (counts != 1))
+    assert not len(bad_lost), \
+        f"{len(bad_lost)} timers never ran although their cancel returned False, " \
+        f"e.g. {bad_lost[:5]}"
+    assert (seen[lost] == hs.ids[lost]).all(), "a run carried another timer's payload"
+    assert won.sum() >= N // 100 and lost.sum() >= N // 100, "the test must really race"
+    assert st["cancelled"] == won.sum() and st["completed"] == lost.sum()
+    assert st["task_errors"] == 0 and st["early"] == 0 and st["pending"] == 0
