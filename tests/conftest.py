@@ -1,6 +1,46 @@
+"""Shared test set-up: the import path, and the autouse check that every test leaves no
+service process and nothing in /dev/shm behind."""
+
+import os
 import sys
+import time
 from pathlib import Path
+
+import psutil
+import pytest
 
 # the service's sample tasks (workers.tasks) must be importable here and, through the
 # path the supervisor hands its children, in executors, however pytest was started
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# services started in this process are named "s<pid>-<hex>"; others (a bench running
+# beside the tests) are not this suite's business
+MINE = f"s{os.getpid()}-"
+
+
+def service_processes(prefix: str = MINE) -> list[psutil.Process]:
+    """Live service processes whose service name starts with `prefix`."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if any("shmwheel.service.main" in a for a in cmd[:3]) and \
+                any(a.startswith(prefix) for a in cmd[3:]):
+            found.append(p)
+    return found
+
+
+def shm_files(prefix: str = MINE) -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + prefix in p.name}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    yield
+    deadline = time.monotonic() + 5
+    while (service_processes() or shm_files()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = service_processes()
+    for p in left:
+        p.kill()
+    assert not left, f"service processes still alive: {left}"
+    assert not shm_files(), "segments or semaphores left in /dev/shm"

@@ -14,7 +14,7 @@ from shmwheel.bench.__main__ import service_workloads, workloads
 from shmwheel.bench.baselines import HeapTimer, RedisDelayQueue, redis_status
 
 W_ORDER = ["svc_schedule_call", "svc_schedule_many", "svc_cancel", "svc_memory", "svc_lateness",
-           "svc_producers", "svc_fire", "svc_scale"]
+           "svc_producers", "svc_fire", "svc_scale", "svc_startup"]
 SERVICE_KEYS = set(W_ORDER)
 
 
@@ -51,10 +51,9 @@ def test_bench_quick_writes_every_workload(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert _marked_processes(mark) == [], "a process the bench started is still running"
     doc = json.loads(out.read_text())
-    # --quick leaves out only the numba-vs-interpreted comparison (it starts interpreters)
-    assert set(doc["workloads"]) == {w.key for w in workloads()} - {"kernels"}
+    assert set(doc["workloads"]) == {w.key for w in workloads()}
     assert [doc["workloads"][k]["w"] for k in sorted(SERVICE_KEYS, key=W_ORDER.index)] == \
-        ["W1", "W1", "W2", "W3", "W4", "W5", "W6", "W7"]
+        ["W1", "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8"]
     assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])
     for key, w in doc["workloads"].items():

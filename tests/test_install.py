@@ -86,7 +86,7 @@ def _run_as_nobody_python(env: dict[str, str]) -> tuple[list[str], str]:
         # it must also start itself, as the supervisor does (setpriv may exec a binary
         # that the user then cannot exec again, and that cannot find its own stdlib)
         probe = subprocess.run(switch + [python, "-c", _PROBE], env=env, capture_output=True,
-                               text=True, cwd="/", timeout=60)
+                               text=True, cwd="/", timeout=60, check=False)
         if probe.returncode == 0:
             return switch + [python], python
         tried.append(f"{python}: {probe.stderr.strip()[-300:]}")
@@ -108,7 +108,8 @@ def test_install_read_only_as_another_user(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.nbi", "*.nbc"))
     pip = [sys.executable, "-m", "pip"]
     built = subprocess.run(pip + ["wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(src)],
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=600,
+                           check=False)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels = list((tmp_path / "dist").glob("shmwheel-*.whl"))
     assert len(wheels) == 1, wheels
@@ -121,7 +122,8 @@ def test_install_read_only_as_another_user(tmp_path):
     try:
         work.chmod(0o755)
         inst = subprocess.run(pip + ["install", "--no-deps", "--no-compile", "--target", str(site),
-                                     str(wheels[0])], capture_output=True, text=True, timeout=300)
+                                     str(wheels[0])], capture_output=True, text=True, timeout=300,
+                             check=False)
         assert inst.returncode == 0, inst.stdout[-3000:] + inst.stderr[-3000:]
         assert next(site.glob("shmwheel/_native*.so"), None) is not None, "no native core"
         script = work / "app.py"
@@ -142,7 +144,7 @@ def test_install_read_only_as_another_user(tmp_path):
             cmd, python, uid = [sys.executable], sys.executable, os.geteuid()
         t_run = time.monotonic()
         out = subprocess.run(cmd + [str(script), name], cwd=str(work), env=env,
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, check=False)
         t_end = time.monotonic()
         print(f"\nbuild {t_built - t0:.1f} s, install {t_run - t_built:.1f} s, run "
               f"{t_end - t_run:.1f} s as uid {uid} with {python}: {out.stdout.strip()}")

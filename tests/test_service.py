@@ -15,51 +15,20 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
 import shmwheel
 from shmwheel import Full, LayoutError, ShmwheelError, TimerService
-from shmwheel.segment import shm
-from shmwheel.service import client as client_mod
-from shmwheel.segment import layout as L
-from shmwheel.segment.verify import verify
 from shmwheel.segment import contract as C
+from shmwheel.segment import layout as L
+from shmwheel.segment import shm
+from shmwheel.segment.verify import verify
+from shmwheel.service import client as client_mod
 
 TASKS = {"record": "workers.tasks:append_line", "boom": "workers.tasks:fail"}
 
 
-# services started in this process are named "s<pid>-<hex>"; others (a bench running
-# beside the tests) are not this suite's business
-MINE = f"s{os.getpid()}-"
-
-
-def service_processes(prefix: str = MINE) -> list[psutil.Process]:
-    """Live service processes whose service name starts with `prefix`."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if any("shmwheel.service.main" in a for a in cmd[:3]) and \
-                any(a.startswith(prefix) for a in cmd[3:]):
-            found.append(p)
-    return found
-
-
-def shm_files(prefix: str = MINE) -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + prefix in p.name}
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    yield
-    deadline = time.monotonic() + 5
-    while (service_processes() or shm_files()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = service_processes()
-    for p in left:
-        p.kill()
-    assert not left, f"service processes still alive: {left}"
-    assert not shm_files(), "segments or semaphores left in /dev/shm"
+from conftest import MINE, service_processes  # noqa: E402  (tests/ is on sys.path)
 
 
 def wait_for(pred, timeout=20.0, what="condition"):
