@@ -178,7 +178,11 @@ class TimerService:
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         env.setdefault("SHMWHEEL_LOG_LEVEL",
                        logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()))
-        self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+        try:
+            self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            raise ShmwheelError(f"service {self.name!r}: cannot start its {role} process with "
+                                f"{sys.executable}: {e}") from e
 
     def _await_ready(self) -> None:
         assert self.mem is not None
