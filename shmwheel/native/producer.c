@@ -25,42 +25,12 @@
 #include <time.h>
 
 #include "atomics.h"
-#include "pybuf.h"
-#include "ring.h"
-#include "slots.h"
+#include "producer.h"
 #include "wheel.h"
 
-#define CACHE_MAX 256
 #define URGENT_MS 20   /* a deadline nearer than this wakes a sleeping coordinator */
 
-typedef struct {
-    PyObject_HEAD
-    Seg seg;
-    Ring ring;
-    Holds holds;
-    i64 *counters;        /* this client's counter row (single writer: this process) */
-    i64 *header;          /* the segment header */
-    i64 w_sleeping, w_stopping;
-    i64 ring_index, max_delay_ms, batch;
-    i64 scheduled, cancelled;
-    int closed, forked;
-    int ncache, nblocks;
-    i64 cache[CACHE_MAX];   /* RESERVED handles of this ring */
-    i64 blocks[CACHE_MAX];  /* class-0 arena blocks owned by OWNER_RING(ring) */
-    PyObject *task_ids;     /* dict: task name -> id */
-    PyObject *encode;       /* payload -> bytes: msgpack's Packer.pack (its errors are
-                               replaced by the slow path's, which say what to change) */
-    PyTypeObject *handle_type;
-} Producer;
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *client;
-    i64 id;
-    i64 deadline_ms;
-} Handle;
-
-static PyTypeObject ProducerType, HandleType;
 static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms, *s_payload;
 static PyObject *s_schedule_slow, *s_schedule_checked, *s_restock, *s_bell, *s_wait_push, *s_check;
 
@@ -273,7 +243,8 @@ static int usable(Producer *p) {
     return 0;
 }
 
-static PyObject *prod_cancel(Producer *p, PyObject *arg) {
+PyObject *producer_cancel(PyObject *self, PyObject *arg) {
+    Producer *p = (Producer *)self;
     i64 h;
     if (!usable(p) || handle_id(arg, &h) < 0) return NULL;
     int code = cancel_one(p, h);
@@ -492,7 +463,7 @@ static PyMethodDef prod_methods[] = {
      "deadline (exactly one of delay_ms, deadline_ms: absolute monotonic ms); with "
      "every_ms again every period until cancelled. Raises ValueError / TypeError for a bad "
      "argument and Full when the service or the ring has no room."},
-    {"cancel", (PyCFunction)prod_cancel, METH_O,
+    {"cancel", (PyCFunction)producer_cancel, METH_O,
      "cancel(handle) -> bool\n\nTrue iff the timer will never run (a compare-and-swap on "
      "its slot: a racing fire and this cancel have exactly one winner). For a repeating "
      "timer with a run in flight: False, and it will not run again."},
@@ -517,7 +488,7 @@ static PyMemberDef prod_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyTypeObject ProducerType = {
+PyTypeObject ProducerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "shmwheel._native.Producer",
     .tp_basicsize = sizeof(Producer),
@@ -529,74 +500,6 @@ static PyTypeObject ProducerType = {
     .tp_clear = (inquiry)prod_clear,
     .tp_methods = prod_methods,
     .tp_members = prod_members,
-};
-
-/* ---- Handle --------------------------------------------------------------------- */
-static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    PyObject *client;
-    long long id, deadline;
-    static char *names[] = {"client", "id", "deadline_ms", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLL", names, &client, &id, &deadline))
-        return NULL;
-    Handle *h = (Handle *)type->tp_alloc(type, 0);
-    if (!h) return NULL;
-    Py_INCREF(client);
-    h->client = client;
-    h->id = id;
-    h->deadline_ms = deadline;
-    return (PyObject *)h;
-}
-
-static PyObject *handle_cancel(Handle *h, PyObject *unused) {
-    if (!PyObject_TypeCheck(h->client, &ProducerType))
-        return PyObject_CallMethod(h->client, "cancel", "O", (PyObject *)h);
-    return prod_cancel((Producer *)h->client, (PyObject *)h);
-}
-
-static void handle_dealloc(Handle *h) {
-    PyObject_GC_UnTrack(h);
-    Py_CLEAR(h->client);
-    Py_TYPE(h)->tp_free((PyObject *)h);
-}
-
-static int handle_traverse(Handle *h, visitproc visit, void *arg) {
-    Py_VISIT(h->client);
-    Py_VISIT(Py_TYPE(h));
-    return 0;
-}
-
-static int handle_clear(Handle *h) {
-    Py_CLEAR(h->client);
-    return 0;
-}
-
-static PyMethodDef handle_methods[] = {
-    {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
-     "cancel() -> bool\n\nTrue iff the timer will never run (see Client.cancel)."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyMemberDef handle_members[] = {
-    {"id", T_LONGLONG, offsetof(Handle, id), READONLY,
-     "The timer's id: generation << 32 | slot, unique while the service lives."},
-    {"deadline_ms", T_LONGLONG, offsetof(Handle, deadline_ms), READONLY,
-     "The deadline, in monotonic milliseconds."},
-    {"_client", T_OBJECT, offsetof(Handle, client), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject HandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Handle",
-    .tp_basicsize = sizeof(Handle),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Handle(client, id, deadline_ms): the native half of a TimerHandle.",
-    .tp_new = handle_new,
-    .tp_dealloc = (destructor)handle_dealloc,
-    .tp_traverse = (traverseproc)handle_traverse,
-    .tp_clear = (inquiry)handle_clear,
-    .tp_methods = handle_methods,
-    .tp_members = handle_members,
 };
 
 int shmwheel_add_client_types(PyObject *m) {

@@ -1,0 +1,74 @@
+/* handle.c: `Handle`, the native half of a TimerHandle: its id and deadline, and a
+ * cancel() that goes straight to its client's compare-and-swap (producer.c). */
+#include "producer.h"
+
+#include <structmember.h>
+
+/* ---- Handle --------------------------------------------------------------------- */
+static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *client;
+    long long id, deadline;
+    static char *names[] = {"client", "id", "deadline_ms", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLL", names, &client, &id, &deadline))
+        return NULL;
+    Handle *h = (Handle *)type->tp_alloc(type, 0);
+    if (!h) return NULL;
+    Py_INCREF(client);
+    h->client = client;
+    h->id = id;
+    h->deadline_ms = deadline;
+    return (PyObject *)h;
+}
+
+static PyObject *handle_cancel(Handle *h, PyObject *unused) {
+    if (!PyObject_TypeCheck(h->client, &ProducerType))
+        return PyObject_CallMethod(h->client, "cancel", "O", (PyObject *)h);
+    return producer_cancel(h->client, (PyObject *)h);
+}
+
+static void handle_dealloc(Handle *h) {
+    PyObject_GC_UnTrack(h);
+    Py_CLEAR(h->client);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static int handle_traverse(Handle *h, visitproc visit, void *arg) {
+    Py_VISIT(h->client);
+    Py_VISIT(Py_TYPE(h));
+    return 0;
+}
+
+static int handle_clear(Handle *h) {
+    Py_CLEAR(h->client);
+    return 0;
+}
+
+static PyMethodDef handle_methods[] = {
+    {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
+     "cancel() -> bool\n\nTrue iff the timer will never run (see Client.cancel)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef handle_members[] = {
+    {"id", T_LONGLONG, offsetof(Handle, id), READONLY,
+     "The timer's id: generation << 32 | slot, unique while the service lives."},
+    {"deadline_ms", T_LONGLONG, offsetof(Handle, deadline_ms), READONLY,
+     "The deadline, in monotonic milliseconds."},
+    {"_client", T_OBJECT, offsetof(Handle, client), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmwheel._native.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Handle(client, id, deadline_ms): the native half of a TimerHandle.",
+    .tp_new = handle_new,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_traverse = (traverseproc)handle_traverse,
+    .tp_clear = (inquiry)handle_clear,
+    .tp_methods = handle_methods,
+    .tp_members = handle_members,
+};
+
