@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import platform
-from collections.abc import Callable
+import time
 from dataclasses import asdict, dataclass
 
 import msgpack
@@ -31,6 +31,7 @@ from ..wheel import core as wheel_core
 from . import contract as C
 from . import shm
 from .ring import Ring
+from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
@@ -188,7 +189,6 @@ class ServiceMemory:
         self.task_names = [t[0] for t in cfg.tasks]
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
         self._sems: dict[str, posix_ipc.Semaphore] = {}
-        self._after_repair: list[Callable[[ServiceMemory], None]] = []
         self.tables: N.Tables | None = None
         self._lock = seg.locked(W_DIRTY, self._repair)
 
@@ -268,10 +268,6 @@ class ServiceMemory:
         """The segment lock (see shm.py); the same object every time."""
         return self._lock
 
-    def on_repair(self, fn: Callable[[ServiceMemory], None]) -> None:
-        """Run fn(self) after every crash repair this process makes (tests check verify())."""
-        self._after_repair.append(fn)
-
     def _repair(self) -> None:
         tables = self.bind_tables()
         relinked = tables.rebuild()
@@ -279,8 +275,14 @@ class ServiceMemory:
         self.header[W_REPAIRS] += 1
         log.warning("service %s: a lock holder died mid-update; rebuilt the wheel from the "
                     "slot states (%d timers relinked)", self.service, relinked)
-        for fn in self._after_repair:
-            fn(self)
+        t = time.perf_counter()
+        try:  # the rebuild must leave every invariant true: check them all, now
+            verify(self)
+        except AssertionError as e:
+            log.error("service %s: after the repair, verify() found: %s", self.service, e)
+        else:
+            log.info("service %s: verify() after the repair passed (%.1f ms)", self.service,
+                     (time.perf_counter() - t) * 1000)
 
     # -- semaphores -----------------------------------------------------------------
     def semaphore(self, role: str) -> posix_ipc.Semaphore:
