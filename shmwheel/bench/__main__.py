@@ -176,6 +176,7 @@ def service_workloads(producers: list[int] | None = None,
                   for k in ks for peer, how in (("heapq+thread", ""),
                                                 ("asyncio", " (call_soon_threadsafe)"))],
                  notes=[f"{S} {k} producers, per producer (mean)" for k in ks]
+                 + [f"{S} {k} producers, coordinator CPU us per timer" for k in ks]
                  + (["ratio: 2 producers / 1 producer"] if produce_goal else []),
                  goals=produce_goal, wid="W5"),
         Workload("svc_fire", "dispatch: fired->executed (no-op)", SW.svc_fire, "service",
@@ -278,6 +279,7 @@ def notes(selected: list[Workload]) -> str:
             unit = "" if k.startswith(("early", "completed", "shmwheel executors", "ratio",
                                        "redis timers")) else w.unit
             value = (f"{med[k]:.2f}x" if k.startswith("ratio") else
+                     f"{med[k]:.3f} us" if k.endswith("CPU us per timer") else
                      f"{med[k]:,.0f}" if not unit else fmt(med[k], unit))
             lines.append(f"  {w.label}: {k} {value}")
     return "\n".join(["further figures (medians):", *lines]) if lines else ""

@@ -354,10 +354,17 @@ def svc_producers(n: int, ks: list[int] | None = None) -> Figures:
     ks = ks or producer_counts()
     fig: Figures = {}
     with _service(_capacity_for(sum(ks) * n)) as svc:
+        import psutil
+
+        coordinator = psutil.Process(svc.procs["coordinator"].pid)
         for k in ks:
+            before = sum(coordinator.cpu_times()[:2])
             agg, each = _service_producers(svc, k, n)
             fig[f"{S} {k} producer processes"] = agg
             fig[f"{S} {k} producers, per producer (mean)"] = each
+            # what linking costs the coordinator: the CPU the producers cannot have
+            fig[f"{S} {k} producers, coordinator CPU us per timer"] = \
+                (sum(coordinator.cpu_times()[:2]) - before) * 1e6 / (k * n)
     m = max(1, n // 2)
     for k in ks:
         delays = [(_far_delays(m, 10 + i) / 1000).tolist() for i in range(k)]
