@@ -14,15 +14,50 @@ Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the
 processes) is private: its names may change between releases.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import Full, LayoutError, ShmwheelError
-from .kafka.mock_timer import ManualClock, MockTimer
-from .kafka.purgatory import DelayedOperation, DelayedOperationPurgatory
-from .kafka.system_timer import SystemTimer
-from .kafka.timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
-from .service.client import Client, TimerHandle, TimerHandles, connect
-from .service.context import FireContext, context
-from .service.supervisor import TimerService
-from .wheel.core import WheelCore
+
+# Each public name is imported from its module on first use (PEP 562), so `import
+# shmwheel` costs almost nothing and a process pays only for the layer it uses (the
+# Kafka layer, the service). Type checkers see the real imports below.
+_WHERE = {
+    "ManualClock": ".kafka.mock_timer", "MockTimer": ".kafka.mock_timer",
+    "DelayedOperation": ".kafka.purgatory", "DelayedOperationPurgatory": ".kafka.purgatory",
+    "SystemTimer": ".kafka.system_timer", "TimerTask": ".kafka.timing_wheel",
+    "TimerTaskEntry": ".kafka.timing_wheel", "TimingWheel": ".kafka.timing_wheel",
+    "Client": ".service.client", "connect": ".service.client",
+    "TimerHandle": ".service.handles", "TimerHandles": ".service.handles",
+    "FireContext": ".service.context", "context": ".service.context",
+    "TimerService": ".service.supervisor", "WheelCore": ".wheel.core",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .kafka.mock_timer import ManualClock, MockTimer
+    from .kafka.purgatory import DelayedOperation, DelayedOperationPurgatory
+    from .kafka.system_timer import SystemTimer
+    from .kafka.timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
+    from .service.client import Client, connect
+    from .service.context import FireContext, context
+    from .service.handles import TimerHandle, TimerHandles
+    from .service.supervisor import TimerService
+    from .wheel.core import WheelCore
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'shmwheel' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "Client",

@@ -887,7 +887,8 @@ def svc_scale(n: int, levels: list[int] | None = None) -> Figures:
 
 def svc_startup(n: int) -> Figures:
     """What a user waits for before the first timer: ``import shmwheel`` in a fresh
-    interpreter (wall time of the import statement alone, median of 5), and
+    interpreter (wall time of the import statement alone, median of 5; and with the first
+    use of TimerService, which loads the service layer and numpy), and
     ``TimerService.start()`` of a 1M-capacity service (the default) until every process
     is ready, and its stop(). Peer: ``import asyncio`` in a fresh interpreter, and
     starting a ProcessPoolExecutor with as many workers and running one no-op in each."""
@@ -901,7 +902,10 @@ def svc_startup(n: int) -> Figures:
         return sorted(runs)[2]
 
     fig: Figures = {"import shmwheel": import_s("shmwheel") * 1000,
-                    "import asyncio": import_s("asyncio") * 1000}
+                    "import asyncio": import_s("asyncio") * 1000,
+                    # names load on first use (PEP 562): what the service layer costs
+                    "import shmwheel + first use of TimerService":
+                        import_s("shmwheel; shmwheel.TimerService") * 1000}
     t0 = time.perf_counter()
     svc = TimerService(tasks=TASKS)
     svc.start()

@@ -164,7 +164,9 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         Py_DECREF(blob);
     }
     if (!p->ncache && (call_method0(p, s_restock) < 0 || !p->ncache)) {
-        if (block >= 0) p->blocks[p->nblocks++] = block;
+        /* give the block back; if other threads refilled the cache meanwhile and there is
+         * no room, it stays owned by this ring, and the coordinator frees it at close */
+        if (block >= 0 && p->nblocks < CACHE_MAX) p->blocks[p->nblocks++] = block;
         if (PyErr_Occurred()) return NULL;
         goto slow;   /* no free slot: Python raises Full */
     }
@@ -339,9 +341,9 @@ static PyObject *prod_take(Producer *p, PyObject *unused) {
 static PyObject *prod_give_back(Producer *p, PyObject *arg) {
     i64 h = PyLong_AsLongLong(arg);
     if (h == -1 && PyErr_Occurred()) return NULL;
-    if (p->ncache == CACHE_MAX) return PyErr_Format(PyExc_RuntimeError, "slot cache full");
+    if (p->ncache == CACHE_MAX) Py_RETURN_FALSE;   /* the caller frees it instead */
     p->cache[p->ncache++] = h;
-    Py_RETURN_NONE;
+    Py_RETURN_TRUE;
 }
 
 /* _submit(h, meta, word, deadline) -> published: write the record, SUBMITTED, push */

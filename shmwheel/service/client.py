@@ -266,7 +266,9 @@ class Client(N.Producer):
                 with self._mem.locked():
                     word, cls, more = self._store_blob(slot, blob, every)
             except Full:
-                self._give_back(h)
+                if not self._give_back(h):  # the cache is full (other threads): free it
+                    with self._mem.locked():
+                        self._tables().retire(slot)
                 raise
         meta = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
         if not self._submit(h, meta, word, deadline):
