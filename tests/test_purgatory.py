@@ -151,6 +151,6 @@ def test_reaper_expires_in_real_time_and_shutdown_joins_it():
         time.sleep(0.005)
     assert op.expirations == 1
     assert time.monotonic_ns() - started >= 20_000_000
-    reaper = p._reaper
+    reaper = p._expiry_thread
     p.shutdown()
     assert not reaper.is_alive()

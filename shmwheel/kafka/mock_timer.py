@@ -39,7 +39,7 @@ class MockTimer(SystemTimer):
         self._inline_runs = 0
         super().__init__("mock", tick_ms, wheel_size, self.clock.ms, clock_ns=self.clock)
 
-    def _make_executor(self) -> None:
+    def _make_runner(self) -> None:
         return None
 
     def _submit(self, tasks: list[TimerTask]) -> None:

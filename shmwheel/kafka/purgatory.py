@@ -115,7 +115,7 @@ class _WatcherList:
 
 class DelayedOperationPurgatory:
     """Kafka's purgatory: operations watched by keys, completed by key checks or expired by
-    the timer, whose reaper thread loops ``advance_clock(200)``."""
+    the timer, whose expiry thread (Kafka's ExpiredOperationReaper) loops ``advance_clock(200)``."""
 
     def __init__(self, name: str, timer: SystemTimer | None = None,
                  purge_interval: int = 1000, reaper_enabled: bool = True,
@@ -128,11 +128,11 @@ class DelayedOperationPurgatory:
         self._estimated = 0
         self._estimated_lock = threading.Lock()
         self._shutdown = threading.Event()
-        self._reaper: threading.Thread | None = None
+        self._expiry_thread: threading.Thread | None = None
         if reaper_enabled:
-            self._reaper = threading.Thread(target=self._reap, daemon=True,
+            self._expiry_thread = threading.Thread(target=self._expire_loop, daemon=True,
                                             name=f"ExpirationReaper-{name}")
-            self._reaper.start()
+            self._expiry_thread.start()
 
     def _shard(self, key: Hashable) -> _WatcherList:
         return self._shards[hash(key) % SHARDS]
@@ -255,7 +255,7 @@ class DelayedOperationPurgatory:
         if purge:
             self.purge_completed()
 
-    def _reap(self) -> None:
+    def _expire_loop(self) -> None:
         while not self._shutdown.is_set() and not self.timeout_timer.closed:
             self.advance_clock(200)
 
@@ -263,8 +263,8 @@ class DelayedOperationPurgatory:
         """Stop the reaper (waking it at once) and shut the timer down."""
         self._shutdown.set()
         self.timeout_timer.shutdown()  # wakes an advance_clock in progress
-        if self._reaper is not None and self._reaper is not threading.current_thread():
-            self._reaper.join()
+        if self._expiry_thread is not None and self._expiry_thread is not threading.current_thread():
+            self._expiry_thread.join()
 
     def __enter__(self) -> DelayedOperationPurgatory:
         return self

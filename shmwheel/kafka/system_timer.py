@@ -1,4 +1,5 @@
-"""Kafka's SystemTimer: a thread-safe timing wheel with a task-executor thread.
+"""Kafka's SystemTimer: a thread-safe timing wheel with a task-runner thread (Kafka's
+single-thread executor; named so as not to collide with the service's executor processes).
 
 Invariants: ``add`` may be called from any number of threads; clock advance is exclusive
 (one lock guards the wheel, and task objects are touched outside it, so no lock-order
@@ -24,7 +25,7 @@ log = logging.getLogger("shmwheel.timer")
 _NS_PER_MS = 1_000_000
 
 
-class TaskExecutor:
+class TaskRunner:
     """One daemon thread that runs submitted tasks in order (Kafka's single-thread executor).
 
     ``shutdown`` runs what is already queued, then joins the thread."""
@@ -86,15 +87,15 @@ class SystemTimer:
         self._wait_target: int | None = None  # ms the advancing thread sleeps until
         self._cascade_budget = cascade_budget
         self._closed = False
-        self._executor = self._make_executor()
+        self._runner = self._make_runner()
 
     # -- hooks MockTimer overrides ----------------------------------------------------
-    def _make_executor(self) -> TaskExecutor | None:
-        return TaskExecutor(f"executor-{self.name}")
+    def _make_runner(self) -> TaskRunner | None:
+        return TaskRunner(f"runner-{self.name}")
 
     def _submit(self, tasks: list[TimerTask]) -> None:
-        assert self._executor is not None
-        self._executor.submit_many(tasks)
+        assert self._runner is not None
+        self._runner.submit_many(tasks)
 
     # -- public API -------------------------------------------------------------------
     def _now_ms(self) -> int:
@@ -161,11 +162,11 @@ class SystemTimer:
     @property
     def task_errors(self) -> int:
         """Exceptions raised by tasks (each is also logged)."""
-        return self._executor.task_errors if self._executor else 0
+        return self._runner.task_errors if self._runner else 0
 
     @property
     def tasks_run(self) -> int:
-        return self._executor.tasks_run if self._executor else 0
+        return self._runner.tasks_run if self._runner else 0
 
     @property
     def closed(self) -> bool:
@@ -180,8 +181,8 @@ class SystemTimer:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._executor is not None:
-            self._executor.shutdown()
+        if self._runner is not None:
+            self._runner.shutdown()
 
     close = shutdown
 
