@@ -26,9 +26,12 @@
  *  - Counters have one writer per word (relaxed stores); readers sum them with relaxed
  *    loads: a snapshot, never a synchronization point.
  *
- *  - Sleep flags (a consumer announcing it is about to sleep) are stored seq_cst by the
- *    sleeper and read after a seq_cst fence by the waker (Dekker's pattern). Every sleep is
- *    bounded anyway, so a missed wake-up costs at most one timeout, never a hang.
+ *  - Sleep flags (a consumer announcing it is about to sleep) are read by the waker after a
+ *    seq_cst fence (sleep_flag_after_publish). The sleepers are Python loops that set their
+ *    flag with a plain store, so a store-load reordering on their side can still hide a
+ *    sleep from a waker: a wake-up may be missed. That is why every sleep is bounded (5 ms
+ *    for the coordinator, 50 ms for the reaper and executors): a missed wake-up costs at
+ *    most one timeout, never a hang.
  */
 #ifndef SHMWHEEL_ATOMICS_H
 #define SHMWHEEL_ATOMICS_H

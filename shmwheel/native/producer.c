@@ -31,8 +31,8 @@
 #define URGENT_MS 20   /* a deadline nearer than this wakes a sleeping coordinator */
 
 
-static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms, *s_payload;
-static PyObject *s_schedule_slow, *s_schedule_checked, *s_restock, *s_bell, *s_wait_push, *s_check;
+static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms;
+static PyObject *s_schedule_slow, *s_schedule_checked, *s_restock, *s_bell, *s_check;
 
 static i64 monotonic_ns(void) {
     struct timespec ts;
@@ -430,10 +430,6 @@ static PyObject *prod_release(Producer *p, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *prod_cached(Producer *p, PyObject *unused) {
-    return Py_BuildValue("(ii)", p->ncache, p->nblocks);
-}
-
 static void prod_dealloc(Producer *p) {
     PyObject_GC_UnTrack(p);
     holds_release(&p->holds);
@@ -480,7 +476,6 @@ static PyMethodDef prod_methods[] = {
     {"_unsubmit", (PyCFunction)prod_unsubmit, METH_O, NULL},
     {"_push", (PyCFunction)prod_push, METH_VARARGS, NULL},
     {"_release", (PyCFunction)prod_release, METH_NOARGS, NULL},
-    {"_cached", (PyCFunction)prod_cached, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -507,9 +502,9 @@ PyTypeObject ProducerType = {
 int shmwheel_add_client_types(PyObject *m) {
     struct { PyObject **s; const char *v; } names[] = {
         {&s_delay_ms, "delay_ms"}, {&s_deadline_ms, "deadline_ms"}, {&s_key, "key"},
-        {&s_every_ms, "every_ms"}, {&s_payload, "payload"},
+        {&s_every_ms, "every_ms"},
         {&s_schedule_slow, "_schedule_slow"}, {&s_schedule_checked, "_schedule_checked"}, {&s_restock, "_restock"}, {&s_bell, "_bell"},
-        {&s_wait_push, "_wait_push"}, {&s_check, "_check"},
+        {&s_check, "_check"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].s = PyUnicode_InternFromString(names[i].v))) return -1;

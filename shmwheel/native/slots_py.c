@@ -1,7 +1,7 @@
 /* slots_py.c: Python's face of the slot state machine (`Tables`) and of the rings.
  *
  * `Tables(wheel, side, arena, adata)` holds one attachment's views of a service's tables.
- * Every method but cancel/cancel_many must be called with the segment lock held (the
+ * Every method must be called with the segment lock held (the
  * Python side's `ServiceMemory.locked()`); none of them releases the GIL, so within one
  * process they are also atomic with respect to other threads.
  */
@@ -66,34 +66,6 @@ static int nargs_ok(Py_ssize_t n, Py_ssize_t want, const char *name) {
 }
 
 #define NARGS(want, name) if (nargs_ok(nargs, want, name) < 0) return NULL
-
-static PyObject *tables_cancel(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
-    i64 h;
-    OPEN(self);
-    NARGS(1, "cancel");
-    if (arg_i64(args[0], &h) < 0) return NULL;
-    return PyLong_FromLong(slot_cancel(&self->seg, h));
-}
-
-static PyObject *tables_cancel_many(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf ids, out;
-    OPEN(self);
-    NARGS(2, "cancel_many");
-    if (i64buf_get(args[0], &ids, 0) < 0) return NULL;
-    if (i64buf_get(args[1], &out, 1) < 0) { i64buf_release(&ids); return NULL; }
-    i64 won = -1;
-    if (out.n < ids.n) PyErr_SetString(PyExc_ValueError, "out is shorter than ids");
-    else {
-        won = 0;
-        for (Py_ssize_t i = 0; i < ids.n; i++) {
-            out.p[i] = slot_cancel(&self->seg, ids.p[i]);
-            won += out.p[i] == CANCEL_WON;
-        }
-    }
-    i64buf_release(&ids);
-    i64buf_release(&out);
-    return won < 0 ? NULL : PyLong_FromLongLong(won);
-}
 
 static PyObject *tables_reserve(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
     i64 ring;
@@ -223,10 +195,6 @@ static PyObject *tables_next_wakeup(Tables *self, PyObject *unused) {
 
 static PyMethodDef tables_methods[] = {
     {"close", (PyCFunction)tables_close, METH_NOARGS, "Release the views (before unmapping)."},
-    {"cancel", (PyCFunction)(void (*)(void))tables_cancel, METH_FASTCALL,
-     "cancel(handle) -> CANCEL_WON / CANCEL_STOPPED / CANCEL_LOST. Lock-free."},
-    {"cancel_many", (PyCFunction)(void (*)(void))tables_cancel_many, METH_FASTCALL,
-     "cancel_many(ids, out) -> cancels won; the code of each in out. Lock-free."},
     {"reserve", (PyCFunction)(void (*)(void))tables_reserve, METH_FASTCALL,
      "reserve(ring, out) -> count of FREE slots made RESERVED for `ring` (handles in out)."},
     {"arena_alloc", (PyCFunction)(void (*)(void))tables_arena_alloc, METH_FASTCALL,

@@ -66,11 +66,6 @@ _GEN_SHIFT, _GEN_MASK, _STATE_MASK = N.GS_GEN_SHIFT, N.GS_GEN_MASK, N.GS_STATE_M
 
 
 # -- accessor pairs (they work on ints and, elementwise, on int64 arrays) --------------------
-def handle_make(gen: int, slot: int) -> int:
-    """The handle naming `slot` in its generation `gen`."""
-    return ((gen & _GEN_MASK) << _GEN_SHIFT) | slot
-
-
 def handle_slot(h):  # type: ignore[no-untyped-def]
     """The slot a handle names (int or array)."""
     return h & _SLOT_MASK
@@ -131,16 +126,6 @@ def inline_word(blob: bytes) -> int:
     """The payload word of a blob of at most INLINE_MAX bytes (little-endian, as the
     native core copies it)."""
     return int.from_bytes(blob.ljust(8, b"\0"), "little", signed=True)
-
-
-def owner_slot(slot):  # type: ignore[no-untyped-def]
-    """An arena block's owner word when `slot` owns it."""
-    return slot + 1
-
-
-def owner_ring(ring: int) -> int:
-    """An arena block's owner word when it sits in client ring `ring`'s cache."""
-    return -ring - 1
 
 
 def ring_words(capacity: int, record: int) -> int:
