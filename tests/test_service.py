@@ -297,7 +297,7 @@ def test_garbage_in_rings_is_counted_and_skipped(service, tmp_path):
         for ring in mem.dispatch:
             ring.push(rng.integers(0, 2**40, size=(50, 2), dtype=np.int64))
         for ring in mem.results:
-            ring.push(rng.integers(-2**62, 2**62, size=(50, 4), dtype=np.int64))
+            ring.push(rng.integers(-2**62, 2**62, size=(50, C.RESULT_RECORD), dtype=np.int64))
         mem.ring_bell("coordinator")
         wait_for(lambda: service.stats()["ring_garbage"] >= 600, what="garbage counted")
         ring = producer.words
@@ -508,8 +508,12 @@ def test_service_arguments_are_checked():
         TimerService(tasks=TASKS, capacity=0)
     with pytest.raises(TypeError, match="unknown TimerService options"):
         TimerService(tasks=TASKS, colour="red")
-    with pytest.raises(NotImplementedError, match="journal"):
-        TimerService(tasks=TASKS, journal="/tmp/j")
+    with pytest.raises(ValueError, match="journal_fsync must be one of"):
+        TimerService(tasks=TASKS, journal="/tmp/j", journal_fsync="sometimes")
+    with pytest.raises(ValueError, match="journal_segment_bytes"):
+        TimerService(tasks=TASKS, journal="/tmp/j", journal_segment_bytes=10)
+    with pytest.raises(ValueError, match="journal must be a directory path"):
+        TimerService(tasks=TASKS, journal="")
 
 
 def test_what_is_not_built_says_so(service):

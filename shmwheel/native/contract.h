@@ -138,8 +138,8 @@ typedef uint64_t u64;
 #define CHECK_CANCEL 0x2C4BCE1D0F5EA5EDLL
 /* dispatch ring (reaper -> executor): handle, fired_ns */
 #define DISPATCH_RECORD 2
-/* result ring (executor -> reaper): handle, outcome, dispatch seq, lateness_us */
-#define RESULT_RECORD 4
+/* result ring (executor -> reaper): handle, outcome, dispatch seq, lateness_us, duration_us */
+#define RESULT_RECORD 5
 
 /* what a cancel did (slot_cancel) */
 #define CANCEL_LOST 0     /* nothing: fired already, cancelled already, or a stale handle */
@@ -165,6 +165,8 @@ typedef uint64_t u64;
 #define C_LINKED 10
 #define C_FREED 11
 #define C_RETIRED 12      /* cancelled slots unlinked and freed */
+#define C_JOURNAL_BYTES 13 /* bytes this writer wrote to its journal files */
+#define C_JOURNAL_SYNCS 14 /* fdatasync calls on them */
 
 /* ---- lateness histogram: bucket 0 is < 1 us; i >= 1 covers [2^((i-1)/8), 2^(i/8)) us -- */
 #define HIST_BUCKETS 256

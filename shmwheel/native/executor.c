@@ -1,6 +1,6 @@
 /* executor.c: an executor process's batch loop. For each dispatch record, in this order:
  * store `started = seq`, check the slot, decode its payload, run the task, publish the
- * outcome (handle, outcome, seq, lateness_us) on the result ring. After the batch the
+ * outcome (handle, outcome, seq, lateness_us, duration_us) on the result ring. After the batch the
  * dispatch ring's tail advances and `started` goes back to -1. A replacement executor on
  * the same rings therefore knows what its predecessor did (shmwheel/service/executor.py,
  * `recover`): outcomes up to the last published seq are done, the `started` record (if
@@ -163,7 +163,7 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
     i64 *mem = e->seg.mem, cap = mem[H_CAPACITY];
     for (i64 i = 0; i < n; i++) {
         i64 h = buf[2 * i], fired_ns = buf[2 * i + 1], seq = seq0 + i;
-        i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0;
+        i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0, duration_us = 0;
         relaxed_store(e->started, seq);
         i64 gs = (h >= 0 && slot < cap) ? gs_load(gs_word(mem, wheel_node(mem, slot))) : -1;
         if (gs >= 0 && GS_GEN(gs) == HANDLE_GEN(h) &&
@@ -171,13 +171,15 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
             i64 deadline = *wheel_field(mem, wheel_node(mem, slot), F_DEADLINE);
             late_us = now_us() - deadline * 1000;
             record_lateness(e, late_us);
+            i64 t0 = now_us();
             int o = run_one(e, h, slot, deadline, fired_ns);
             if (o < 0) { publish_counts(e); return NULL; }
             outcome = o;
+            duration_us = now_us() - t0;
         } else {
             e->tally[C_GARBAGE]++;
         }
-        i64 rec[RESULT_RECORD] = {h, outcome, seq, late_us};
+        i64 rec[RESULT_RECORD] = {h, outcome, seq, late_us, duration_us};
         while (!ring_push(&e->results, rec, 1)) {
             PyObject *r = PyObject_CallNoArgs(e->on_full);
             int go_on = r && PyObject_IsTrue(r) == 1;

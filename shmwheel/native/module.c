@@ -5,10 +5,12 @@
 #include <Python.h>
 
 #include "contract.h"
+#include "journal.h"
 
 extern PyMethodDef shmwheel_wheel_methods[];
 extern PyMethodDef shmwheel_slot_methods[];
 int shmwheel_add_types(PyObject *m);
+int shmwheel_add_journal_type(PyObject *m);
 
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "shmwheel._native",
@@ -26,6 +28,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddFunctions(m, shmwheel_wheel_methods) < 0) goto fail;
     if (PyModule_AddFunctions(m, shmwheel_slot_methods) < 0) goto fail;
     if (shmwheel_add_types(m) < 0) goto fail;
+    if (shmwheel_add_journal_type(m) < 0) goto fail;
     EXPORT(H_MAGIC); EXPORT(H_VERSION); EXPORT(H_CAPACITY); EXPORT(H_LEVELS);
     EXPORT(H_WHEEL); EXPORT(H_SLOTS); EXPORT(H_WORDS); EXPORT(H_TICK); EXPORT(H_NOW);
     EXPORT(H_FREE); EXPORT(H_PENDING); EXPORT(H_OFF_TICKS); EXPORT(H_OFF_BEXP);
@@ -56,8 +59,11 @@ PyMODINIT_FUNC PyInit__native(void) {
     EXPORT(COUNTER_WORDS); EXPORT(C_SCHEDULED); EXPORT(C_FIRED); EXPORT(C_CANCELLED);
     EXPORT(C_COMPLETED); EXPORT(C_ERRORS); EXPORT(C_CRASHED); EXPORT(C_GARBAGE);
     EXPORT(C_STALE); EXPORT(C_REARMED); EXPORT(C_EARLY); EXPORT(C_LINKED); EXPORT(C_FREED);
-    EXPORT(C_RETIRED);
+    EXPORT(C_RETIRED); EXPORT(C_JOURNAL_BYTES); EXPORT(C_JOURNAL_SYNCS);
     EXPORT(HIST_BUCKETS); EXPORT(HIST_PER_OCTAVE);
+    EXPORT(J_HEADER); EXPORT(J_SCHEDULED); EXPORT(J_CANCELLED); EXPORT(J_FIRED);
+    EXPORT(J_OUTCOME); EXPORT(J_WATCHED); EXPORT(J_COMPLETED); EXPORT(J_EXPIRED);
+    EXPORT(J_FRAME_BYTES); EXPORT(J_MAX_BODY); EXPORT(J_FLAG_RECOVERED);
     return m;
 fail:
     Py_DECREF(m);

@@ -92,9 +92,19 @@ void slot_retire(Seg *s, i64 *mem, i64 slot) {
     wheel_free_slot(mem, slot);
 }
 
+/* Retire a CANCELLED slot: its CANCELLED record first (the handle needs the generation
+ * that retiring bumps). */
+static void retire_cancelled(Seg *s, i64 *mem, i64 slot) {
+    if (s->jb) {
+        i64 gs = gs_load(gs_word(mem, wheel_node(mem, slot)));
+        jrec_cancelled(s->jb, HANDLE_MAKE(GS_GEN(gs), slot), s->jnow);
+    }
+    slot_retire(s, mem, slot);
+}
+
 void slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
     Seg *s = (Seg *)ctx;
-    slot_retire(s, mem, slot);
+    retire_cancelled(s, mem, slot);
     s->retired++;
 }
 
@@ -107,6 +117,87 @@ i64 slot_repeat(Seg *s, i64 slot, i64 **runs) {
     i64 *w = arena_block(s, c, b);   /* (period, runs) precede the payload */
     if (runs) *runs = &w[1];
     return w[0] > 0 ? w[0] : 0;
+}
+
+/* ---- the journal's view of a slot --------------------------------------------------- */
+/* The msgpack bytes a slot's side record holds (after a repeating timer's header): a
+ * pointer into the side record or the arena, valid while the slot is not freed. */
+static const void *slot_blob(Seg *s, i64 slot, size_t *len) {
+    i64 meta = *side_meta(s, slot), flags = META_FIELD(meta, FLAGS);
+    *len = (size_t)META_FIELD(meta, LEN);
+    if (!(flags & FLAG_ARENA)) return *len <= INLINE_MAX ? (const void *)side_payload(s, slot)
+                                                         : (*len = 0, NULL);
+    int c;
+    i64 b = slot_block(s, slot, &c), skip = (flags & FLAG_REPEAT) ? REPEAT_HEADER : 0;
+    if (b < 0 || (i64)*len + skip > ARENA_CLASS_BYTES(c)) { *len = 0; return NULL; }
+    return (const char *)arena_block(s, c, b) + skip;
+}
+
+/* this run's number: a repeating timer counts its runs from 1; a one-shot has run 1 */
+static i64 slot_run(Seg *s, i64 slot, i64 *period) {
+    i64 *runs = NULL;
+    *period = slot_repeat(s, slot, &runs);
+    return runs ? *runs : 1;
+}
+
+i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer) {
+    i64 *mem = s->mem, limit = wheel_limit(mem), tick = mem[H_TICK], k = 0;
+    if (!s->jb) return 0;
+    s->jnow = jnow_us();
+    for (i64 j = 0; j < n; j++) {
+        i64 h = recs[2 * j], submit = recs[2 * j + 1] == (h ^ CHECK_SUBMIT);
+        if (!submit && recs[2 * j + 1] != (h ^ CHECK_CANCEL)) continue;
+        i64 slot = slot_of(s, h);
+        if (slot < 0) continue;
+        i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
+        i64 st = GS_STATE(gs), deadline = *wheel_field(mem, node, F_DEADLINE);
+        if (GS_GEN(gs) != HANDLE_GEN(h)) continue;
+        /* what link_records will refuse (a deadline out of range) is not a timer */
+        if (submit && (st == ST_SUBMITTED || st == ST_CANCELLED) && deadline <= limit - tick) {
+            size_t len;
+            const void *blob = slot_blob(s, slot, &len);
+            i64 meta = *side_meta(s, slot), period, run = slot_run(s, slot, &period);
+            if (blob) {
+                jrec_scheduled(s->jb, h, s->jnow, deadline, META_FIELD(meta, TASK), producer,
+                               META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT), period,
+                               run, blob, len);
+                k++;
+            }
+        }
+        if (st == ST_CANCELLED) {   /* link_records retires it (a record of either kind) */
+            jrec_cancelled(s->jb, h, s->jnow);
+            k++;
+        }
+    }
+    return k;
+}
+
+i64 slot_journal_pending(Seg *s, const i64 *handles, i64 n, i64 flags) {
+    i64 *mem = s->mem, k = 0;
+    if (!s->jb) return 0;
+    s->jnow = jnow_us();
+    for (i64 j = 0; j < n; j++) {
+        i64 h = handles[j], slot = slot_of(s, h);
+        if (slot < 0) continue;
+        i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
+        if (GS_GEN(gs) != HANDLE_GEN(h) || GS_STATE(gs) != ST_PENDING) continue;
+        size_t len;
+        const void *blob = slot_blob(s, slot, &len);
+        i64 meta = *side_meta(s, slot), period, run = slot_run(s, slot, &period);
+        if (!blob) continue;
+        jrec_scheduled(s->jb, h, s->jnow, *wheel_field(mem, node, F_DEADLINE),
+                       META_FIELD(meta, TASK), 0,
+                       (META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT)) | flags, period,
+                       run, blob, len);
+        k++;
+    }
+    return k;
+}
+
+void slot_journal_fired(Seg *s, i64 h) {
+    i64 slot = HANDLE_SLOT(h), period, run = slot_run(s, slot, &period);
+    jrec_fired(s->jb, h, s->jnow, run, *wheel_field(s->mem, wheel_node(s->mem, slot),
+                                                     F_DEADLINE));
 }
 
 /* ---- reserve, link, settle ------------------------------------------------------- */
@@ -158,7 +249,7 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
                 wheel_unlink(mem, node);
                 mem[H_PENDING]--;
             }
-            slot_retire(s, mem, slot);
+            slot_retire(s, mem, slot);   /* its CANCELLED record: slot_journal_records */
             res[4]++;
         } else {
             res[1]++;   /* linked already, or its cancel was applied */
@@ -168,8 +259,10 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
 
 void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
     i64 *mem = s->mem, now = mem[H_NOW];
+    s->jnow = jnow_us();
     for (i64 j = 0; j < n; j++) {
-        i64 h = results[RESULT_RECORD * j], outcome = results[RESULT_RECORD * j + 1];
+        const i64 *r = &results[RESULT_RECORD * j];
+        i64 h = r[0], outcome = r[1];
         i64 slot = slot_of(s, h);
         if (slot < 0) continue;
         i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gen = HANDLE_GEN(h);
@@ -177,7 +270,7 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
         if (GS_GEN(gs) != gen) continue;   /* settled already: outcomes are idempotent */
         i64 st = GS_STATE(gs);
         if (st != ST_FIRING && st != ST_STOPPING) continue;
-        i64 *runs = NULL, every = slot_repeat(s, slot, &runs);
+        i64 *runs = NULL, every = slot_repeat(s, slot, &runs), run = runs ? *runs : 1;
         if (st == ST_FIRING && every > 0 && outcome != OUTCOME_CRASHED) {
             i64 d = *wheel_field(mem, node, F_DEADLINE) + every;
             if (d <= now) d += ((now - d) / every + 1) * every;
@@ -187,18 +280,44 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
                 if (wheel_link(mem, node, d) >= 0) {
                     mem[H_PENDING]++;
                     res[1]++;
+                    if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], d);
                     continue;
                 }
                 gs_store(w, GS_MAKE(gen, ST_CANCELLED));   /* cannot happen: every < range */
             }
         }
+        if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], -1);
         slot_retire(s, mem, slot);
         res[0]++;
     }
 }
 
+i64 slot_journal_settled(Seg *s, const i64 *results, i64 n) {
+    i64 *mem = s->mem, k = 0;
+    if (!s->jb) return 0;
+    s->jnow = jnow_us();
+    for (i64 j = 0; j < n; j++) {
+        const i64 *r = &results[RESULT_RECORD * j];
+        i64 slot = slot_of(s, r[0]);
+        if (slot < 0) continue;
+        i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
+        i64 st = GS_STATE(gs);
+        if (GS_GEN(gs) != HANDLE_GEN(r[0])) {   /* settled and freed: its run is gone */
+            jrec_outcome(s->jb, r[0], s->jnow, 0, r[1], r[4], -1);
+            k++;
+        } else if (st == ST_PENDING || st == ST_CANCELLED) {   /* settled and re-armed */
+            i64 period, run = slot_run(s, slot, &period);
+            jrec_outcome(s->jb, r[0], s->jnow, run - 1, r[1], r[4],
+                         *wheel_field(mem, node, F_DEADLINE));
+            k++;
+        }
+    }
+    return k;
+}
+
 i64 slot_reclaim(Seg *s, i64 ring) {
     i64 *mem = s->mem, cap = seg_capacity(s), n = 0;
+    s->jnow = jnow_us();
     for (i64 slot = 0; slot < cap; slot++) {
         i64 st = GS_STATE(gs_load(gs_of(s, slot)));
         /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
@@ -206,7 +325,8 @@ i64 slot_reclaim(Seg *s, i64 ring) {
         int unlinked = *wheel_field(mem, wheel_node(mem, slot), F_PREV) == -1;
         if ((st == ST_RESERVED || st == ST_SUBMITTED || (st == ST_CANCELLED && unlinked)) &&
                 META_FIELD(*side_meta(s, slot), RING) == ring) {
-            slot_retire(s, mem, slot);
+            if (st == ST_CANCELLED) retire_cancelled(s, mem, slot);
+            else slot_retire(s, mem, slot);
             n++;
         }
     }
@@ -236,14 +356,8 @@ i64 slot_rebuild(Seg *s) {
         i64 st = GS_STATE(gs);
         *wheel_field(mem, node, F_PREV) = -1;
         *wheel_field(mem, node, F_NEXT) = -1;
-        if (st == ST_FREE || st == ST_CANCELLED || st >= ST_COUNT) {
-            /* a cancelled slot is retired now: records naming it will find a new gen */
-            if (st == ST_CANCELLED) {
-                gs_store(w, GS_MAKE(GS_GEN(gs) + 1, ST_FREE));
-                s->retired++;
-            } else {
-                gs_store(w, GS_MAKE(GS_GEN(gs), ST_FREE));
-            }
+        if (st == ST_FREE || st >= ST_COUNT) {
+            gs_store(w, GS_MAKE(GS_GEN(gs), ST_FREE));
             *side_meta(s, slot) = 0;
             *wheel_field(mem, node, F_NEXT) = mem[H_FREE];
             mem[H_FREE] = slot;
@@ -255,7 +369,11 @@ i64 slot_rebuild(Seg *s) {
             if (c < ARENA_CLASSES && b >= 0 && b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS])
                 *arena_owner(s, (int)c, b) = OWNER_SLOT(slot);
         }
-        if (st == ST_PENDING) {
+        /* A cancelled slot is relinked too, not freed here: whoever repairs may be a
+         * client, and the one who frees a cancelled slot records it in the journal. The
+         * coordinator frees it when it drains its cancel record, or the reaper when it
+         * meets it in its bucket. */
+        if (st == ST_PENDING || st == ST_CANCELLED) {
             if (wheel_link(mem, node, *wheel_field(mem, node, F_DEADLINE)) >= 0) {
                 mem[H_PENDING]++;
                 relinked++;

@@ -21,6 +21,14 @@
  * turning it into STOPPING, which also ends in FREE, and freeing SUBMITTED happens only
  * for a dead client's slot (a racing cancel that wins is right: the task never runs).
  *
+ * The journal: an attachment with a journal buffer (Seg.jb: the coordinator's, the
+ * reaper's) records each lifecycle event where it is decided here: the coordinator
+ * records SCHEDULED and CANCELLED ahead of applying its ring's records
+ * (slot_journal_records); the reaper records FIRED when advance wins a slot, OUTCOME when
+ * an outcome is settled, and CANCELLED when its walk retires a cancelled slot. A crash repair (rebuild) may run in
+ * any process, a client's too, so it frees no cancelled slot: it relinks it for one of
+ * those two to retire and record.
+ *
  * Nothing read from shared memory is trusted: every handle, index and generation is
  * bounds-checked; a record that fails a check is counted and skipped.
  */
@@ -28,6 +36,7 @@
 #define SHMWHEEL_SLOTS_H
 
 #include "contract.h"
+#include "journal.h"
 
 /* One attachment's view of a service's tables (pointers into the segment). */
 typedef struct {
@@ -35,8 +44,11 @@ typedef struct {
     i64 *side;   /* SIDE_WORDS per slot */
     i64 *arena;  /* class headers, then each class's next and owner tables */
     i64 *adata;  /* the blocks */
-    i64 retired; /* cancelled slots this attachment retired walking the wheel or in a
-                    rebuild, not yet added to a counter row (Tables.take_retired) */
+    i64 retired; /* cancelled slots this attachment retired walking the wheel, not yet
+                    added to a counter row (Tables.take_retired) */
+    JBuf *jb;    /* the journal's buffer of this process (coordinator, reaper), or NULL:
+                    then the transitions below record their events in it */
+    i64 jnow;    /* the time (monotonic us) the events of the current call carry */
 } Seg;
 
 static inline i64 seg_capacity(const Seg *s) { return s->mem[H_CAPACITY]; }
@@ -64,13 +76,31 @@ i64 arena_alloc(Seg *s, int cls, i64 slot);   /* a block owned by slot, or -1 */
 void arena_release(Seg *s, int cls, i64 block);
 void slot_free_payload(Seg *s, i64 slot);     /* return the slot's block; meta = its ring */
 void slot_retire(Seg *s, i64 *mem, i64 slot); /* free payload, then the slot (unlinked) */
+/* The coordinator's write-ahead records for n producer records, before link_records
+ * applies them: SCHEDULED for a submit record whose slot is still SUBMITTED (or
+ * CANCELLED) with its generation, CANCELLED for a record of either kind whose slot is
+ * CANCELLED (link_records will retire it). The caller writes them to its file before
+ * linking, so the journal holds every timer before it can fire and every cancel before
+ * its slot is freed. A coordinator that re-reads its ring after a crash may record an
+ * event twice: readers take the records of an id as one. Returns the count. */
+i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer);
+/* After a reaper restart, the OUTCOME records of result records its predecessor settled
+ * but did not get to write (it writes before consuming, so they are still in the ring):
+ * a freed slot's run is no longer known and is recorded as 0. Returns the count. */
+i64 slot_journal_settled(Seg *s, const i64 *results, i64 n);
+/* SCHEDULED records (with `flags` added: J_FLAG_RECOVERED) for PENDING slots: what a
+ * recovery re-armed, so that older segments are no longer needed. Returns the count. */
+i64 slot_journal_pending(Seg *s, const i64 *handles, i64 n, i64 flags);
+/* A FIRED record for a slot advance just won (FIRING, generation stable). */
+void slot_journal_fired(Seg *s, i64 handle);
 /* Apply n producer records of `ring`. res: [0] linked, [1] stale, [2] garbage,
  * [3] earliest deadline linked (min with its input), [4] cancelled slots retired. */
 void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res);
-/* Apply n executor outcomes. res: [0] freed, [1] re-armed. */
+/* Apply n executor outcomes (with an OUTCOME record each). res: [0] freed, [1] re-armed. */
 void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res);
 i64 slot_reclaim(Seg *s, i64 ring);           /* a dead or closed client's slots and blocks */
-i64 slot_rebuild(Seg *s);                     /* crash repair: the states are the truth */
+i64 slot_rebuild(Seg *s);                     /* crash repair: the states are the truth;
+                                                 cancelled slots are relinked, not freed */
 /* the wheel's walk met a CANCELLED node (wheel_retire_fn; ctx is a Seg *) */
 void slot_retire_hook(void *ctx, i64 *mem, i64 slot);
 

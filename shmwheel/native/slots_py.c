@@ -18,7 +18,10 @@ typedef struct {
     PyObject_HEAD
     Seg seg;
     Holds holds;
+    PyObject *journal;   /* the JournalBuffer seg.jb points into, or NULL */
 } Tables;
+
+JBuf *shmwheel_jbuf_of(PyObject *o);   /* journal.c */
 
 static int tables_init(Tables *self, PyObject *args, PyObject *kw) {
     PyObject *wheel, *side, *arena, *adata;
@@ -36,6 +39,8 @@ static int tables_init(Tables *self, PyObject *args, PyObject *kw) {
 
 static void tables_dealloc(Tables *self) {
     holds_release(&self->holds);
+    self->seg.jb = NULL;
+    Py_CLEAR(self->journal);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -165,12 +170,68 @@ static PyObject *tables_advance(Tables *self, PyObject *const *args, Py_ssize_t 
     NARGS(2, "advance");
     if (arg_i64(args[0], &now) < 0 || i64buf_get(args[1], &out, 1) < 0) return NULL;
     i64 *mem = self->seg.mem;
+    self->seg.jnow = jnow_us();
     i64 n = wheel_advance(mem, now, out.p, out.n, 0, slot_retire_hook, &self->seg);
-    for (i64 i = 0; i < n; i++)   /* our CAS made it FIRING: its generation is stable */
+    for (i64 i = 0; i < n; i++) {   /* our CAS made it FIRING: its generation is stable */
         out.p[i] = HANDLE_MAKE(GS_GEN(gs_load(gs_word(mem, wheel_node(mem, out.p[i])))),
                                out.p[i]);
+        if (self->seg.jb) slot_journal_fired(&self->seg, out.p[i]);
+    }
     i64buf_release(&out);
     return PyLong_FromLongLong(n);
+}
+
+/* set_journal(buffer or None): where this attachment records lifecycle events */
+static PyObject *tables_set_journal(Tables *self, PyObject *arg) {
+    JBuf *jb = NULL;
+    if (arg != Py_None && !(jb = shmwheel_jbuf_of(arg))) return NULL;
+    Py_XINCREF(arg == Py_None ? NULL : arg);
+    Py_CLEAR(self->journal);
+    self->journal = arg == Py_None ? NULL : arg;
+    self->seg.jb = jb;
+    Py_RETURN_NONE;
+}
+
+/* journal_records(recs, n, producer) / journal_settled(results, n): records written */
+static PyObject *tables_journal(Tables *self, PyObject *const *args, Py_ssize_t nargs,
+                                int producer_records) {
+    I64Buf recs;
+    i64 n, producer = 0, width = producer_records ? PRODUCER_RECORD : RESULT_RECORD;
+    OPEN(self);
+    if (nargs != (producer_records ? 3 : 2))
+        return PyErr_Format(PyExc_TypeError, "wrong number of arguments");
+    if (arg_i64(args[1], &n) < 0 || (producer_records && arg_i64(args[2], &producer) < 0))
+        return NULL;
+    if (i64buf_get(args[0], &recs, 0) < 0) return NULL;
+    i64 k = -1;
+    if (n < 0 || n * width > recs.n)
+        PyErr_SetString(PyExc_ValueError, "record count out of range");
+    else if (producer_records)
+        k = slot_journal_records(&self->seg, recs.p, n, producer);
+    else
+        k = slot_journal_settled(&self->seg, recs.p, n);
+    i64buf_release(&recs);
+    return k < 0 ? NULL : PyLong_FromLongLong(k);
+}
+
+static PyObject *tables_journal_records(Tables *self, PyObject *const *args, Py_ssize_t n) {
+    return tables_journal(self, args, n, 1);
+}
+
+static PyObject *tables_journal_settled(Tables *self, PyObject *const *args, Py_ssize_t n) {
+    return tables_journal(self, args, n, 0);
+}
+
+/* journal_pending(handles, flags) -> SCHEDULED records written */
+static PyObject *tables_journal_pending(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf hs;
+    i64 flags;
+    OPEN(self);
+    NARGS(2, "journal_pending");
+    if (arg_i64(args[1], &flags) < 0 || i64buf_get(args[0], &hs, 0) < 0) return NULL;
+    i64 k = slot_journal_pending(&self->seg, hs.p, hs.n, flags);
+    i64buf_release(&hs);
+    return PyLong_FromLongLong(k);
 }
 
 static PyObject *tables_cascade_step(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -178,6 +239,7 @@ static PyObject *tables_cascade_step(Tables *self, PyObject *const *args, Py_ssi
     OPEN(self);
     NARGS(1, "cascade_step");
     if (arg_i64(args[0], &budget) < 0) return NULL;
+    self->seg.jnow = jnow_us();   /* for the CANCELLED records of what it retires */
     return PyLong_FromLongLong(
         wheel_cascade_step(self->seg.mem, budget, slot_retire_hook, &self->seg));
 }
@@ -213,6 +275,18 @@ static PyMethodDef tables_methods[] = {
      "rebuild() -> entries relinked: crash repair from the slot states."},
     {"advance", (PyCFunction)(void (*)(void))tables_advance, METH_FASTCALL,
      "advance(now, out) -> count of handles fired (PENDING -> FIRING won) into out."},
+    {"set_journal", (PyCFunction)tables_set_journal, METH_O,
+     "set_journal(buffer or None): record the lifecycle events this attachment decides "
+     "in a JournalBuffer (the coordinator's and the reaper's)."},
+    {"journal_records", (PyCFunction)(void (*)(void))tables_journal_records, METH_FASTCALL,
+     "journal_records(recs, n, producer) -> records written ahead of link_records for n "
+     "producer records (slots.h)."},
+    {"journal_settled", (PyCFunction)(void (*)(void))tables_journal_settled, METH_FASTCALL,
+     "journal_settled(results, n) -> OUTCOME records of results a previous reaper settled "
+     "but did not record (slots.h)."},
+    {"journal_pending", (PyCFunction)(void (*)(void))tables_journal_pending, METH_FASTCALL,
+     "journal_pending(handles, flags) -> SCHEDULED records (with flags added) for the "
+     "PENDING slots among handles."},
     {"cascade_step", (PyCFunction)(void (*)(void))tables_cascade_step, METH_FASTCALL,
      "cascade_step(budget) -> entries moved one level down."},
     {"take_retired", (PyCFunction)tables_take_retired, METH_NOARGS,

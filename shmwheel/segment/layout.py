@@ -35,8 +35,8 @@ from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433033  # "SHWSVC03"
-LAYOUT_VERSION = 3
+MAGIC = 0x5348575356433034  # "SHWSVC04"
+LAYOUT_VERSION = 4
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -54,6 +54,7 @@ W_READY = 9          # bit per service role that finished starting
 W_REPAIRS = 10
 W_PID_COORDINATOR = 11  # written by each service process when it starts
 W_PID_REAPER = 12
+W_RECOVERED = 13     # timers re-armed from the journal when the service started
 
 READY_COORDINATOR = 1
 READY_REAPER = 2
@@ -103,6 +104,14 @@ class ServiceConfig:
     dispatch_capacity: int
     arena_blocks: tuple[int, int, int, int]
     tasks: tuple[tuple[str, str], ...]  # (name, "module:function")
+    # the journal (shmwheel.journal.writer.JournalOptions); journal_dir "" for none
+    journal_dir: str = ""
+    journal_fsync: str = "interval"
+    journal_fsync_ms: int = 100
+    journal_segment_bytes: int = 64 << 20
+    journal_keep_hours: float = 0.0
+    journal_epoch: int = 0
+    journal_next_gen: int = 0  # every slot's first generation (above the journal's ids)
 
     def meta_blob(self) -> bytes:
         d = asdict(self)

@@ -5,8 +5,13 @@ It also reclaims the rings of closed or dead clients.
 
 A ring's tail is advanced only after its records are applied, so a coordinator killed at
 any moment re-reads them on restart, and ``link_records`` skips what is applied already
-(the slot's state or generation has moved on). Started by the supervisor through
-``shmwheel.service.main``.
+(the slot's state or generation has moved on).
+
+With a journal, a batch is recorded before it is applied (write-ahead): the SCHEDULED and
+CANCELLED records of the batch are written to the coordinator's segment file (and synced,
+by the fsync policy) before the slots are linked or freed, so every timer is on disk
+before it can fire, and every won cancel before its slot is reused. Started by the
+supervisor through ``shmwheel.service.main``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 
 from ..segment import contract as C
 from ..segment import layout as L
+from ..journal.writer import service_writer
 from ..segment import shm
 from .process import ServiceProcess
 
@@ -33,6 +39,7 @@ class Coordinator(ServiceProcess):
         self.recs = np.empty((BATCH, C.PRODUCER_RECORD), np.int64)
         self.res = np.zeros(5, np.int64)
         self.row = self.mem.counters[L.ROW_COORDINATOR]
+        self.journal = service_writer(self.mem, "coordinator", L.ROW_COORDINATOR)
 
     def drain(self, ring_index: int) -> int:
         """Apply one batch of a ring; returns the records consumed."""
@@ -48,6 +55,11 @@ class Coordinator(ServiceProcess):
         res = self.res
         res[:] = 0
         res[3] = np.iinfo(np.int64).max
+        if self.journal is not None:  # write-ahead: on disk before it is applied
+            producer = int(mem.ring_table[ring_index, L.RT_PID])
+            with mem.locked():
+                self.tables.journal_records(self.recs, n, producer)
+            self.journal.flush()
         with mem.locked():
             self.tables.link_records(self.recs, n, ring_index, res)
         ring.consume(n)
@@ -73,6 +85,8 @@ class Coordinator(ServiceProcess):
                 freed = self.tables.reclaim(r)
                 table[r, L.RT_PID] = 0
                 table[r, L.RT_STATE] = L.RING_FREE
+            if self.journal is not None:  # cancelled slots whose records the ring lost
+                self.journal.flush()
             if not closing:
                 log.info("client ring %d: its process is gone; %d reserved slots freed", r,
                          freed)
@@ -97,6 +111,13 @@ class Coordinator(ServiceProcess):
                 if not any(mem.producer[r].pending() for r in np.flatnonzero(claimed).tolist()):
                     self.wait(IDLE_WAIT_S)
                 header[L.W_COORD_SLEEPING] = 0
+        if self.journal is not None:
+            # what clients published before the stop (or the supervisor's death) goes to
+            # disk and into the wheel, so a restart on the journal finds it
+            for r in np.flatnonzero(claimed != L.RING_FREE).tolist():
+                while self.drain(r):
+                    pass
+            self.journal.close()
         if self.orphaned:  # the embedding process died: nobody else will clean up
             log.warning("service %s: supervisor is gone; unlinking its shared memory",
                         self.service)

@@ -98,7 +98,7 @@ def recover_rings(mem: L.ServiceMemory, index: int,
     handle = None
     if ring.tail <= started < ring.head:
         handle = int(ring.record_at(started)[0])
-        rec = np.array([[handle, C.OUTCOME_CRASHED, started, 0]], np.int64)
+        rec = np.array([[handle, C.OUTCOME_CRASHED, started, 0, 0]], np.int64)
         while results.push(rec) == 0:
             if not wait():
                 return None

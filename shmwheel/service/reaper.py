@@ -8,8 +8,13 @@ Exactly once: advancing takes each due slot from PENDING to FIRING by compare-an
 exactly one place — the reaper's backlog, a dispatch ring, an executor's ``started`` word,
 or a result ring — and each hand-over writes the next place before clearing the previous
 one. On start the reaper dispatches the FIRING slots found in none of those places (a
-dead reaper held them, so they never ran). Started by the supervisor through
-``shmwheel.service.main``.
+dead reaper held them, so they never ran).
+
+With a journal, the reaper records FIRED as it wins slots, CANCELLED for the cancelled
+slots its walk retires, and OUTCOME as it settles; a batch of outcomes is written before
+its result ring is consumed, so a restarted reaper finds the ones its predecessor settled
+without recording and records them (``journal_settled``). Started by the supervisor
+through ``shmwheel.service.main``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 
 import numpy as np
 
+from ..journal.writer import service_writer
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import verify as V
@@ -40,6 +46,7 @@ class Reaper(ServiceProcess):
         self.res = np.zeros(2, np.int64)
         self.row = self.mem.counters[L.ROW_REAPER]
         self.backlog = np.empty(0, np.int64)  # fired handles not yet in a dispatch ring
+        self.journal = service_writer(self.mem, "reaper", L.ROW_REAPER)
 
     # -- outcomes ---------------------------------------------------------------------
     def settle(self) -> int:
@@ -51,6 +58,8 @@ class Reaper(ServiceProcess):
             self.res[:] = 0
             with mem.locked():
                 self.tables.settle(self.rbuf, n, self.res)
+            if self.journal is not None:  # recorded before the ring forgets them
+                self.journal.flush()
             ring.consume(n)
             self.row[C.C_FREED] += self.res[0]
             self.row[C.C_REARMED] += self.res[1]
@@ -102,11 +111,21 @@ class Reaper(ServiceProcess):
             if not busy:
                 # set under the lock: a deadline the coordinator links after this sees it
                 mem.header[L.W_REAPER_WAKE_AT] = nxt
+        if self.journal is not None:
+            self.journal.flush()
         return n, 0 if busy else int(nxt)
 
     # -- recovery ---------------------------------------------------------------------
     def recover(self) -> int:
-        """Queue the FIRING slots that no executor has (a previous reaper died holding them)."""
+        """Queue the FIRING slots that no executor has (a previous reaper died holding them);
+        record the outcomes it settled but did not get to record."""
+        if self.journal is not None:
+            for ring in self.mem.results:
+                _, n = ring.peek(self.rbuf)
+                if n > 0:
+                    with self.mem.locked():
+                        self.tables.journal_settled(self.rbuf, n)
+            self.journal.flush()
         with self.mem.locked():
             orphans = V.firing_nowhere(self.mem)
         if len(orphans):
@@ -131,6 +150,9 @@ class Reaper(ServiceProcess):
                 self.wait(0.0002)  # executors are behind: let them run
                 continue
             self.wait(min((nxt * 1_000_000 - time.monotonic_ns()) / 1e9, MAX_SLEEP_S))
+        if self.journal is not None:
+            self.settle()  # outcomes reported before the stop are recorded
+            self.journal.close()
 
 
 def main(service: str, index: int) -> None:

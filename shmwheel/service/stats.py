@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping
 from typing import Any
@@ -75,5 +76,24 @@ def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]
         "processes": processes,
         "restarts": dict(restarts or {}),
         "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
+        **({"journal": journal_stats(mem, c)} if mem.config.journal_dir else {}),
     }
+
+
+def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
+    """What the journal has written, and what its directory holds on disk."""
+    directory = mem.config.journal_dir
+    disk = segments = 0
+    try:
+        with os.scandir(directory) as it:
+            for e in it:
+                if e.name.endswith(".shwj"):
+                    segments += 1
+                    disk += e.stat().st_size
+    except OSError:
+        pass
+    return {"directory": directory, "epoch": mem.config.journal_epoch,
+            "fsync": mem.config.journal_fsync, "bytes_written": int(c[C.C_JOURNAL_BYTES]),
+            "syncs": int(c[C.C_JOURNAL_SYNCS]), "disk_bytes": disk, "segments": segments,
+            "recovered": int(mem.header[L.W_RECOVERED])}
 

@@ -16,10 +16,12 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ShmwheelError
+from ..journal.writer import JournalOptions
 from ..segment import layout as L
 from ..segment import shm
 from .client import Client, connect, now_ms
@@ -55,11 +57,20 @@ class TimerService:
                  ring_capacity: int = 16384,
                  dispatch_capacity: int = 8192,
                  arena_bytes: int | None = None,
+                 journal_fsync: str = "interval",
+                 journal_fsync_ms: int = 100,
+                 journal_segment_bytes: int = 64 << 20,
+                 journal_keep_hours: float = 0.0,
                  **options: Any) -> None:
         if options:
             raise TypeError(f"unknown TimerService options: {', '.join(sorted(options))}")
+        self.journal: JournalOptions | None = None
         if journal is not None:
-            raise NotImplementedError("the journal is not built yet; pass journal=None")
+            if not isinstance(journal, (str, os.PathLike)) or not os.fspath(journal):
+                raise ValueError(f"journal must be a directory path, got {journal!r}")
+            self.journal = JournalOptions(os.path.abspath(os.fspath(journal)), journal_fsync,
+                                          journal_fsync_ms, journal_segment_bytes,
+                                          journal_keep_hours)
         self.name = shm.check_name(name) if name is not None else \
             f"s{os.getpid()}-{secrets.token_hex(4)}"
         if not isinstance(tasks, Mapping) or not tasks:
@@ -86,7 +97,12 @@ class TimerService:
             max_clients=max_clients, ring_capacity=_pow2(ring_capacity),
             dispatch_capacity=_pow2(dispatch_capacity),
             arena_blocks=L.arena_blocks(arena_bytes),
-            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()))
+            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
+            **({} if self.journal is None else dict(
+                journal_dir=self.journal.directory, journal_fsync=self.journal.fsync,
+                journal_fsync_ms=self.journal.fsync_ms,
+                journal_segment_bytes=self.journal.segment_bytes,
+                journal_keep_hours=float(self.journal.keep_hours))))
         self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
@@ -95,16 +111,27 @@ class TimerService:
         self._monitor: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._journal_fd = -1  # the journal directory's lock, shared with our children
+        self.recovery: dict[str, Any] = {}  # what the last start recovered (journal only)
+        self._rate_sample: tuple[float, int] | None = None
+        self._started = 0.0
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> TimerService:
         if self.mem is not None:
             raise ShmwheelError(f"service {self.name!r} is already started")
         L.check_architecture()
-        shm.sweep_stale(L.owner_of)
         self._owner_pid = os.getpid()
-        self.mem = L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
         try:
+            plan = self._recover_plan() if self.journal is not None else None
+            shm.sweep_stale(L.owner_of)
+            self.mem = L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
+        except BaseException:
+            self._release_journal()
+            raise
+        try:
+            if plan is not None:
+                self._recover(plan)
             for role in L.semaphore_roles(self.config):
                 shm.open_semaphore(self.name, role, create=True).close()
             for role in L.semaphore_roles(self.config):
@@ -114,6 +141,7 @@ class TimerService:
             self._teardown(5.0)
             raise
         self._stop.clear()
+        self._started, self._rate_sample = time.monotonic(), None
         self._monitor = threading.Thread(target=self._watch, name=f"shmwheel-{self.name}",
                                          daemon=True)
         self._monitor.start()
@@ -121,7 +149,8 @@ class TimerService:
 
     def stop(self, timeout: float = 10.0) -> None:
         """End every service process and unlink every segment and semaphore. Timers still
-        pending are dropped (there is no journal yet).
+        pending are dropped, unless the service has a journal: then the next start on it
+        re-arms them.
 
         Only the process that started the service stops it: in a process forked from it
         (``os.fork()`` inside the ``with`` block), stop() and ``__exit__`` just drop this
@@ -163,6 +192,32 @@ class TimerService:
             raise ShmwheelError("start the service before asking for a client")
         return connect(self.name)
 
+    # -- the journal --------------------------------------------------------------------
+    def _recover_plan(self) -> Any:
+        """Claim the journal and read it; the config then starts a new epoch above it."""
+        from ..journal import recovery
+
+        assert self.journal is not None
+        plan = recovery.prepare(self.journal, self.name)
+        self._journal_fd = plan.fd
+        st = plan.state
+        self.journal = replace(self.journal, epoch=st.epoch + 1)
+        self.config = replace(self.config, journal_epoch=st.epoch + 1,
+                              journal_next_gen=st.next_gen)
+        return plan
+
+    def _recover(self, plan: Any) -> None:
+        from ..journal import recovery
+
+        assert self.mem is not None and self.journal is not None
+        self.recovery = recovery.finish(self.mem, plan, self.journal)
+        self.mem.header[L.W_RECOVERED] = self.recovery["recovered"]
+
+    def _release_journal(self) -> None:
+        if self._journal_fd >= 0:
+            os.close(self._journal_fd)
+            self._journal_fd = -1
+
     # -- processes --------------------------------------------------------------------
     def _spawn(self, role: str) -> None:
         # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
@@ -179,7 +234,10 @@ class TimerService:
         env.setdefault("SHMWHEEL_LOG_LEVEL",
                        logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()))
         try:
-            self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+            # the journal's lock goes with them: it is free only when they are all gone
+            fds = (self._journal_fd,) if self._journal_fd >= 0 else ()
+            self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                                pass_fds=fds)
         except OSError as e:
             raise ShmwheelError(f"service {self.name!r}: cannot start its {role} process with "
                                 f"{sys.executable}: {e}") from e
@@ -261,10 +319,17 @@ class TimerService:
             mem.close()
             self.mem = None
         shm.unlink_service(self.name)
+        self._release_journal()
 
     # -- observation ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters read from shared memory (any process could read the same words)."""
         if self.mem is None:
             raise ShmwheelError("the service is not running")
-        return read_stats(self.mem, self.procs, self.restarts)
+        stats = read_stats(self.mem, self.procs, self.restarts)
+        j = stats.get("journal")
+        if j is not None:  # the write rate since the previous stats() (or the start)
+            t, prev = time.monotonic(), self._rate_sample or (self._started, 0)
+            j["write_bytes_per_s"] = (j["bytes_written"] - prev[1]) / max(1e-9, t - prev[0])
+            self._rate_sample = (t, j["bytes_written"])
+        return stats

@@ -1,0 +1,19 @@
+"""The journal: every timer's lifecycle on disk, for whole-service recovery and for audit
+(docs/journal.md).
+
+    from shmwheel import journal
+    for segment in journal.read("/var/lib/myapp/timers"):
+        print(segment.path, segment.header, len(segment.records), segment.rejects)
+    for rec in journal.records("/var/lib/myapp/timers"):
+        ...  # {"kind": "scheduled", "id": ..., "t_us": ..., ...}
+
+``TimerService(journal=DIR)`` writes it and recovers from it; this package is also the
+one decoder (``reader``) that recovery, the tests and the audit pipeline read through.
+"""
+
+from .format import FIELDS, KIND_NAMES, OUTCOMES, as_dict, segment_files
+from .reader import Reject, Segment, read, read_segment, records
+from .writer import JournalInUse, JournalOptions
+
+__all__ = ["FIELDS", "KIND_NAMES", "OUTCOMES", "JournalInUse", "JournalOptions", "Reject",
+           "Segment", "as_dict", "read", "read_segment", "records", "segment_files"]

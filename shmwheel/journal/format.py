@@ -1,0 +1,118 @@
+"""The journal's on-disk format: segment file names, the file magic, record kinds and the
+fields of each (docs/journal.md describes the same, for readers outside Python).
+
+A segment file is the 8-byte magic (``SHWJRNL`` and the format version) followed by
+framed records: ``u32 body length | u32 CRC-32 of the body | body`` (little-endian), each
+body a msgpack array of fixed arity whose first element is the record's kind. The first
+record of every file is its HEADER. The hot records are encoded by the native core
+(shmwheel/native/journal.c); this module encodes the rare ones (headers, recovery) with
+msgpack, and both frame through ``_native.JournalBuffer``, so there is one framing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from .. import _native as N
+
+VERSION = 1
+MAGIC = b"SHWJRNL" + bytes([VERSION])
+MAGIC_PREFIX = MAGIC[:7]
+FRAME_BYTES = N.J_FRAME_BYTES
+MAX_BODY = N.J_MAX_BODY
+SUFFIX = ".shwj"
+
+# record kinds (journal.h)
+HEADER, SCHEDULED, CANCELLED, FIRED, OUTCOME = (N.J_HEADER, N.J_SCHEDULED, N.J_CANCELLED,
+                                                N.J_FIRED, N.J_OUTCOME)
+WATCHED, COMPLETED, EXPIRED = N.J_WATCHED, N.J_COMPLETED, N.J_EXPIRED
+
+#: the fields of each kind, in order, after the kind code itself
+FIELDS: dict[int, tuple[str, ...]] = {
+    HEADER: ("version", "role", "pid", "service", "epoch", "seq", "mono_us", "wall_us",
+             "boot_id", "tasks", "next_gen", "tick_ms"),
+    SCHEDULED: ("id", "t_us", "deadline_ms", "task", "producer", "flags", "period_ms", "run",
+                "blob"),
+    CANCELLED: ("id", "t_us"),
+    FIRED: ("id", "t_us", "run", "deadline_ms"),
+    OUTCOME: ("id", "t_us", "run", "outcome", "duration_us", "next_deadline_ms"),
+    WATCHED: ("id", "t_us", "deadline_ms", "required", "keys", "on_complete", "on_expire",
+              "blob"),
+    COMPLETED: ("id", "t_us"),
+    EXPIRED: ("id", "t_us"),
+}
+KIND_NAMES = {HEADER: "header", SCHEDULED: "scheduled", CANCELLED: "cancelled",
+              FIRED: "fired", OUTCOME: "outcome", WATCHED: "watched",
+              COMPLETED: "completed", EXPIRED: "expired"}
+ARITY = {k: 1 + len(f) for k, f in FIELDS.items()}
+
+# SCHEDULED flags: the slot's own (contract.h) and the journal's
+FLAG_KEY = N.FLAG_KEY            # the blob is msgpack [key, payload]
+FLAG_REPEAT = N.FLAG_REPEAT      # period_ms > 0: the timer re-arms after each run
+FLAG_RECOVERED = N.J_FLAG_RECOVERED  # written by a recovery: the timer was scheduled before
+
+# OUTCOME codes (contract.h)
+OUTCOMES = {N.OUTCOME_OK: "ok", N.OUTCOME_ERROR: "error", N.OUTCOME_CRASHED: "crashed"}
+
+# writer roles
+ROLES = {1: "coordinator", 2: "reaper", 3: "recovery"}
+ROLE_CODES = {name: code for code, name in ROLES.items()}
+
+_NAME = re.compile(r"^(\d{6})-(\d{16})-([a-z]+)-(\d+)\.shwj$")
+
+
+@dataclass(frozen=True)
+class SegmentName:
+    """What a segment file's name says: ``EPOCH-WALLUS-ROLE-PID.shwj``. Names sort by
+    creation: by the service run (epoch), then by the wall clock in microseconds."""
+
+    epoch: int
+    wall_us: int
+    role: str
+    pid: int
+
+    def filename(self) -> str:
+        return f"{self.epoch:06d}-{self.wall_us:016d}-{self.role}-{self.pid}{SUFFIX}"
+
+    @classmethod
+    def parse(cls, filename: str) -> SegmentName | None:
+        m = _NAME.match(filename)
+        if not m:
+            return None
+        return cls(int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4)))
+
+
+def segment_files(directory: str | os.PathLike[str]) -> list[str]:
+    """The journal's segment files, oldest first (full paths)."""
+    names = [n for n in os.listdir(directory) if SegmentName.parse(n) is not None]
+    return [os.path.join(directory, n) for n in sorted(names)]
+
+
+def body(kind: int, *fields: Any) -> bytes:
+    """A record body (the rare kinds; the native core writes the frequent ones)."""
+    if len(fields) != len(FIELDS[kind]):
+        raise ValueError(f"a {KIND_NAMES[kind]} record has {len(FIELDS[kind])} fields "
+                         f"({', '.join(FIELDS[kind])}), got {len(fields)}")
+    return msgpack.packb([kind, *fields])
+
+
+def as_dict(record: list[Any]) -> dict[str, Any]:
+    """A decoded record as {"kind": name, field: value, ...}."""
+    kind = record[0]
+    d: dict[str, Any] = {"kind": KIND_NAMES[kind]}
+    d.update(zip(FIELDS[kind], record[1:]))
+    return d
+
+
+def boot_id() -> str:
+    """This boot of the machine: monotonic times of different boots cannot be compared."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
