@@ -60,6 +60,24 @@ def assert_once_never_early(rows, tags):
     assert not early, f"{len(early)} timers ran before their deadline, e.g. {early[:3]}"
 
 
+@pytest.fixture(autouse=True, params=["memory", "journal"])
+def journal_mode(request, tmp_path_factory, monkeypatch):
+    """Every test here runs twice: without a journal, and with every TimerService it
+    starts writing one (its own directory), so the journal's write paths see every crash
+    and garbage case too."""
+    if request.param == "journal":
+        init = TimerService.__init__
+        root = tmp_path_factory.mktemp("journals")
+        made = iter(range(10**6))
+
+        def with_journal(self, *args, **kw):
+            kw.setdefault("journal", root / f"j{next(made)}")
+            init(self, *args, **kw)
+
+        monkeypatch.setattr(TimerService, "__init__", with_journal)
+    return request.param
+
+
 @pytest.fixture
 def service():
     with TimerService(tasks=TASKS, capacity=50_000, executors=2) as svc:

@@ -1,0 +1,253 @@
+"""The journal: its format (round trip of every kind, byte-identical native and Python
+encodings), what the reader rejects (torn tails, flipped bytes, bad versions, each with
+its file and offset), rotation, retention, the directory lock, and recovery after a
+clean stop (original ids, cancelled stays cancelled, repeating timers resume, due ones
+run at once). The whole-service SIGKILL loop is tests/test_journal_crash.py."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from shmwheel import TimerService, journal
+from shmwheel import _native as N
+from shmwheel.journal import format as F
+from shmwheel.journal import reader, recovery
+from shmwheel.journal.writer import JournalInUse, JournalOptions, SegmentWriter, claim
+from test_service import TASKS, read_log, wait_for  # noqa: E402  (tests/ is on sys.path)
+
+SAMPLES = {  # one record of every kind, as format.body takes them
+    F.SCHEDULED: (0x1_0000_0005, 123456789, 5000, 1, 4242, F.FLAG_KEY, 0, 1, b"\x92\xa1k\x01"),
+    F.CANCELLED: (0x2_0000_0007, 2**40),
+    F.FIRED: (7, 99, 3, -5),
+    F.OUTCOME: (7, 100, 3, 2, 70000, -1),
+    F.WATCHED: (9, 1, 2000, 2, ["a", b"b", 3], 0, -1, b"\xc0"),
+    F.COMPLETED: (9, 3),
+    F.EXPIRED: (10, 2**62),
+}
+
+
+def write_segment(directory: Path, bodies: list[bytes], epoch: int = 1,
+                  **opts: object) -> str:
+    w = SegmentWriter(JournalOptions(str(directory), "none", epoch=epoch, **opts),  # type: ignore[arg-type]
+                      "recovery", "svc-test", ["record", "boom"], 1)
+    for b in bodies:
+        w.append(b)
+    w.flush()
+    w.close()
+    return w.path
+
+
+def frames(path: str) -> list[tuple[int, bytes]]:
+    """(offset, body) of every record frame of a well-formed file."""
+    data = Path(path).read_bytes()
+    at, out = len(F.MAGIC), []
+    while at < len(data):
+        n, _ = struct.unpack_from("<II", data, at)
+        out.append((at, data[at + 8: at + 8 + n]))
+        at += 8 + n
+    return out
+
+
+# -- the format ---------------------------------------------------------------------------
+def test_every_kind_round_trips(tmp_path):
+    bodies = [F.body(k, *fields) for k, fields in SAMPLES.items()]
+    path = write_segment(tmp_path, bodies)
+    seg = reader.read_segment(path)
+    assert not seg.rejects
+    assert seg.header is not None and seg.header["service"] == "svc-test"
+    assert seg.header["role"] == F.ROLE_CODES["recovery"] and seg.header["pid"] == os.getpid()
+    assert [r[0] for r in seg.records] == list(SAMPLES)
+    for rec in seg.records:
+        assert tuple(rec[1:]) == SAMPLES[rec[0]]
+        assert set(F.as_dict(rec)) == {"kind", *F.FIELDS[rec[0]]}
+    with pytest.raises(ValueError, match="fields"):
+        F.body(F.FIRED, 1, 2)
+
+
+def test_native_crc_and_encoding_match_zlib_and_msgpack(tmp_path):
+    for data in (b"", b"a", os.urandom(3), os.urandom(4097)):
+        assert N.journal_crc32(data) == zlib.crc32(data)
+    # the native encoder's records (written by a service) are byte-for-byte what
+    # msgpack-python packs for the same values, and their CRCs are zlib's
+    d = tmp_path / "j"
+    with TimerService(tasks=TASKS, capacity=1000, executors=1, journal=d) as svc:
+        with svc.client() as c:
+            for i, v in enumerate([None, 1, -1, 300, -40000, 2**33, "x" * 300, b"y" * 70]):
+                c.schedule("record", {"path": str(tmp_path / "log"), "tag": str(v)},
+                           delay_ms=i, key=i if i % 2 else None)
+            c.schedule("record", {"path": str(tmp_path / "log"), "tag": "r"}, delay_ms=1,
+                       every_ms=20).cancel()
+            c.schedule("boom", None, delay_ms=1)
+            wait_for(lambda: svc.stats()["completed"] + svc.stats()["task_errors"] >= 9)
+    kinds = Counter()
+    for path in F.segment_files(d):
+        for at, body in frames(path):
+            rec = msgpack.unpackb(body)
+            kinds[rec[0]] += 1
+            assert msgpack.packb(rec) == body, f"{path} at {at}: not msgpack's encoding"
+    assert {F.HEADER, F.SCHEDULED, F.CANCELLED, F.FIRED, F.OUTCOME} <= set(kinds)
+
+
+def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
+    bodies = [F.body(F.CANCELLED, i, i) for i in range(10)]
+    path = write_segment(tmp_path, bodies)
+    fr = frames(path)
+    data = Path(path).read_bytes()
+
+    # a byte flipped inside record 3's body: that record is rejected, the rest read
+    bad = bytearray(data)
+    bad[fr[4][0] + 8] ^= 0x40  # frames[0] is the header
+    Path(path).write_bytes(bytes(bad))
+    seg = reader.read_segment(path)
+    assert [r[1] for r in seg.records] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert [(r.file, r.offset, r.reason) for r in seg.rejects] == [(path, fr[4][0],
+                                                                     "bad CRC-32")]
+
+    # a torn tail: the writer died mid-record
+    Path(path).write_bytes(data[: fr[-1][0] + 5])
+    seg = reader.read_segment(path)
+    assert len(seg.records) == 9 and seg.rejects[0].offset == fr[-1][0]
+    assert "torn" in seg.rejects[0].reason
+    Path(path).write_bytes(data[: fr[-1][0] + 10])  # its frame whole, its body not
+    seg = reader.read_segment(path)
+    assert len(seg.records) == 9 and "torn" in seg.rejects[0].reason
+    assert str(seg.rejects[0]).startswith(f"{path} at byte {fr[-1][0]}")
+
+    # a length that cannot be right ends the file
+    bad = bytearray(data)
+    bad[fr[2][0]: fr[2][0] + 4] = struct.pack("<I", F.MAX_BODY + 1)
+    Path(path).write_bytes(bytes(bad))
+    seg = reader.read_segment(path)
+    assert len(seg.records) == 1 and "bad frame length" in seg.rejects[0].reason
+
+    # an unknown version, a foreign file
+    Path(path).write_bytes(F.MAGIC[:7] + bytes([F.VERSION + 1]) + data[8:])
+    seg = reader.read_segment(path)
+    assert not seg.records and seg.rejects[0].offset == 7
+    assert "unknown format version" in seg.rejects[0].reason
+    Path(path).write_bytes(b"PK\x03\x04" + data[4:])
+    assert "bad magic" in reader.read_segment(path).rejects[0].reason
+
+    # a well-framed body of an unknown kind or the wrong arity
+    odd = write_segment(tmp_path, [msgpack.packb([99, 1]), msgpack.packb([F.FIRED, 1])])
+    assert [r.reason for r in reader.read_segment(odd).rejects] == \
+        ["not a record of a known kind and arity"] * 2
+
+    rejects: list[journal.Reject] = []
+    list(journal.records(tmp_path, rejects))
+    assert len(rejects) == 3  # the foreign file and the two odd records
+
+
+def test_segments_rotate_and_sort_by_creation(tmp_path):
+    w = SegmentWriter(JournalOptions(str(tmp_path), "always", segment_bytes=1 << 16),
+                      "coordinator", "svc-test", ["record"], 1)
+    for i in range(20000):
+        w.append(F.body(F.CANCELLED, i, i))
+        if i % 100 == 99:
+            w.flush()
+    w.close()
+    files = F.segment_files(tmp_path)
+    assert len(files) >= 3
+    segs = [reader.read_segment(p) for p in files]
+    assert [s.header["seq"] for s in segs] == list(range(1, len(segs) + 1))  # type: ignore[index]
+    assert [r[1] for s in segs for r in s.records] == list(range(20000))
+    # bounded: a segment ends at the first flush past segment_bytes
+    assert all(s.size < (1 << 16) + 100 * 20 for s in segs)
+
+
+def test_retention_deletes_or_keeps_earlier_epochs(tmp_path):
+    old = write_segment(tmp_path, [F.body(F.CANCELLED, 1, 1)], epoch=1)
+    new = write_segment(tmp_path, [F.body(F.CANCELLED, 2, 2)], epoch=2)
+    assert recovery.retire_epochs(str(tmp_path), 2, keep_hours=1.0) == 0
+    assert os.path.exists(old)
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert recovery.retire_epochs(str(tmp_path), 2, keep_hours=1.0) == 1
+    assert not os.path.exists(old) and os.path.exists(new)
+
+
+def test_a_second_service_on_a_journal_gets_a_clear_error(tmp_path):
+    fd = claim(str(tmp_path), "first")
+    try:
+        with pytest.raises(JournalInUse, match="service first"):
+            claim(str(tmp_path), "second")
+        with pytest.raises(JournalInUse, match="another service"):
+            TimerService(tasks=TASKS, journal=tmp_path).start()
+    finally:
+        os.close(fd)
+    claim_again = claim(str(tmp_path), "third")  # free once the holder is gone
+    os.close(claim_again)
+
+
+# -- recovery after a clean stop ------------------------------------------------------------
+def test_restart_rearms_pending_timers_with_their_ids(tmp_path):
+    log, d = tmp_path / "log", tmp_path / "j"
+
+    def payload(tag: str) -> dict[str, str]:
+        return {"path": str(log), "tag": tag}
+
+    with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
+        with svc.client() as c:
+            ran = c.schedule("record", payload("ran"), delay_ms=1)
+            due = c.schedule("record", payload("due"), delay_ms=300)  # due while stopped
+            later = [c.schedule("record", payload(f"later{i}") | {"pad": "p" * (i * 40)},
+                                delay_ms=1500, key=f"k{i}") for i in range(4)]
+            gone = c.schedule("record", payload("gone"), delay_ms=400)
+            rep = c.schedule("record", payload("rep"), delay_ms=1, every_ms=100)
+            assert gone.cancel()
+            wait_for(lambda: sum(r[0] == "rep" for r in read_log(log)) >= 2, what="2 runs")
+    runs_before = [r[4] for r in read_log(log) if r[0] == "rep"]
+    time.sleep(0.4)
+    t_start = time.monotonic()
+    with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
+        assert svc.recovery["recovered"] == 6  # due, 4 later, rep
+        assert svc.stats()["journal"]["recovered"] == 6
+        wait_for(lambda: {"due", "later3"} <= {r[0] for r in read_log(log)}, what="re-armed")
+        wait_for(lambda: sum(r[0] == "rep" for r in read_log(log)) >= len(runs_before) + 2,
+                 what="the repeating timer resumed")
+        with svc.client() as c:  # a handle of the first epoch, cancelled by its id
+            c.cancel(rep.id)  # (False if it caught a run in flight: then no further runs)
+    rows = read_log(log)
+    by_tag = {r[0]: r for r in rows}
+    assert Counter(r[0] for r in rows if r[0] != "rep") == Counter(
+        ["ran", "due", "later0", "later1", "later2", "later3"])
+    assert "gone" not in by_tag
+    assert by_tag["due"][1] == due.id and by_tag["ran"][1] == ran.id
+    for i, h in enumerate(later):
+        tag, hid, deadline, run_ns, _, key = by_tag[f"later{i}"]
+        assert (hid, deadline, key) == (h.id, h.deadline_ms, f"k{i}")
+        assert run_ns >= deadline * 1_000_000  # never early
+    # the due one ran at once on restart (not a period later)
+    assert by_tag["due"][3] / 1e9 - t_start < 1.5
+    reps = [r for r in rows if r[0] == "rep"]
+    assert {r[1] for r in reps} == {rep.id}
+    attempts = [r[4] for r in reps]
+    assert attempts == sorted(attempts) and attempts[len(runs_before)] > runs_before[-1]
+    # nothing left to recover: one-shots ran, the repeating one was cancelled
+    with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
+        assert svc.recovery["recovered"] == 0
+        new = svc.client().schedule("record", payload("new"), delay_ms=1)
+        assert new.id not in {r[1] for r in rows}  # ids stay unique across epochs
+
+
+def test_recovery_refuses_a_service_that_cannot_hold_the_journal(tmp_path):
+    d = tmp_path / "j"
+    with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
+        with svc.client() as c:
+            hs = c.schedule_many("record", [60_000] * 3000)
+            wait_for(lambda: svc.stats()["pending"] == 3000)
+    top = max(h.id & 0xFFFFFFFF for h in hs)
+    with pytest.raises(recovery.RecoveryError, match=f"capacity >= {top + 1}"):
+        TimerService(tasks=TASKS, capacity=100, executors=1, journal=d).start()
+    with pytest.raises(recovery.RecoveryError, match="'record'"):
+        TimerService(tasks={"other": TASKS["boom"]}, capacity=5000, executors=1,
+                     journal=d).start()
+    with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
+        assert svc.recovery["recovered"] == 3000
