@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import numpy as np
 
+from .. import _native as N
 from . import format as F
 
 log = logging.getLogger("shmwheel.journal")
-
-_FRAME = struct.Struct("<II")
-
 
 @dataclass(frozen=True)
 class Reject:
@@ -42,14 +39,41 @@ class Reject:
 
 @dataclass
 class Segment:
-    """One segment file read whole: its header (a dict) and its records (lists, as in
-    format.FIELDS), and what was rejected."""
+    """One segment file read whole: its header (a dict), its records and what was
+    rejected. ``rows`` is the columnar form the native scanner gives (``SCAN_WORDS``
+    int64 per record: frame offset, status, kind, up to 8 integer fields, blob offset and
+    length in ``data``); ``records`` the same as lists (format.FIELDS), built on first use."""
 
     path: str
     header: dict[str, Any] | None = None
-    records: list[list[Any]] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
     size: int = 0
+    data: bytes = b""
+    rows: np.ndarray = field(default_factory=lambda: np.empty((0, SCAN_WORDS), np.int64))
+    decoded: dict[int, list[Any]] = field(default_factory=dict)  # by frame offset
+    _records: list[list[Any]] | None = None
+
+    @property
+    def records(self) -> list[list[Any]]:
+        if self._records is None:
+            out, data = [], self.data
+            for row in self.rows.tolist():
+                rec = self.decoded.get(row[0])
+                if rec is None:
+                    kind = row[2]
+                    n = len(F.FIELDS[kind])
+                    if kind == F.SCHEDULED:
+                        rec = [kind, *row[3: 3 + n - 1], data[row[11]: row[11] + row[12]]]
+                    else:
+                        rec = [kind, *row[3: 3 + n]]
+                out.append(rec)
+            self._records = out
+        return self._records
+
+
+SCAN_WORDS = 13
+_END = {1: "torn: the file ends inside a frame", 2: "torn: the file ends inside a record",
+        3: "bad frame length; the rest of the file is unreadable"}
 
 
 def read_header(path: str) -> dict[str, Any] | None:
@@ -59,11 +83,12 @@ def read_header(path: str) -> dict[str, Any] | None:
 
 def read_segment(path: str, limit: int = -1) -> Segment:
     """Decode one segment file (see the module docstring for what is rejected); with
-    `limit`, only its first `limit` bytes."""
+    `limit`, only its first `limit` bytes. The frames are checked and the frequent kinds
+    decoded by the native scanner (journal.c), the rest by msgpack here."""
     seg = Segment(path)
     with open(path, "rb") as f:
         data = f.read(limit)
-    seg.size = len(data)
+    seg.size, seg.data = len(data), data
     if len(data) < len(F.MAGIC) or data[:7] != F.MAGIC_PREFIX:
         if len(data) < len(F.MAGIC) and F.MAGIC_PREFIX.startswith(data[:7]):
             seg.rejects.append(Reject(path, 0, "torn: the file ends inside its magic"))
@@ -74,49 +99,57 @@ def read_segment(path: str, limit: int = -1) -> Segment:
         seg.rejects.append(Reject(path, 7, f"unknown format version {data[7]} (this "
                                            f"shmwheel reads version {F.VERSION})"))
         return seg
-    records = seg.records
-    unpack, crc32, frame = msgpack.unpackb, zlib.crc32, _FRAME.unpack_from
-    arity, end, at = F.ARITY, len(data), len(F.MAGIC)
-    while at < end:
-        if at + F.FRAME_BYTES > end:
-            seg.rejects.append(Reject(path, at, "torn: the file ends inside a frame"))
+    out = np.empty((max(16, min(1 << 16, len(data) // 12)), SCAN_WORDS), np.int64)
+    parts, at = [], len(F.MAGIC)
+    while True:
+        n, at, end = N.journal_scan(data, at, out)
+        parts.append(out[:n].copy())
+        if end != 4:
             break
-        n, crc = frame(data, at)
-        if n == 0 or n > F.MAX_BODY:
-            seg.rejects.append(Reject(path, at, f"bad frame length {n}; the rest of the "
-                                                f"file ({end - at} bytes) is unreadable"))
-            break
-        start = at + F.FRAME_BYTES
-        if start + n > end:
-            seg.rejects.append(Reject(path, at, f"torn: a {n}-byte record with "
-                                                f"{end - start} bytes left"))
-            break
-        body = data[start: start + n]
-        at = start + n
-        if crc32(body) != crc:
-            seg.rejects.append(Reject(path, start - F.FRAME_BYTES, "bad CRC-32"))
-            continue
-        try:
-            rec = unpack(body)
-        except Exception as e:
-            seg.rejects.append(Reject(path, start - F.FRAME_BYTES, f"bad msgpack body: {e}"))
-            continue
-        if type(rec) is not list or not rec or arity.get(rec[0]) != len(rec):
-            seg.rejects.append(Reject(path, start - F.FRAME_BYTES,
-                                      "not a record of a known kind and arity"))
-            continue
-        if rec[0] == F.HEADER:
-            if seg.header is None and not records:
-                seg.header = F.as_dict(rec)
+    rows = np.concatenate(parts)
+    keep = rows[:, 1] == 0
+    for i in np.flatnonzero(rows[:, 1] != 0).tolist():
+        off, status = int(rows[i, 0]), int(rows[i, 1])
+        rec = None if status == 2 else _decode(data, off, seg)
+        if status == 2:
+            seg.rejects.append(Reject(path, off, "bad CRC-32"))
+        elif rec is not None:
+            if rec[0] == F.HEADER:
+                if seg.header is None and i == 0:
+                    seg.header = F.as_dict(rec)
+                else:
+                    seg.rejects.append(Reject(path, off, "a second header"))
                 continue
-            seg.rejects.append(Reject(path, start - F.FRAME_BYTES, "a second header"))
-            continue
-        if seg.header is None:
-            seg.rejects.append(Reject(path, start - F.FRAME_BYTES,
-                                      "a record before the segment's header"))
-            continue
-        records.append(rec)
+            seg.decoded[off] = rec
+            keep[i] = True
+    if end in _END:
+        seg.rejects.append(Reject(path, at, _END[end]))
+    rows = rows[keep]
+    if seg.header is None and len(rows):
+        seg.rejects.append(Reject(path, int(rows[0, 0]), f"{len(rows)} records before the "
+                                                         f"segment's header (none read)"))
+        rows = rows[:0]
+    seg.rows = rows
     return seg
+
+
+def _decode(data: bytes, off: int, seg: Segment) -> list[Any] | None:
+    """A record the scanner left to Python (a header, a purgatory record, or a body it
+    did not understand), or None with a reject."""
+    n = int.from_bytes(data[off: off + 4], "little")
+    try:
+        rec = msgpack.unpackb(data[off + F.FRAME_BYTES: off + F.FRAME_BYTES + n])
+    except Exception as e:
+        seg.rejects.append(Reject(seg.path, off, f"bad msgpack body: {e}"))
+        return None
+    if type(rec) is not list or not rec or F.ARITY.get(rec[0]) != len(rec) or \
+            rec[0] in _NATIVE:  # a native kind the scanner could not decode: malformed
+        seg.rejects.append(Reject(seg.path, off, "not a record of a known kind and arity"))
+        return None
+    return rec
+
+
+_NATIVE = {F.SCHEDULED, F.CANCELLED, F.FIRED, F.OUTCOME, F.COMPLETED, F.EXPIRED}
 
 
 def read(directory: str | os.PathLike[str]) -> Iterator[Segment]:

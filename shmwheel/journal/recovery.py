@@ -50,15 +50,20 @@ class RecoveryError(ShmwheelError):
 
 @dataclass
 class Pending:
-    """The timers a journal holds without a final outcome, as parallel lists."""
+    """The timers a journal holds without a final outcome, as parallel arrays; `words` is
+    the payload word of a blob of at most INLINE_MAX bytes (one-shots), `blobs` holds the
+    others' bytes by index."""
 
-    ids: list[int] = field(default_factory=list)
-    deadlines: list[int] = field(default_factory=list)
-    tasks: list[str] = field(default_factory=list)
-    flags: list[int] = field(default_factory=list)
-    periods: list[int] = field(default_factory=list)
-    runs: list[int] = field(default_factory=list)
-    blobs: list[bytes] = field(default_factory=list)
+    ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    deadlines: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    tasks: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # into names
+    flags: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    periods: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    runs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    lengths: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    words: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    blobs: dict[int, bytes] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)  # task names
 
 
 @dataclass
@@ -82,69 +87,97 @@ def _clock_offset_ms(header: dict[str, Any], boot: str) -> int:
     return wall_minus_mono - (time.time_ns() - time.monotonic_ns()) // 1_000_000
 
 
+# columns of a reader row (reader.Segment.rows): field k of a record is column 3 + k
+_ID, _RUN_S, _DL_S, _TASK, _FLAGS, _PERIOD = 3, 10, 5, 6, 8, 9   # scheduled
+_RUN_O, _NEXT_O = 5, 8                                           # outcome
+_RUN_F, _DL_F = 5, 6                                             # fired
+_BLOB_OFF, _BLOB_LEN = 11, 12
+
+
+def _inline_words(data: bytes, off: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The payload words of blobs of at most INLINE_MAX bytes at `off` in `data`."""
+    buf = np.frombuffer(data + bytes(8), np.uint8)
+    idx = off[:, None] + np.arange(8)
+    b = buf[idx].astype(np.uint64) * (np.arange(8) < length[:, None])
+    return (b << (np.arange(8, dtype=np.uint64) * 8)).sum(axis=1).view(np.int64)
+
+
 def scan(directory: str) -> JournalState:
-    """Every segment of the journal read; the pending timers worked out (module doc)."""
+    """Every segment of the journal read; the pending timers worked out (module doc).
+    Columnar: each segment's records are numpy rows, and the per-timer decisions are
+    array operations (1 M pending timers in about a second)."""
     st = JournalState()
     boot = F.boot_id()
-    sched: dict[int, list[Any]] = {}     # id -> (run, deadline, task name, flags, period, blob)
-    progress: dict[int, tuple[int, int]] = {}  # id -> (next run, its deadline)
-    done: set[int] = set()
+    names: dict[str, int] = {}
+    sched, prog, done, blobs = [], [], [], []
     max_gen = -1
-    for path in F.segment_files(directory):
+    for si, path in enumerate(F.segment_files(directory)):
         seg = read_segment(path)
         st.segments += 1
         st.rejects.extend(seg.rejects)
-        h = seg.header
+        h, rows = seg.header, seg.rows
         if h is None:
             continue
         if h["epoch"] >= st.epoch:
             st.epoch, st.service = h["epoch"], h["service"]
         max_gen = max(max_gen, h["next_gen"] - 1)
-        tasks, off = h["tasks"], _clock_offset_ms(h, boot)
-        st.records += len(seg.records)
-        for r in seg.records:
-            kind, tid = r[0], r[1]
-            if kind == F.SCHEDULED:
-                run = r[8]
-                old = sched.get(tid)
-                if old is None or run >= old[0]:
-                    task = tasks[r[4]] if 0 <= r[4] < len(tasks) else None
-                    sched[tid] = [run, r[3] + off, task, r[6], r[7], r[9]]
-            elif kind == F.CANCELLED or kind == F.COMPLETED or kind == F.EXPIRED:
-                done.add(tid)
-            elif kind == F.OUTCOME:
-                if r[6] < 0:
-                    done.add(tid)
-                else:
-                    nxt = (r[3] + 1, r[6] + off)
-                    if nxt[0] > progress.get(tid, (0, 0))[0]:
-                        progress[tid] = nxt
-            elif kind == F.FIRED:
-                cur = (r[3], r[4] + off)  # a run fired, not yet finished: run it again
-                if cur[0] > progress.get(tid, (0, 0))[0]:
-                    progress[tid] = cur
-    for tid in sched:
-        max_gen = max(max_gen, C.handle_gen(tid))
-    st.next_gen = max_gen + 1
-    st.timers = len(sched)
+        st.records += len(rows)
+        off = _clock_offset_ms(h, boot)
+        kind = rows[:, 2]
+        s = rows[kind == F.SCHEDULED]
+        if len(s):
+            tmap = np.array([names.setdefault(t, len(names)) for t in h["tasks"]] + [-1],
+                            np.int64)
+            task = tmap[np.clip(s[:, _TASK], -1, len(tmap) - 1)]
+            inline = (s[:, _BLOB_LEN] <= C.INLINE_MAX) & (s[:, _PERIOD] <= 0)
+            words = np.zeros(len(s), np.int64)
+            if inline.any():
+                words[inline] = _inline_words(seg.data, s[inline, _BLOB_OFF],
+                                              s[inline, _BLOB_LEN])
+            ref = np.where(inline, -1, len(blobs) + np.cumsum(~inline) - 1)
+            blobs.extend(seg.data[o: o + n] for o, n in s[~inline][:, _BLOB_OFF: _BLOB_OFF + 2]
+                         .tolist())
+            sched.append(np.column_stack([s[:, _ID], s[:, _RUN_S], s[:, _DL_S] + off, task,
+                                          s[:, _FLAGS], s[:, _PERIOD], s[:, _BLOB_LEN],
+                                          words, ref, np.full(len(s), si)]))
+        o = rows[kind == F.OUTCOME]
+        final = o[:, _NEXT_O] < 0
+        done.extend([rows[(kind == F.CANCELLED) | (kind == F.COMPLETED) |
+                          (kind == F.EXPIRED), _ID], o[final, _ID]])
+        f = rows[kind == F.FIRED]
+        prog.extend([np.column_stack([o[~final, _ID], o[~final, _RUN_O] + 1,
+                                      o[~final, _NEXT_O] + off]),
+                     np.column_stack([f[:, _ID], f[:, _RUN_F], f[:, _DL_F] + off])])
+    st.pending.names = list(names)
+    if not sched:
+        st.next_gen = max_gen + 1
+        return st
+    S = np.concatenate(sched)
+    # the latest schedule of each id (highest run, then latest segment)
+    S = S[np.lexsort((S[:, 9], S[:, 1], S[:, 0]))]
+    S = S[np.r_[S[1:, 0] != S[:-1, 0], True]]
+    st.timers = len(S)
+    st.next_gen = max(max_gen, int(C.handle_gen(S[:, 0]).max())) + 1
+    S = S[~np.isin(S[:, 0], np.concatenate(done))]
+    unknown = S[:, 3] < 0
+    for tid in S[unknown, 0].tolist():
+        st.rejects.append(Reject(directory, 0, f"timer {tid:#x} names a task id its "
+                                               f"segment's header does not list"))
+    S = S[~unknown]
+    P = np.concatenate(prog)
+    if len(P) and len(S):  # the furthest run of each id, if it is past its schedule's
+        P = P[np.lexsort((P[:, 1], P[:, 0]))]
+        P = P[np.r_[P[1:, 0] != P[:-1, 0], True]]
+        at = np.clip(np.searchsorted(P[:, 0], S[:, 0]), 0, len(P) - 1)
+        later = (P[at, 0] == S[:, 0]) & (P[at, 1] >= S[:, 1])
+        S[later, 1] = P[at[later], 1]
+        S[later, 2] = P[at[later], 2]
     p = st.pending
-    for tid, (run, deadline, task, flags, period, blob) in sched.items():
-        if tid in done:
-            continue
-        if task is None:
-            st.rejects.append(Reject(directory, 0, f"timer {tid:#x} names a task id its "
-                                                   f"segment's header does not list"))
-            continue
-        prog = progress.get(tid)
-        if prog is not None and prog[0] >= run:
-            run, deadline = prog
-        p.ids.append(tid)
-        p.deadlines.append(deadline)
-        p.tasks.append(task)
-        p.flags.append(flags & (F.FLAG_KEY | F.FLAG_REPEAT))
-        p.periods.append(period)
-        p.runs.append(run)
-        p.blobs.append(blob)
+    p.ids, p.runs, p.deadlines, p.tasks = S[:, 0], S[:, 1], S[:, 2], S[:, 3]
+    p.flags = S[:, 4] & (F.FLAG_KEY | F.FLAG_REPEAT)
+    p.periods, p.lengths, p.words = S[:, 5], S[:, 6], S[:, 7]
+    refs = np.flatnonzero(S[:, 8] >= 0)
+    p.blobs = {i: blobs[r] for i, r in zip(refs.tolist(), S[refs, 8].tolist())}
     return st
 
 
@@ -156,17 +189,19 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     nodes = mem.nodes()
     nodes[:, C.F_GS] = C.gs_make(st.next_gen, C.ST_FREE)
     p = st.pending
-    n = len(p.ids)
-    ids = np.array(p.ids, np.int64)
+    ids = p.ids.astype(np.int64)
+    n = len(ids)
+    tables = mem.bind_tables()
     if n == 0:
-        mem.bind_tables().rebuild()
+        tables.rebuild()
         return ids
     slots = C.handle_slot(ids)
     if int(slots.max()) >= cap:
         raise RecoveryError(f"the journal has pending timers in slots up to "
                             f"{int(slots.max())}, but this service's capacity is {cap}: "
                             f"start it with capacity >= {int(slots.max()) + 1}")
-    unknown = sorted(set(p.tasks) - set(mem.task_ids))
+    used = {p.names[i] for i in np.unique(p.tasks).tolist()}
+    unknown = sorted(used - set(mem.task_ids))
     if unknown:
         raise RecoveryError(f"the journal has pending timers of tasks this service does not "
                             f"register: {', '.join(map(repr, unknown))}; register them (or "
@@ -174,18 +209,11 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     if len(np.unique(slots)) != n:
         raise RecoveryError("the journal names two pending timers in one slot: it is "
                             "corrupt (see the rejects logged above)")
-    tables = mem.bind_tables()
-    task_ids = mem.task_ids
-    metas = np.empty(n, np.int64)
-    words = np.empty(n, np.int64)
-    for i in range(n):
-        blob, flags, period = p.blobs[i], p.flags[i], p.periods[i]
-        task = task_ids[p.tasks[i]]
-        slot = int(slots[i])
-        if period <= 0 and len(blob) <= C.INLINE_MAX:
-            metas[i] = C.meta_make(task, flags & C.FLAG_KEY, 0, len(blob), NO_RING)
-            words[i] = C.inline_word(blob)
-            continue
+    tmap = np.array([mem.task_ids.get(name, 0) for name in p.names], np.int64)
+    metas = C.meta_make(tmap[p.tasks], p.flags & C.FLAG_KEY, 0, p.lengths, NO_RING)  # type: ignore[arg-type]
+    words = p.words.copy()
+    for i, blob in p.blobs.items():  # payloads that need an arena block
+        slot, period = int(slots[i]), int(p.periods[i])
         data = (np.array([period, p.runs[i]], np.int64).tobytes() + blob) if period > 0 \
             else blob
         for c in range(C.ARENA_CLASSES):
@@ -194,16 +222,17 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
                 if b >= 0:
                     break
         else:
-            raise RecoveryError(f"the payload arena cannot hold the journal's pending "
-                                f"payloads: start the service with a larger arena_bytes")
+            raise RecoveryError("the payload arena cannot hold the journal's pending "
+                                "payloads: start the service with a larger arena_bytes")
         mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
-        metas[i] = C.meta_make(task, (flags & C.FLAG_KEY) | C.FLAG_ARENA |
-                               (C.FLAG_REPEAT if period > 0 else 0), c, len(blob), NO_RING)
+        metas[i] = C.meta_make(int(tmap[p.tasks[i]]), (int(p.flags[i]) & C.FLAG_KEY) |
+                               C.FLAG_ARENA | (C.FLAG_REPEAT if period > 0 else 0), c,
+                               len(blob), NO_RING)
         words[i] = b
     side = mem.side.reshape(-1, C.SIDE_WORDS)
     side[slots, C.S_META] = metas
     side[slots, C.S_PAYLOAD] = words
-    nodes[slots, C.F_DEADLINE] = np.array(p.deadlines, np.int64)
+    nodes[slots, C.F_DEADLINE] = p.deadlines
     nodes[slots, C.F_GS] = C.gs_make(C.handle_gen(ids), C.ST_PENDING)  # type: ignore[arg-type]
     tables.rebuild()  # links them, threads the free stacks around them
     return ids
