@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -10,11 +11,13 @@ from pathlib import Path
 
 import psutil
 
+from shmwheel.bench import journal_workloads as JW
 from shmwheel.bench.__main__ import service_workloads, workloads
 from shmwheel.bench.baselines import HeapTimer, RedisDelayQueue, redis_status
 
 W_ORDER = ["svc_schedule_call", "svc_schedule_many", "svc_cancel", "svc_memory", "svc_lateness",
-           "svc_producers", "svc_fire", "svc_scale", "svc_startup"]
+           "svc_producers", "svc_fire", "svc_scale", "svc_startup", "svc_journal",
+           "svc_recovery"]
 SERVICE_KEYS = set(W_ORDER)
 
 
@@ -41,19 +44,24 @@ def _shm_files() -> set[str]:
             if p.name.startswith(("shmwheel.", "sem.shmwheel."))}
 
 
+def _journal_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"{JW.DIR_PREFIX}*")}
+
+
 def test_bench_quick_writes_every_workload(tmp_path):
     out = tmp_path / "out.json"
     mark, env = _marked_env()
+    journals = _journal_dirs()
     proc = subprocess.run(
         [sys.executable, "-m", "shmwheel.bench", "--quick", "--n", "20000", "--timer-n", "2000",
-         "--svc-n", "5000", "--lateness-n", "5000", "--json", str(out)],
+         "--svc-n", "5000", "--lateness-n", "5000", "--recovery-n", "20000", "--json", str(out)],
         check=False, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert _marked_processes(mark) == [], "a process the bench started is still running"
     doc = json.loads(out.read_text())
     assert set(doc["workloads"]) == {w.key for w in workloads()}
     assert [doc["workloads"][k]["w"] for k in sorted(SERVICE_KEYS, key=W_ORDER.index)] == \
-        ["W1", "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8"]
+        ["W1", "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W9"]
     assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])
     for key, w in doc["workloads"].items():
@@ -92,6 +100,16 @@ def test_bench_quick_writes_every_workload(tmp_path):
         assert 0 < med["svc_scale"][f"shmwheel schedule @ {level}"] < 1000  # µs per op
     assert len(doc["lateness_histograms"]["shmwheel service"][0]) == 256
     assert "W7 scale" in proc.stdout and "W1 schedule rate" in proc.stdout
+
+    # W9: the journal on beside off, and a recovery that re-armed every pending timer; its
+    # temporary journal directories are gone
+    journal = med["svc_journal"]
+    assert journal["journal bytes per timer, per call"] > 0
+    assert journal["ratio: journal on / off, per call"] > 0
+    assert med["svc_recovery"]["timers recovered"] == 20000
+    assert med["svc_recovery"]["pending after recovery"] == 20000
+    assert "journal on / off, per call" in proc.stdout and "recovery of 20k pending" in proc.stdout
+    assert _journal_dirs() - journals == set(), "the bench left a journal directory"
 
     # the Redis sorted-set peer: measured when redis-server and the redis module are here,
     # else a skip note with the reason, printed and in the JSON

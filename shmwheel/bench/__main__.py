@@ -3,7 +3,8 @@
 Each workload is run for shmwheel and its baselines in the same repetition; repetitions
 are interleaved across workloads and the table shows medians, so drift on a shared
 machine hits every system alike. Ratios above 1 favour shmwheel. The svc_* workloads
-start a multiprocess TimerService each (stopped before the next) and print their goals.
+start a multiprocess TimerService each (stopped before the next) and print their goals;
+W9's journals live in temporary directories, removed before the next workload.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import journal_workloads as JW
 from . import service_workloads as SW
 from . import workloads as W
 from .baselines import RedisDelayQueue, redis_status
@@ -31,7 +33,7 @@ class Workload:
     title: str
     run: Callable[[int], W.Figures]
     size: str  # which size it takes: "core", "timer", "kernel", "service", "lateness",
-    #            "capacity"
+    #            "capacity", "recovery"
     rows: list[tuple[str, str]]  # (shmwheel figure, baseline figure) pairs to compare
     unit: str = "ops/s"
     reps: list[W.Figures] = field(default_factory=list)
@@ -39,7 +41,7 @@ class Workload:
     notes: list[str] = field(default_factory=list)  # further figures, printed without ratio
     # (what, figure, op, target)
     goals: list[tuple[str, str, str, float]] = field(default_factory=list)
-    wid: str = ""  # "W1".."W7" for the workloads of issue 4; "" for the further ones
+    wid: str = ""  # "W1".."W9" for the service workloads; "" for the further ones
 
     @property
     def label(self) -> str:
@@ -50,14 +52,14 @@ class Workload:
         return {k: statistics.median(r[k] for r in self.reps) for k in keys}
 
 
-def workloads(producers: list[int] | None = None,
-              levels: list[int] | None = None, redis: bool = False) -> list[Workload]:
-    """W1-W7 first (each multiprocess-service workload against its peers, with the Redis
+def workloads(producers: list[int] | None = None, levels: list[int] | None = None,
+              redis: bool = False, recovery_n: int = JW.RECOVERY_N) -> list[Workload]:
+    """W1-W9 first (each multiprocess-service workload against its peers, with the Redis
     peer's rows if `redis`), then the further in-process workloads (wheel core, Kafka
     layer, kernels)."""
     S = "shmwheel"
     return [
-        *service_workloads(producers, levels, redis),
+        *service_workloads(producers, levels, redis, recovery_n),
         Workload("schedule_batch", "schedule, batch", W.core_schedule_batch, "core",
                  [(f"{S} core insert_many", "heapq heapify")]),
         Workload("schedule_call", "schedule, per call", W.core_schedule_call, "core",
@@ -85,10 +87,11 @@ def workloads(producers: list[int] | None = None,
     ]
 
 
-def service_workloads(producers: list[int] | None = None,
-                      levels: list[int] | None = None, redis: bool = False) -> list[Workload]:
-    """W1-W7. With `redis`, the Redis sorted-set peer's rows too (main() sets
-    SW.use_redis to the same value so that the workloads measure it)."""
+def service_workloads(producers: list[int] | None = None, levels: list[int] | None = None,
+                      redis: bool = False, recovery_n: int = JW.RECOVERY_N) -> list[Workload]:
+    """W1-W9. With `redis`, the Redis sorted-set peer's rows too (main() sets
+    SW.use_redis to the same value so that the workloads measure it). `recovery_n` only
+    names W9's recovery goal: the workload recovers sizes["recovery"] timers."""
     S = "shmwheel"
     R = "redis"
 
@@ -203,6 +206,31 @@ def service_workloads(producers: list[int] | None = None,
                  [(f"{S} {op} @ {SW.level_label(x)}", f"heapq+thread {op} @ {SW.level_label(x)}")
                   for op in ("schedule", "cancel") for x in lv],
                  unit="us/op", wid="W7"),
+        *journal_workloads(recovery_n),
+    ]
+
+
+def journal_workloads(recovery_n: int = JW.RECOVERY_N) -> list[Workload]:
+    """W9: W1 with the journal on beside off; recovery of `recovery_n` pending timers."""
+    S = "shmwheel"
+    rates = [(f"{S} {what}, journal on", f"{S} {what}, journal off")
+             for what in ("Client.schedule", "Client.schedule_many")]
+    start = f"{S} start(), recovering the pending timers"
+    return [
+        Workload("svc_journal", "journal: schedule rate, on / off", JW.svc_journal,
+                 "service", rates,
+                 notes=[f"{k}, {how}" for k in ("ratio: journal on / off",
+                                                "journal bytes per timer")
+                        for how in ("per call", "batch")],
+                 goals=[("journal on / off, per call", "ratio: journal on / off, per call",
+                         ">=", 0.70)], wid="W9"),
+        Workload("svc_recovery", "journal: recovery, start()", JW.svc_recovery, "recovery",
+                 [(start, f"{S} start(), no journal")], unit="ms",
+                 notes=[f"{S} recovery['seconds']", f"{S} stop() with the timers pending",
+                        "timers recovered", "pending after recovery",
+                        "journal disk bytes before recovery", "journal segments read"],
+                 goals=[(f"recovery of {SW.level_label(recovery_n)} pending, start()", start,
+                         "<=", 5000)], wid="W9"),
     ]
 
 
@@ -210,7 +238,7 @@ DEFAULT_LEVELS = [10_000, 100_000, 1_000_000]
 FULL_LEVEL = 10_000_000
 
 
-GROUPS = {"service": "every svc_* workload (W1-W7)", "inprocess": "every other workload"}
+GROUPS = {"service": "every svc_* workload (W1-W9)", "inprocess": "every other workload"}
 
 
 def machine() -> dict:
@@ -278,9 +306,12 @@ def notes(selected: list[Workload]) -> str:
         med = w.median()
         for k in w.notes:
             unit = "" if k.startswith(("early", "completed", "shmwheel executors", "ratio",
-                                       "redis timers")) else w.unit
+                                       "redis timers", "timers", "pending", "journal")) \
+                else w.unit
             value = (f"{med[k]:.2f}x" if k.startswith("ratio") else
                      f"{med[k]:.3f} us" if k.endswith("CPU us per timer") else
+                     f"{med[k]:,.{1 if 'per timer' in k else 0}f} B"
+                     if k.startswith("journal") and "bytes" in k else
                      f"{med[k]:,.0f}" if not unit else fmt(med[k], unit))
             lines.append(f"  {w.label}: {k} {value}")
     return "\n".join(["further figures (medians):", *lines]) if lines else ""
@@ -355,8 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timer-n", type=int,
                     help="tasks per in-process timer workload (default 100,000)")
     ap.add_argument("--svc-n", type=int,
-                    help="timers per service workload W1, W2, W5, W6 (default 100,000; "
+                    help="timers per service workload W1, W2, W5, W6, W9 (default 100,000; "
                          "schedule_many schedules 5x this)")
+    ap.add_argument("--recovery-n", type=int,
+                    help=f"pending timers W9 recovers (default {JW.RECOVERY_N:,})")
     ap.add_argument("--lateness-n", type=int,
                     help="timers in W4, spread over a window of n/100 ms clamped to "
                          "[0.5, 2] s starting 1 s ahead (default 200,000)")
@@ -392,12 +425,14 @@ def main(argv: list[str] | None = None) -> int:
     timer_n = args.timer_n or (20_000 if args.quick else 100_000)
     svc_n = args.svc_n or (20_000 if args.quick else 100_000)
     lateness_n = args.lateness_n or (20_000 if args.quick else 200_000)
+    recovery_n = args.recovery_n or (100_000 if args.quick else JW.RECOVERY_N)
     reps = args.reps or (1 if args.quick else 2)
     sizes = {"core": n, "timer": timer_n, "kernel": 5_000 if args.quick else 20_000,
-             "service": svc_n, "lateness": lateness_n, "capacity": SW.MEMORY_CAPACITY}
-    if n < 1000 or timer_n < 100 or svc_n < 1000 or lateness_n < 1000 or reps < 1:
-        ap.error("--n, --svc-n and --lateness-n must be >= 1000, --timer-n >= 100 and "
-                 "--reps >= 1")
+             "service": svc_n, "lateness": lateness_n, "capacity": SW.MEMORY_CAPACITY,
+             "recovery": recovery_n}
+    if min(n, svc_n, lateness_n, recovery_n) < 1000 or timer_n < 100 or reps < 1:
+        ap.error("--n, --svc-n, --lateness-n and --recovery-n must be >= 1000, --timer-n "
+                 ">= 100 and --reps >= 1")
     wanted_keys = set(names)
     if args.workloads:
         wanted_keys = set()
@@ -408,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
                 wanted_keys |= {k for k in names if not k.startswith("svc_")}
             elif x:
                 wanted_keys.add(x)
+        unknown = sorted(wanted_keys - set(names))
+        if unknown:
+            ap.error(f"unknown workloads {unknown}; choose from {names} or a group "
+                     f"({', '.join(GROUPS)})")
     if args.quick:  # per-call Redis rates are round-trip bound: a few thousand suffice
         SW.REDIS_CALL_N, SW.REDIS_BATCH_N = 2_000, 20_000
     if args.no_redis:
@@ -417,21 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         use_redis, why = False, "Redis sorted-set baseline: not used by the selected workloads"
     SW.use_redis = use_redis
-    selected = workloads(producers, levels, use_redis)
-    if args.workloads:
-        wanted = set()
-        for x in (x.strip() for x in args.workloads.split(",")):
-            if x == "service":
-                wanted |= {k for k in names if k.startswith("svc_")}
-            elif x == "inprocess":
-                wanted |= {k for k in names if not k.startswith("svc_")}
-            elif x:
-                wanted.add(x)
-        unknown = sorted(wanted - set(names))
-        if unknown:
-            ap.error(f"unknown workloads {unknown}; choose from {names} or a group "
-                     f"({', '.join(GROUPS)})")
-        selected = [w for w in selected if w.key in wanted]
+    selected = [w for w in workloads(producers, levels, use_redis, recovery_n)
+                if w.key in wanted_keys]
 
     info = machine()
     print(f"shmwheel bench: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
@@ -469,8 +495,8 @@ def main(argv: list[str] | None = None) -> int:
           f"repetition(s), interleaved, medians; {info['seconds']} s")
     print(f"sizes: service n={svc_n:,} (W1 batch 5n), W4 lateness n={lateness_n:,}, W5 "
           f"producers {','.join(map(str, producers))}, W7 pending "
-          f"{', '.join(SW.level_label(x) for x in levels)}; wheel core n={n:,}, "
-          f"in-process timers n={timer_n:,}")
+          f"{', '.join(SW.level_label(x) for x in levels)}, W9 recovery n={recovery_n:,}; "
+          f"wheel core n={n:,}, in-process timers n={timer_n:,}")
     print(f"ratio = shmwheel / baseline for rates, baseline / shmwheel for bytes, us and ms "
           f"(above 1 favours shmwheel); {note[len('note: '):]}\n")
     print(table(selected))

@@ -107,11 +107,21 @@ def _rate(n: int, fn: Callable[[], object]) -> float:
 @contextmanager
 def _service(capacity: int = MEMORY_CAPACITY, **options: Any) -> Iterator[TimerService]:
     """A started service, stopped on exit; complains (stderr) if stop() left files."""
-    svc = TimerService(tasks=TASKS, capacity=capacity, **options)
+    with owned(TimerService(tasks=TASKS, capacity=capacity, **options)) as svc:
+        svc.start()
+        yield svc
+
+
+@contextmanager
+def owned(svc: TimerService) -> Iterator[TimerService]:
+    """`svc`, which the caller starts (and may time), stopped on exit whatever happens;
+    complains (stderr) if stop() left files."""
     services_started.append(svc.name)
     try:
-        with svc:
+        try:
             yield svc
+        finally:
+            svc.stop()  # a no-op if it never started or is stopped already
     finally:
         left = shm.service_files(svc.name)
         if left:
@@ -157,15 +167,12 @@ def svc_schedule_call(n: int) -> Figures:
     fig: Figures = {}
     with _service(_capacity_for(n)) as svc, svc.client() as c:
         warm(c)
-        sched = c.schedule
-        fig[f"{S} Client.schedule"] = _rate(
-            n, lambda: [sched("noop", delay_ms=d) for d in delays])
+        fig[f"{S} Client.schedule"] = schedule_call_rate(c, delays)
     with _service(_capacity_for(n)) as svc, svc.client() as c:
         warm(c)
-        sched = c.schedule
         payload = {"job": 12345, "try": 2, "queue": "default"}  # 3 fields, 29 bytes packed
-        fig[f"{S} Client.schedule, 3-field dict payload"] = _rate(
-            n, lambda: [sched("noop", payload, delay_ms=d) for d in delays])
+        fig[f"{S} Client.schedule, 3-field dict payload"] = \
+            schedule_call_rate(c, delays, payload)
     with HeapTimer() as ht:
         fig["heapq+thread schedule"] = _rate(
             n, lambda: [ht.schedule(d / 1000, _noop) for d in delays])
@@ -187,7 +194,30 @@ def svc_schedule_call(n: int) -> Figures:
     return fig
 
 
+def schedule_call_rate(c: Client, delays: list[float], payload: Any = None) -> float:
+    """W1's measurement: one Client.schedule call per delay (ms) of the no-op task,
+    handles kept; timers per second. Call warm(c) first. `payload` None passes none."""
+    sched = c.schedule
+    if payload is None:
+        return _rate(len(delays), lambda: [sched("noop", delay_ms=d) for d in delays])
+    return _rate(len(delays), lambda: [sched("noop", payload, delay_ms=d) for d in delays])
+
+
 # -- b. schedule_many -------------------------------------------------------------------
+
+def batch_delays(n: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """W1's batch: 5n delays (30-60 s) and their schedule_many batches of up to 100k."""
+    total, batch = 5 * n, min(BATCH, n)
+    delays = _far_delays(total)
+    return delays, [delays[i : i + batch] for i in range(0, total, batch)]
+
+
+def schedule_many_rate(c: Client, chunks: list[np.ndarray]) -> float:
+    """W1's batch measurement: one Client.schedule_many of the no-op task per chunk of
+    delays (ms); timers per second. Call warm(c) first."""
+    many = c.schedule_many
+    return _rate(sum(map(len, chunks)), lambda: [many("noop", d) for d in chunks])
+
 
 def svc_schedule_many(n: int) -> Figures:
     """5n timers (delays 30-60 s) in schedule_many batches of up to 100k. Baselines: a
@@ -196,14 +226,11 @@ def svc_schedule_many(n: int) -> Figures:
     on n."""
     total = 5 * n
     batch = min(BATCH, n)
-    delays = _far_delays(total)
-    chunks = [delays[i : i + batch] for i in range(0, total, batch)]
+    delays, chunks = batch_delays(n)
     fig: Figures = {}
     with _service(_capacity_for(total)) as svc, svc.client() as c:
         warm(c)
-        many = c.schedule_many
-        fig[f"{S} Client.schedule_many"] = _rate(
-            total, lambda: [many("noop", d) for d in chunks])
+        fig[f"{S} Client.schedule_many"] = schedule_many_rate(c, chunks)
     chunks_s = [(d / 1000).tolist() for d in chunks]
     with HeapTimer() as ht:
         fig["heapq+thread schedule_many"] = _rate(

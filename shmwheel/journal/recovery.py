@@ -37,7 +37,7 @@ from ..segment import layout as L
 from ..segment import shm
 from . import format as F
 from .reader import Reject, read_header, read_segment
-from .writer import JournalOptions, SegmentWriter, claim
+from .writer import SALVAGE_HOLDER, JournalInUse, JournalOptions, SegmentWriter, claim
 
 log = logging.getLogger("shmwheel.journal")
 
@@ -164,6 +164,16 @@ def scan(directory: str) -> JournalState:
         st.rejects.append(Reject(directory, 0, f"timer {tid:#x} names a task id its "
                                                f"segment's header does not list"))
     S = S[~unknown]
+    # two pending ids in one slot: the newer generation proves the older was freed (its
+    # final record is missing: a journal that lost a record). Keep the newer.
+    slot_of = C.handle_slot(S[:, 0])
+    order = np.lexsort((C.handle_gen(S[:, 0]), slot_of))
+    S, slot_of = S[order], slot_of[order]
+    newest = np.r_[slot_of[1:] != slot_of[:-1], True][: len(S)]
+    for tid in S[~newest, 0].tolist():
+        st.rejects.append(Reject(directory, 0, f"timer {tid:#x} has no final record but "
+                                               f"its slot was used again: not re-armed"))
+    S = S[newest]
     P = np.concatenate(prog)
     if len(P) and len(S):  # the furthest run of each id, if it is past its schedule's
         P = P[np.lexsort((P[:, 1], P[:, 0]))]
@@ -315,6 +325,33 @@ def salvage(service: str, directory: str, epoch: int) -> int:
     log.warning("journal %s: salvaged %d records from the dead service %s's shared memory",
                 directory, written, service)
     return written
+
+
+def salvage_stale(service: str) -> bool:
+    """``shm.sweep_stale``'s hook: a dead service that kept a journal is salvaged into it
+    before its segment goes, whichever service's start sweeps it. False (keep the
+    segment) when that journal is in use: the service starting on it salvages it."""
+    try:
+        mem = L.ServiceMemory.attach(service)
+    except Exception:
+        return True
+    directory, epoch = mem.config.journal_dir, mem.config.journal_epoch
+    mem.close()
+    if not directory or not os.path.isdir(directory):
+        return True
+    try:
+        fd = claim(directory, f"{SALVAGE_HOLDER}{service}")
+    except JournalInUse:
+        return False
+    except OSError as e:  # not ours to write: leave the segment to its journal's owner
+        log.warning("journal %s: cannot salvage the dead service %s: %s", directory,
+                    service, e)
+        return True
+    try:
+        salvage(service, directory, epoch)
+    finally:
+        os.close(fd)
+    return True
 
 
 def _salvage_rings(mem: L.ServiceMemory) -> int:

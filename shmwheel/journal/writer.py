@@ -33,6 +33,8 @@ log = logging.getLogger("shmwheel.journal")
 
 FSYNC_POLICIES = ("none", "interval", "always")
 LOCK_NAME = "LOCK"
+SALVAGE_HOLDER = "salvage of "  # how a salvage names itself in the lock file
+SALVAGE_WAIT_S = 10.0
 
 
 class JournalInUse(ShmwheelError):
@@ -70,12 +72,18 @@ def claim(directory: str, service: str) -> int:
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = os.path.join(directory, LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    deadline = time.monotonic() + SALVAGE_WAIT_S
+    while True:
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-        finally:
+            # another service's start salvaging a dead one into this journal holds it
+            # for a moment: wait for that, not for a live service
+            if holder.startswith(SALVAGE_HOLDER) and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
             os.close(fd)
         raise JournalInUse(f"journal {directory} is being written by another service "
                            f"({holder}): stop it first, or give this service another "

@@ -168,6 +168,9 @@ typedef uint64_t u64;
 #define C_JOURNAL_BYTES 13 /* bytes this writer wrote to its journal files */
 #define C_JOURNAL_SYNCS 14 /* fdatasync calls on them */
 
+/* ---- the journal's retention: live-timer counters per coordinator segment ------------ */
+#define JOURNAL_WINDOW 4096   /* segments a service can have open at once */
+
 /* ---- lateness histogram: bucket 0 is < 1 us; i >= 1 covers [2^((i-1)/8), 2^(i/8)) us -- */
 #define HIST_BUCKETS 256
 #define HIST_PER_OCTAVE 8

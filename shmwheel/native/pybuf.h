@@ -35,7 +35,7 @@ static inline void i64buf_release(I64Buf *b) { PyBuffer_Release(&b->view); }
 /* The buffers a long-lived native object points into (views of the segment). They are
  * held until close(): the segment's mmap cannot be closed while a view is exported, so
  * every owner of one has a close() that the Python side calls before unmapping. */
-#define HOLDS_MAX 10
+#define HOLDS_MAX 12
 typedef struct {
     I64Buf b[HOLDS_MAX];
     int n;

@@ -86,7 +86,17 @@ void slot_free_payload(Seg *s, i64 slot) {
     *m = META_MAKE(0, 0, 0, 0, META_FIELD(*m, RING));
 }
 
+/* move the slot's anchor to segment `seq` (-1: none), keeping the live counts */
+static inline void anchor_move(Seg *s, i64 slot, i64 seq) {
+    i64 a = s->anchor[slot];
+    if (a == seq) return;
+    if (a >= 0) s->live[a % JOURNAL_WINDOW]--;
+    if (seq >= 0) s->live[seq % JOURNAL_WINDOW]++;
+    s->anchor[slot] = (int32_t)seq;
+}
+
 void slot_retire(Seg *s, i64 *mem, i64 slot) {
+    if (s->anchor) anchor_move(s, slot, -1);
     slot_free_payload(s, slot);
     *side_meta(s, slot) = 0;
     wheel_free_slot(mem, slot);
@@ -161,10 +171,11 @@ i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer) {
                 jrec_scheduled(s->jb, h, s->jnow, deadline, META_FIELD(meta, TASK), producer,
                                META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT), period,
                                run, blob, len);
+                if (s->anchor) anchor_move(s, slot, s->jseq);
                 k++;
             }
         }
-        if (st == ST_CANCELLED) {   /* link_records retires it (a record of either kind) */
+        if (st == ST_CANCELLED && !submit) {   /* link_records retires it on this record */
             jrec_cancelled(s->jb, h, s->jnow);
             k++;
         }
@@ -189,6 +200,33 @@ i64 slot_journal_pending(Seg *s, const i64 *handles, i64 n, i64 flags) {
                        META_FIELD(meta, TASK), 0,
                        (META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT)) | flags, period,
                        run, blob, len);
+        if (s->anchor) anchor_move(s, slot, s->jseq);
+        k++;
+    }
+    return k;
+}
+
+i64 slot_journal_carry(Seg *s, i64 from) {
+    i64 *mem = s->mem, cap = seg_capacity(s), k = 0;
+    if (!s->jb || !s->anchor || from == s->jseq) return 0;
+    s->jnow = jnow_us();
+    for (i64 slot = 0; slot < cap; slot++) {
+        if (s->anchor[slot] != from) continue;
+        i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
+        i64 st = GS_STATE(gs);
+        size_t len;
+        const void *blob = (st == ST_PENDING || st == ST_FIRING) ? slot_blob(s, slot, &len)
+                                                                 : NULL;
+        if (!blob) {   /* cancelled, stopping, or unreadable: nothing to carry */
+            anchor_move(s, slot, -1);
+            continue;
+        }
+        i64 meta = *side_meta(s, slot), period, run = slot_run(s, slot, &period);
+        jrec_scheduled(s->jb, HANDLE_MAKE(GS_GEN(gs), slot), s->jnow,
+                       *wheel_field(mem, node, F_DEADLINE), META_FIELD(meta, TASK), 0,
+                       (META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT)) | J_FLAG_RECOVERED,
+                       period, run, blob, len);
+        anchor_move(s, slot, s->jseq);
         k++;
     }
     return k;
@@ -242,14 +280,29 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
             mem[H_PENDING]++;
             res[0]++;
             if (deadline < res[3]) res[3] = deadline;
-        } else if (st == ST_CANCELLED && (!submit || !linked)) {
-            /* a cancel won it: unlink if it got linked, then free it (once: the record
-             * that comes second finds a new generation) */
+        } else if (st == ST_CANCELLED && submit && !linked) {
+            /* A cancel won it before it was linked: link it as it is. The cancel record
+             * that follows on the same ring retires it, and that is where the journal
+             * records the cancel: the cancel may have won after slot_journal_records
+             * looked at this submit record, so the submit record cannot tell whether it
+             * was recorded. (A cancel record lost to a full ring: the reaper retires it
+             * when it meets it in its bucket.) */
+            i64 deadline = *wheel_field(mem, node, F_DEADLINE);
+            if (deadline > limit - tick) {   /* never a timer: see the SUBMITTED case */
+                slot_retire(s, mem, slot);
+                res[2]++;
+                continue;
+            }
+            wheel_link(mem, node, deadline);
+            mem[H_PENDING]++;
+            res[0]++;
+        } else if (st == ST_CANCELLED && !submit) {
+            /* its cancel record: unlink, free (slot_journal_records recorded it) */
             if (linked) {
                 wheel_unlink(mem, node);
                 mem[H_PENDING]--;
             }
-            slot_retire(s, mem, slot);   /* its CANCELLED record: slot_journal_records */
+            slot_retire(s, mem, slot);
             res[4]++;
         } else {
             res[1]++;   /* linked already, or its cancel was applied */

@@ -5,6 +5,8 @@
  *   PENDING --reaper fires (lock, CAS)--> FIRING --outcome, one-shot (lock)--> FREE
  *   FIRING --outcome of a repeating timer (lock, CAS)--> PENDING (same handle)
  *   PENDING | SUBMITTED --cancel (no lock, CAS)--> CANCELLED --retire (lock)--> FREE
+ *   (a CANCELLED slot whose submit record arrives is linked as it is; its cancel record,
+ *   or the reaper's walk, retires it)
  *   FIRING --cancel (no lock, CAS)--> STOPPING --outcome (lock)--> FREE
  *   RESERVED | SUBMITTED of a dead client --reclaim (lock)--> FREE
  *
@@ -49,6 +51,13 @@ typedef struct {
     JBuf *jb;    /* the journal's buffer of this process (coordinator, reaper), or NULL:
                     then the transitions below record their events in it */
     i64 jnow;    /* the time (monotonic us) the events of the current call carry */
+    /* The journal's retention (set by Tables.set_anchors; NULL without a journal). Both
+     * are in the segment and written only under the lock. */
+    int32_t *anchor; /* per slot: the coordinator segment (its seq) holding the slot's
+                        live SCHEDULED record, -1 when none */
+    i64 *live;       /* JOURNAL_WINDOW counters: slots anchored in segment seq, at seq %
+                        JOURNAL_WINDOW; a segment with none is no longer needed */
+    i64 jseq;        /* the segment this attachment's SCHEDULED records go to */
 } Seg;
 
 static inline i64 seg_capacity(const Seg *s) { return s->mem[H_CAPACITY]; }
@@ -78,8 +87,9 @@ void slot_free_payload(Seg *s, i64 slot);     /* return the slot's block; meta =
 void slot_retire(Seg *s, i64 *mem, i64 slot); /* free payload, then the slot (unlinked) */
 /* The coordinator's write-ahead records for n producer records, before link_records
  * applies them: SCHEDULED for a submit record whose slot is still SUBMITTED (or
- * CANCELLED) with its generation, CANCELLED for a record of either kind whose slot is
- * CANCELLED (link_records will retire it). The caller writes them to its file before
+ * CANCELLED) with its generation, CANCELLED for a cancel record whose slot is CANCELLED
+ * (link_records retires a cancelled slot only on its cancel record, which exists only
+ * once the cancel has won, so the record is never missed). The caller writes them to its file before
  * linking, so the journal holds every timer before it can fire and every cancel before
  * its slot is freed. A coordinator that re-reads its ring after a crash may record an
  * event twice: readers take the records of an id as one. Returns the count. */
@@ -91,6 +101,11 @@ i64 slot_journal_settled(Seg *s, const i64 *results, i64 n);
 /* SCHEDULED records (with `flags` added: J_FLAG_RECOVERED) for PENDING slots: what a
  * recovery re-armed, so that older segments are no longer needed. Returns the count. */
 i64 slot_journal_pending(Seg *s, const i64 *handles, i64 n, i64 flags);
+/* Retention: re-record (SCHEDULED, J_FLAG_RECOVERED) the PENDING and FIRING slots
+ * anchored in segment `from` into segment s->jseq and move their anchors, so that `from`
+ * holds nothing live; cancelled slots anchored there just drop their anchor (a cancelled
+ * timer needs no record to stay cancelled). Returns the records written. */
+i64 slot_journal_carry(Seg *s, i64 from);
 /* A FIRED record for a slot advance just won (FIRING, generation stable). */
 void slot_journal_fired(Seg *s, i64 handle);
 /* Apply n producer records of `ring`. res: [0] linked, [1] stale, [2] garbage,

@@ -222,6 +222,40 @@ static PyObject *tables_journal_settled(Tables *self, PyObject *const *args, Py_
     return tables_journal(self, args, n, 0);
 }
 
+/* set_anchors(anchors, live): the retention's tables (int64 views of the segment: the
+ * anchors are int32 per slot, packed two to a word) */
+static PyObject *tables_set_anchors(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    OPEN(self);
+    NARGS(2, "set_anchors");
+    if (self->seg.anchor) return PyErr_Format(PyExc_ValueError, "anchors are set already");
+    i64 *a, *l;
+    Py_ssize_t na, nl;
+    if (holds_add(&self->holds, args[0], &a, &na) < 0) return NULL;
+    if (holds_add(&self->holds, args[1], &l, &nl) < 0) return NULL;
+    if (na * 2 < seg_capacity(&self->seg) || nl < JOURNAL_WINDOW)
+        return PyErr_Format(PyExc_ValueError, "set_anchors: the tables are too short");
+    self->seg.anchor = (int32_t *)a;
+    self->seg.live = l;
+    Py_RETURN_NONE;
+}
+
+/* set_segment(seq): where this attachment's SCHEDULED records go */
+static PyObject *tables_set_segment(Tables *self, PyObject *arg) {
+    i64 seq;
+    if (arg_i64(arg, &seq) < 0) return NULL;
+    if (seq < 0 || seq > INT32_MAX) return PyErr_Format(PyExc_ValueError, "bad segment seq");
+    self->seg.jseq = seq;
+    Py_RETURN_NONE;
+}
+
+/* journal_carry(from) -> records written (slots.h) */
+static PyObject *tables_journal_carry(Tables *self, PyObject *arg) {
+    i64 from;
+    OPEN(self);
+    if (arg_i64(arg, &from) < 0) return NULL;
+    return PyLong_FromLongLong(slot_journal_carry(&self->seg, from));
+}
+
 /* journal_pending(handles, flags) -> SCHEDULED records written */
 static PyObject *tables_journal_pending(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
     I64Buf hs;
@@ -287,6 +321,13 @@ static PyMethodDef tables_methods[] = {
     {"journal_pending", (PyCFunction)(void (*)(void))tables_journal_pending, METH_FASTCALL,
      "journal_pending(handles, flags) -> SCHEDULED records (with flags added) for the "
      "PENDING slots among handles."},
+    {"set_anchors", (PyCFunction)(void (*)(void))tables_set_anchors, METH_FASTCALL,
+     "set_anchors(anchors, live): the journal retention's tables (slots.h)."},
+    {"set_segment", (PyCFunction)tables_set_segment, METH_O,
+     "set_segment(seq): the coordinator segment this attachment's SCHEDULED records go to."},
+    {"journal_carry", (PyCFunction)tables_journal_carry, METH_O,
+     "journal_carry(from) -> records re-written into the current segment for the live "
+     "slots anchored in segment `from` (slots.h)."},
     {"cascade_step", (PyCFunction)(void (*)(void))tables_cascade_step, METH_FASTCALL,
      "cascade_step(budget) -> entries moved one level down."},
     {"take_retired", (PyCFunction)tables_take_retired, METH_NOARGS,

@@ -212,10 +212,13 @@ def unlink_service(service: str) -> None:
         unlink_semaphore("/" + p.name[len("sem."):])
 
 
-def sweep_stale(owner_of: Callable[[Segment], int]) -> list[str]:
+def sweep_stale(owner_of: Callable[[Segment], int],
+                before_unlink: Callable[[str], bool] | None = None) -> list[str]:
     """Unlink services whose segment's owner process is gone (the embedding process was
     killed). `owner_of` reads the owner pid from a segment's header; a segment that cannot
-    be read as a service segment is left alone. Returns the services removed."""
+    be read as a service segment is left alone. `before_unlink(service)` runs first and
+    may keep the segment by returning False (a journal salvages it). Returns the services
+    removed."""
     removed = []
     for p in SHM_DIR.glob(PREFIX + "*"):
         service = p.name[len(PREFIX):]
@@ -232,6 +235,8 @@ def sweep_stale(owner_of: Callable[[Segment], int]) -> list[str]:
         finally:
             seg.close()
         if owner > 0 and not pid_alive(owner):
+            if before_unlink is not None and not before_unlink(service):
+                continue
             unlink_service(service)
             removed.append(service)
     # semaphores whose segment is gone entirely
