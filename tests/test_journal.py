@@ -251,3 +251,43 @@ def test_recovery_refuses_a_service_that_cannot_hold_the_journal(tmp_path):
                      journal=d).start()
     with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
         assert svc.recovery["recovered"] == 3000
+
+
+def test_segments_no_timer_needs_are_deleted_while_running(tmp_path):
+    """With small segments and timers that end quickly, the coordinator retires the
+    segments behind it (carrying the few long-lived timers forward); a restart then still
+    re-arms exactly the live timers, ids kept, and nothing that ended runs again."""
+    log, d = tmp_path / "log", tmp_path / "j"
+
+    def payload(tag: str) -> dict[str, str]:
+        return {"path": str(log), "tag": tag}
+
+    seg_bytes = 1 << 16
+    with TimerService(tasks=TASKS, capacity=20_000, executors=1, journal=d,
+                      journal_segment_bytes=seg_bytes) as svc:
+        with svc.client() as c:
+            long = [c.schedule("record", payload(f"long{i}"), delay_ms=60_000)
+                    for i in range(5)]
+            rep = c.schedule("record", payload("rep"), delay_ms=1, every_ms=50)
+            for k in range(12):  # ~20 segments of short timers that complete
+                c.schedule_many("record", [1] * 2000,
+                                [payload(f"s{k}-{i}") for i in range(2000)])
+                wait_for(lambda: svc.stats()["completed"] >= 2000 * (k + 1),
+                         what="the short ones ran")
+            st = svc.stats()["journal"]
+            wait_for(lambda: svc.stats()["journal"]["disk_bytes"] < 8 * seg_bytes,
+                     what="old segments deleted", timeout=10)
+            assert st["bytes_written"] > 16 * seg_bytes  # so most of it was deleted
+    written = svc.recovery  # (empty: the first start)
+    assert written == {} or written["recovered"] == 0
+    runs = sum(r[0] == "rep" for r in read_log(log))
+    with TimerService(tasks=TASKS, capacity=20_000, executors=1, journal=d) as svc:
+        assert svc.recovery["recovered"] == 6  # the five long ones and the repeating one
+        wait_for(lambda: sum(r[0] == "rep" for r in read_log(log)) > runs, what="rep resumed")
+        with svc.client() as c:
+            c.cancel(rep.id)
+            assert all(c.cancel(h.id) for h in long)  # by their first-epoch ids
+    rows = read_log(log)
+    assert not any(r[0].startswith("long") for r in rows)
+    shorts = Counter(r[0] for r in rows if r[0].startswith("s"))
+    assert len(shorts) == 12 * 2000 and max(shorts.values()) == 1  # none ran twice

@@ -37,6 +37,7 @@ from ..segment import layout as L
 from ..segment import shm
 from . import format as F
 from .reader import Reject, read_header, read_segment
+from .retention import anchor_installed
 from .writer import SALVAGE_HOLDER, JournalInUse, JournalOptions, SegmentWriter, claim
 
 log = logging.getLogger("shmwheel.journal")
@@ -204,6 +205,7 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     tables = mem.bind_tables()
     if n == 0:
         tables.rebuild()
+        anchor_installed(mem, ids)
         return ids
     slots = C.handle_slot(ids)
     if int(slots.max()) >= cap:
@@ -245,6 +247,7 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     nodes[slots, C.F_DEADLINE] = p.deadlines
     nodes[slots, C.F_GS] = C.gs_make(C.handle_gen(ids), C.ST_PENDING)  # type: ignore[arg-type]
     tables.rebuild()  # links them, threads the free stacks around them
+    anchor_installed(mem, slots)
     return ids
 
 
@@ -256,7 +259,7 @@ def compact(mem: L.ServiceMemory, handles: np.ndarray, opts: JournalOptions,
                                           else "none", opts.fsync_ms, opts.segment_bytes,
                                           opts.keep_hours, opts.epoch),
                            "recovery", mem.service, list(mem.task_names),
-                           mem.config.tick_ms, st.next_gen)
+                           mem.config.tick_ms, st.next_gen, seq_source=lambda: 0)
     tables = mem.bind_tables()
     tables.set_journal(writer.buffer)
     try:

@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +99,12 @@ class SegmentWriter:
 
     def __init__(self, opts: JournalOptions, role: str, service: str,
                  tasks: list[str], tick_ms: int, next_gen: int = 0,
-                 counters: np.ndarray | None = None) -> None:
+                 counters: np.ndarray | None = None,
+                 seq_source: Callable[[], int] | None = None,
+                 on_open: Callable[[int, str], None] | None = None) -> None:
+        """`seq_source` numbers the segments (default 1, 2, ... for this writer; the
+        coordinator's come from the segment header, so that a restarted coordinator goes
+        on counting); `on_open(seq, path)` is told of each new segment."""
         if role not in F.ROLE_CODES:
             raise ValueError(f"unknown journal writer role {role!r}")
         self.opts = opts
@@ -113,6 +119,9 @@ class SegmentWriter:
         self._fd = -1
         self._size = 0
         self._seq = 0
+        self._seq_source = seq_source
+        self._on_open = on_open
+        self.seq = 0  # the current segment's number
         self._dirty = False
         self.path = ""
         self._stop = threading.Event()
@@ -130,6 +139,8 @@ class SegmentWriter:
         self.path = os.path.join(self.opts.directory, name.filename())
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         self._seq += 1
+        if self._seq_source is not None:
+            self._seq = self._seq_source()
         header = N.JournalBuffer()
         header.append(F.body(F.HEADER, F.VERSION, F.ROLE_CODES[self.role], os.getpid(),
                              self.service, self.opts.epoch, self._seq,
@@ -140,7 +151,9 @@ class SegmentWriter:
         if self.opts.fsync != "none":  # the file and its name survive a host crash
             os.fdatasync(fd)
             _sync_dir(self.opts.directory)
-        self._fd, self._size = fd, len(data)
+        self._fd, self._size, self.seq = fd, len(data), self._seq
+        if self._on_open is not None:
+            self._on_open(self._seq, self.path)
 
     def _rotate(self) -> None:
         old = self._fd
@@ -233,13 +246,15 @@ def options_of(cfg: ServiceConfig) -> JournalOptions | None:
                           cfg.journal_segment_bytes, cfg.journal_keep_hours, cfg.journal_epoch)
 
 
-def service_writer(mem: ServiceMemory, role: str, row: int) -> SegmentWriter | None:
+def service_writer(mem: ServiceMemory, role: str, row: int,
+                   seq_source: Callable[[], int] | None = None,
+                   on_open: Callable[[int, str], None] | None = None) -> SegmentWriter | None:
     """The writer of a service process (coordinator, reaper) attached to `mem`, with its
     buffer set on the process's tables; None when the service has no journal."""
     opts = options_of(mem.config)
     if opts is None:
         return None
     w = SegmentWriter(opts, role, mem.service, list(mem.task_names), mem.config.tick_ms,
-                      counters=mem.counters[row])
+                      counters=mem.counters[row], seq_source=seq_source, on_open=on_open)
     mem.bind_tables().set_journal(w.buffer)
     return w

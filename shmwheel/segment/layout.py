@@ -55,6 +55,8 @@ W_REPAIRS = 10
 W_PID_COORDINATOR = 11  # written by each service process when it starts
 W_PID_REAPER = 12
 W_RECOVERED = 13     # timers re-armed from the journal when the service started
+W_JSEQ = 14          # the journal's next coordinator segment number (the coordinator's)
+W_JLOW = 15          # the oldest coordinator segment still holding a live timer
 
 READY_COORDINATOR = 1
 READY_REAPER = 2
@@ -151,6 +153,9 @@ def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
         ("side", cfg.capacity * C.SIDE_WORDS),
         ("arena_meta", arena_meta_words(cfg)),
         ("arena_data", arena_data),
+        # the journal's retention (shmwheel/native/slots.h): int32 anchors, live counts
+        ("anchors", (cfg.capacity + 1) // 2 if cfg.journal_dir else 0),
+        ("live", C.JOURNAL_WINDOW if cfg.journal_dir else 0),
     ]
     off, at = {}, HEADER_WORDS
     for name, n in sizes:
@@ -188,7 +193,9 @@ class ServiceMemory:
         self.wheel = v(off["wheel"], wheel_core.words_needed(g))
         self.side = v(off["side"], cfg.capacity * C.SIDE_WORDS)
         self.arena = v(off["arena_meta"], arena_meta_words(cfg))
-        self.arena_words = v(off["arena_data"], off["total"] - off["arena_data"])
+        self.arena_words = v(off["arena_data"], off["anchors"] - off["arena_data"])
+        self.anchors = v(off["anchors"], off["live"] - off["anchors"])  # int32 pairs
+        self.live = v(off["live"], off["total"] - off["live"])
         self.producer = self._rings(off["producer"], cfg.max_clients, cfg.ring_capacity,
                                     C.PRODUCER_RECORD)
         self.dispatch = self._rings(off["dispatch"], cfg.executors, cfg.dispatch_capacity,
@@ -205,6 +212,8 @@ class ServiceMemory:
         """The native tables over this attachment (made once; a formatted wheel needed)."""
         if self.tables is None:
             self.tables = N.Tables(self.wheel, self.side, self.arena, self.arena_words)
+            if len(self.live):  # every attachment keeps the journal's live counts: any
+                self.tables.set_anchors(self.anchors, self.live)  # may free a slot
         return self.tables
 
     def nodes(self) -> np.ndarray:
@@ -251,6 +260,7 @@ class ServiceMemory:
                 a[base + C.A_BLOCK_WORDS] = C.ARENA_CLASS_BYTES[c] // 8
                 data += n * C.ARENA_CLASS_BYTES[c]
                 at += 2 * n
+            mem.anchors[:] = -1  # no slot anchored in a journal segment
             mem.bind_tables().rebuild()  # every block and slot free, the lists threaded
             for t in mem.exec_table:
                 t[X_STARTED] = -1
@@ -316,7 +326,7 @@ class ServiceMemory:
         self.producer = self.dispatch = self.results = []
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
         self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
-        self.arena_words = None  # type: ignore[assignment]
+        self.arena_words = self.anchors = self.live = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..segment import contract as C
 from ..segment import layout as L
-from ..journal.writer import service_writer
+from ..journal.retention import Retention
+from ..journal.writer import options_of, service_writer
 from ..segment import shm
 from .process import ServiceProcess
 
@@ -39,7 +40,11 @@ class Coordinator(ServiceProcess):
         self.recs = np.empty((BATCH, C.PRODUCER_RECORD), np.int64)
         self.res = np.zeros(5, np.int64)
         self.row = self.mem.counters[L.ROW_COORDINATOR]
-        self.journal = service_writer(self.mem, "coordinator", L.ROW_COORDINATOR)
+        opts = options_of(self.mem.config)
+        self.retention = Retention(self.mem, opts) if opts is not None else None
+        self.journal = service_writer(self.mem, "coordinator", L.ROW_COORDINATOR,
+                                      self.retention.next_seq if self.retention else None,
+                                      self.retention.opened if self.retention else None)
 
     def drain(self, ring_index: int) -> int:
         """Apply one batch of a ring; returns the records consumed."""
@@ -106,6 +111,8 @@ class Coordinator(ServiceProcess):
             if next_tend <= 0 or total == 0:
                 self.tend_rings()
                 next_tend = 1000
+                if self.retention is not None and self.journal is not None:
+                    self.retention.tick(self.journal)
             if total == 0:
                 header[L.W_COORD_SLEEPING] = 1
                 if not any(mem.producer[r].pending() for r in np.flatnonzero(claimed).tolist()):

@@ -25,7 +25,8 @@ import time
 
 import numpy as np
 
-from ..journal.writer import service_writer
+from ..journal.retention import ReaperFiles
+from ..journal.writer import options_of, service_writer
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import verify as V
@@ -46,7 +47,10 @@ class Reaper(ServiceProcess):
         self.res = np.zeros(2, np.int64)
         self.row = self.mem.counters[L.ROW_REAPER]
         self.backlog = np.empty(0, np.int64)  # fired handles not yet in a dispatch ring
-        self.journal = service_writer(self.mem, "reaper", L.ROW_REAPER)
+        opts = options_of(self.mem.config)
+        self.retention = ReaperFiles(self.mem, opts) if opts is not None else None
+        self.journal = service_writer(self.mem, "reaper", L.ROW_REAPER,
+                                      on_open=self.retention.opened if self.retention else None)
 
     # -- outcomes ---------------------------------------------------------------------
     def settle(self) -> int:
@@ -113,6 +117,7 @@ class Reaper(ServiceProcess):
                 mem.header[L.W_REAPER_WAKE_AT] = nxt
         if self.journal is not None:
             self.journal.flush()
+            self.retention.tick()  # type: ignore[union-attr]
         return n, 0 if busy else int(nxt)
 
     # -- recovery ---------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""Retention while a service runs: the coordinator deletes the segments no timer needs.
+
+Ground rules. Every slot with a live SCHEDULED record is *anchored* in the coordinator
+segment that holds it (an int32 per slot in the service segment), and each coordinator
+segment counts its anchored slots (``live``, JOURNAL_WINDOW counters). The native state
+machine keeps both under the segment lock: the coordinator's write-ahead pass anchors a
+slot in its current segment, and every free of a slot (an outcome that ends it, a retired
+cancel, a reclaim) drops its anchor, in whichever process frees it. So:
+
+* A coordinator segment whose count is 0 holds no record a recovery needs: every timer
+  it scheduled has ended (or been carried, below). Segments are retired oldest first:
+  ``low`` (header word W_JLOW) is the oldest one still counting a live timer.
+* A reaper segment holds fired/outcome/cancelled records of timers anchored, when each
+  record was written, in a coordinator segment that existed then: one numbered below
+  ``W_JSEQ`` as the reaper read it after that write (its *mark*). Once ``low`` reaches a
+  closed reaper segment's mark, each timer it mentions has ended or was carried, after
+  that write, into a newer segment whose record holds its state: the reaper deletes it.
+  (A restarted reaper marks its predecessors' segments with ``W_JSEQ`` at its start.)
+* A long-lived timer (far deadline, repeating) would pin its segment forever, so when the
+  oldest live segment is mostly dead (its live timers would fill under a tenth of a
+  segment) the coordinator *carries* them: it re-records them (SCHEDULED, flag
+  ``recovered``, current deadline and run) in its current segment, moving their anchors,
+  and syncs that before deleting anything.
+
+Deletion honours ``journal_keep_hours``: a segment that may go is deleted once its file
+is that old. A coordinator restart rebuilds its map of segment numbers from the headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from ..segment import contract as C
+from ..segment import layout as L
+from ..segment import shm
+from . import format as F
+from .reader import read_header
+from .writer import JournalOptions, SegmentWriter
+
+log = logging.getLogger("shmwheel.journal")
+
+PASS_S = 1.0             # how often the coordinator looks
+CARRY_RECORD_BYTES = 48  # about what a carried SCHEDULED record takes
+
+
+class Retention:
+    """The coordinator's side of the retention (module doc)."""
+
+    def __init__(self, mem: L.ServiceMemory, opts: JournalOptions) -> None:
+        self.mem = mem
+        self.opts = opts
+        self.paths: dict[int, str] = {}  # this epoch's coordinator segments by number
+        self.next_pass = 0.0
+        self.deleted = 0
+        for path in F.segment_files(opts.directory):  # a restarted coordinator's map
+            name = F.SegmentName.parse(os.path.basename(path))
+            if name is None or name.epoch != opts.epoch or name.role not in (
+                    "coordinator", "recovery"):
+                continue
+            h = read_header(path)
+            if h is not None:
+                self.paths[h["seq"]] = path
+
+    def next_seq(self) -> int:
+        """The next coordinator segment's number (the writer's seq_source)."""
+        header = self.mem.header
+        seq = int(header[L.W_JSEQ])
+        header[L.W_JSEQ] = seq + 1
+        return seq
+
+    def opened(self, seq: int, path: str) -> None:
+        """A new coordinator segment (the writer's on_open): SCHEDULED records go there."""
+        self.paths[seq] = path
+        self.mem.bind_tables().set_segment(seq)
+
+    def tick(self, writer: SegmentWriter) -> None:
+        now = time.monotonic()
+        if now >= self.next_pass:
+            self.next_pass = now + PASS_S
+            self.run(writer)
+
+    def run(self, writer: SegmentWriter) -> int:
+        """One pass: advance ``low``, carry the oldest live segment if it is mostly dead,
+        delete what may go. Returns the files deleted."""
+        mem, w = self.mem, C.JOURNAL_WINDOW
+        live, cur = mem.live, writer.seq
+        low = max(0, int(mem.header[L.W_JLOW]))
+        while low < cur and live[low % w] <= 0:
+            low += 1
+        if low < cur and (live[low % w] * CARRY_RECORD_BYTES <= self.opts.segment_bytes // 10
+                          or cur - low >= w - 16):
+            with mem.locked():
+                carried = mem.bind_tables().journal_carry(low)
+            writer.flush()
+            if self.opts.fsync != "none":
+                writer.sync()  # the carried records are on disk before anything goes
+            log.debug("journal: carried %d live timers from segment %d to %d", carried,
+                      low, cur)
+            while low < cur and live[low % w] <= 0:
+                low += 1
+        mem.header[L.W_JLOW] = low
+        n = self._delete(low, cur)
+        self.deleted += n
+        return n
+
+    def _delete(self, low: int, cur: int) -> int:
+        cutoff = time.time() - self.opts.keep_hours * 3600
+        n = 0
+        for seq in sorted(s for s in self.paths if s < low):
+            if _unlink_if_older(self.paths[seq], cutoff):
+                del self.paths[seq]
+                n += 1
+        return n
+
+
+class ReaperFiles:
+    """The reaper's side: its closed segments, each with its mark, deleted once ``low``
+    reaches the mark (module doc)."""
+
+    def __init__(self, mem: L.ServiceMemory, opts: JournalOptions) -> None:
+        self.mem = mem
+        self.opts = opts
+        self.closed: list[tuple[str, int]] = []  # (path, mark), oldest first
+        self.current = ""
+        self.next_pass = 0.0
+        mark = int(mem.header[L.W_JSEQ])
+        for path in F.segment_files(opts.directory):  # a dead predecessor's segments
+            name = F.SegmentName.parse(os.path.basename(path))
+            if name is not None and name.epoch == opts.epoch and name.role == "reaper" \
+                    and not shm.pid_alive(name.pid):
+                self.closed.append((path, mark))
+
+    def opened(self, seq: int, path: str) -> None:
+        """The writer's on_open, right after the last write to the previous segment: that
+        one is closed, marked with W_JSEQ as it is now."""
+        if self.current:
+            self.closed.append((self.current, int(self.mem.header[L.W_JSEQ])))
+        self.current = path
+
+    def tick(self) -> int:
+        now = time.monotonic()
+        if now < self.next_pass or not self.closed:
+            return 0
+        self.next_pass = now + PASS_S
+        low = int(self.mem.header[L.W_JLOW])
+        cutoff = time.time() - self.opts.keep_hours * 3600
+        keep, n = [], 0
+        for path, mark in self.closed:
+            if mark <= low and _unlink_if_older(path, cutoff):
+                n += 1
+            else:
+                keep.append((path, mark))
+        self.closed = keep
+        return n
+
+
+def _unlink_if_older(path: str, cutoff: float) -> bool:
+    """Delete `path` if its last write is before `cutoff` (True: gone, or gone already)."""
+    try:
+        if os.stat(path).st_mtime > cutoff:
+            return False
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return True
+
+
+def anchor_installed(mem: L.ServiceMemory, slots: np.ndarray) -> None:
+    """A recovery's re-armed timers are anchored in segment 0 (its compaction segment);
+    the coordinator's segments are numbered from 1."""
+    if not len(mem.live):
+        return
+    mem.anchors.view(np.int32)[slots] = 0  # the rest were set to -1 when formatted
+    mem.live[0] = len(slots)
+    mem.header[L.W_JSEQ] = 1
