@@ -42,7 +42,7 @@ class Segment:
     """One segment file read whole: its header (a dict), its records and what was
     rejected. ``rows`` is the columnar form the native scanner gives (``SCAN_WORDS``
     int64 per record: frame offset, status, kind, up to 8 integer fields, blob offset and
-    length in ``data``); ``records`` the same as lists (format.FIELDS), built on first use."""
+    length in ``data``, the blob as a payload word if it has at most 8 bytes); ``records`` the same as lists (format.FIELDS), built on first use."""
 
     path: str
     header: dict[str, Any] | None = None
@@ -71,7 +71,7 @@ class Segment:
         return self._records
 
 
-SCAN_WORDS = 13
+SCAN_WORDS = 14
 _END = {1: "torn: the file ends inside a frame", 2: "torn: the file ends inside a record",
         3: "bad frame length; the rest of the file is unreadable"}
 

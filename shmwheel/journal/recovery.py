@@ -92,15 +92,7 @@ def _clock_offset_ms(header: dict[str, Any], boot: str) -> int:
 _ID, _RUN_S, _DL_S, _TASK, _FLAGS, _PERIOD = 3, 10, 5, 6, 8, 9   # scheduled
 _RUN_O, _NEXT_O = 5, 8                                           # outcome
 _RUN_F, _DL_F = 5, 6                                             # fired
-_BLOB_OFF, _BLOB_LEN = 11, 12
-
-
-def _inline_words(data: bytes, off: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """The payload words of blobs of at most INLINE_MAX bytes at `off` in `data`."""
-    buf = np.frombuffer(data + bytes(8), np.uint8)
-    idx = off[:, None] + np.arange(8)
-    b = buf[idx].astype(np.uint64) * (np.arange(8) < length[:, None])
-    return (b << (np.arange(8, dtype=np.uint64) * 8)).sum(axis=1).view(np.int64)
+_BLOB_OFF, _BLOB_LEN, _WORD = 11, 12, 13
 
 
 def scan(directory: str) -> JournalState:
@@ -131,10 +123,7 @@ def scan(directory: str) -> JournalState:
                             np.int64)
             task = tmap[np.clip(s[:, _TASK], -1, len(tmap) - 1)]
             inline = (s[:, _BLOB_LEN] <= C.INLINE_MAX) & (s[:, _PERIOD] <= 0)
-            words = np.zeros(len(s), np.int64)
-            if inline.any():
-                words[inline] = _inline_words(seg.data, s[inline, _BLOB_OFF],
-                                              s[inline, _BLOB_LEN])
+            words = np.where(inline, s[:, _WORD], 0)  # the scanner read them
             ref = np.where(inline, -1, len(blobs) + np.cumsum(~inline) - 1)
             blobs.extend(seg.data[o: o + n] for o, n in s[~inline][:, _BLOB_OFF: _BLOB_OFF + 2]
                          .tolist())
@@ -212,13 +201,13 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
         raise RecoveryError(f"the journal has pending timers in slots up to "
                             f"{int(slots.max())}, but this service's capacity is {cap}: "
                             f"start it with capacity >= {int(slots.max()) + 1}")
-    used = {p.names[i] for i in np.unique(p.tasks).tolist()}
+    used = {p.names[i] for i in np.flatnonzero(np.bincount(p.tasks)).tolist()}
     unknown = sorted(used - set(mem.task_ids))
     if unknown:
         raise RecoveryError(f"the journal has pending timers of tasks this service does not "
                             f"register: {', '.join(map(repr, unknown))}; register them (or "
                             f"start with another journal directory)")
-    if len(np.unique(slots)) != n:
+    if np.any(np.diff(np.sort(slots)) == 0):
         raise RecoveryError("the journal names two pending timers in one slot: it is "
                             "corrupt (see the rejects logged above)")
     tmap = np.array([mem.task_ids.get(name, 0) for name in p.names], np.int64)

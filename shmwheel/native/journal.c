@@ -315,9 +315,10 @@ static int native_arity(i64 kind, int *bin_last) {
 
 /* journal_scan(data, start, out) -> (rows, next offset, end): frames from `start`, one
  * row of SCAN_WORDS per frame in out: frame offset, status (0 decoded, 1 for the Python
- * decoder, 2 bad CRC), kind, up to 8 integer fields, blob offset, blob length. `end`: 0
+ * decoder, 2 bad CRC), kind, up to 8 integer fields, blob offset, blob length, and the
+ * blob as a little-endian word when it has at most 8 bytes (the payload word). `end`: 0
  * the data ended cleanly, 1 torn frame, 2 torn body, 3 bad length, 4 out is full. */
-#define SCAN_WORDS 13
+#define SCAN_WORDS 14
 static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "journal_scan(data, start, out)");
     Py_buffer d, o;
@@ -356,6 +357,11 @@ static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         int ints = arity - bin_last, ok = 1;
         for (int k = 0; k < ints && ok; k++) ok = p < bend && mp_get_int(&p, bend, &row[3 + k]);
         if (ok && bin_last) ok = p < bend && mp_get_bin(&p, bend, base, &row[11], &row[12]);
+        if (ok && bin_last && row[12] <= 8) {   /* a blob that fits a payload word */
+            uint64_t w = 0;
+            for (i64 i = row[12] - 1; i >= 0; i--) w = w << 8 | base[row[11] + i];
+            row[13] = (i64)w;
+        }
         if (ok && p == bend) row[1] = 0;
     }
     PyBuffer_Release(&o);
@@ -366,7 +372,7 @@ static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 static PyMethodDef journal_functions[] = {
     {"journal_scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "journal_scan(data, start, out) -> (rows, next offset, end reason): the frames of a "
-     "segment as rows of 13 int64 (see journal.c)."},
+     "segment as rows of 14 int64 (see journal.c)."},
     {"journal_crc32", (PyCFunction)py_crc32, METH_O,
      "journal_crc32(data) -> the CRC-32 the journal frames records with (= zlib.crc32)."},
     {NULL, NULL, 0, NULL},
