@@ -15,13 +15,13 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from test_service import TASKS, read_log, wait_for
 
 from shmwheel import TimerService, journal
 from shmwheel import _native as N
 from shmwheel.journal import format as F
 from shmwheel.journal import reader, recovery
 from shmwheel.journal.writer import JournalInUse, JournalOptions, SegmentWriter, claim
-from test_service import TASKS, read_log, wait_for  # noqa: E402  (tests/ is on sys.path)
 
 SAMPLES = {  # one record of every kind, as format.body takes them
     F.SCHEDULED: (0x1_0000_0005, 123456789, 5000, 1, 4242, F.FLAG_KEY, 0, 1, b"\x92\xa1k\x01"),
@@ -221,7 +221,7 @@ def test_restart_rearms_pending_timers_with_their_ids(tmp_path):
     assert "gone" not in by_tag
     assert by_tag["due"][1] == due.id and by_tag["ran"][1] == ran.id
     for i, h in enumerate(later):
-        tag, hid, deadline, run_ns, _, key = by_tag[f"later{i}"]
+        _, hid, deadline, run_ns, _, key = by_tag[f"later{i}"]
         assert (hid, deadline, key) == (h.id, h.deadline_ms, f"k{i}")
         assert run_ns >= deadline * 1_000_000  # never early
     # the due one ran at once on restart (not a period later)
@@ -272,7 +272,7 @@ def test_segments_no_timer_needs_are_deleted_while_running(tmp_path):
             for k in range(12):  # ~20 segments of short timers that complete
                 c.schedule_many("record", [1] * 2000,
                                 [payload(f"s{k}-{i}") for i in range(2000)])
-                wait_for(lambda: svc.stats()["completed"] >= 2000 * (k + 1),
+                wait_for(lambda k=k: svc.stats()["completed"] >= 2000 * (k + 1),
                          what="the short ones ran")
             st = svc.stats()["journal"]
             wait_for(lambda: svc.stats()["journal"]["disk_bytes"] < 8 * seg_bytes,

@@ -139,7 +139,7 @@ def _decode(data: bytes, off: int, seg: Segment) -> list[Any] | None:
     n = int.from_bytes(data[off: off + 4], "little")
     try:
         rec = msgpack.unpackb(data[off + F.FRAME_BYTES: off + F.FRAME_BYTES + n])
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (msgpack raises several kinds on garbage)
         seg.rejects.append(Reject(seg.path, off, f"bad msgpack body: {e}"))
         return None
     if type(rec) is not list or not rec or F.ARITY.get(rec[0]) != len(rec) or \

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import posix_ipc
 
-from .. import _native as N
 from ..errors import ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
@@ -102,7 +102,10 @@ def scan(directory: str) -> JournalState:
     st = JournalState()
     boot = F.boot_id()
     names: dict[str, int] = {}
-    sched, prog, done, blobs = [], [], [], []
+    sched: list[np.ndarray] = []
+    prog: list[np.ndarray] = []
+    done: list[np.ndarray] = []
+    blobs: list[bytes] = []
     max_gen = -1
     for si, path in enumerate(F.segment_files(directory)):
         seg = read_segment(path)
@@ -211,7 +214,8 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
         raise RecoveryError("the journal names two pending timers in one slot: it is "
                             "corrupt (see the rejects logged above)")
     tmap = np.array([mem.task_ids.get(name, 0) for name in p.names], np.int64)
-    metas = C.meta_make(tmap[p.tasks], p.flags & C.FLAG_KEY, 0, p.lengths, NO_RING)  # type: ignore[arg-type]
+    metas: np.ndarray = C.meta_make(tmap[p.tasks], p.flags & C.FLAG_KEY, 0,  # type: ignore[arg-type,assignment]
+                                    p.lengths, NO_RING)  # type: ignore[arg-type]
     words = p.words.copy()
     for i, blob in p.blobs.items():  # payloads that need an arena block
         slot, period = int(slots[i]), int(p.periods[i])
@@ -283,8 +287,8 @@ def salvage(service: str, directory: str, epoch: int) -> int:
     service is alive."""
     try:
         mem = L.ServiceMemory.attach(service)
-    except Exception:  # gone (the usual case after a reboot), or not a service segment
-        return 0
+    except (ShmwheelError, OSError, posix_ipc.Error, ValueError):
+        return 0  # gone (the usual case after a reboot), or not a segment we can read
     cfg = mem.config
     if os.path.abspath(cfg.journal_dir or "/nonexistent") != os.path.abspath(directory) or \
             shm.pid_alive(int(mem.header[L.W_OWNER])):
@@ -325,7 +329,7 @@ def salvage_stale(service: str) -> bool:
     segment) when that journal is in use: the service starting on it salvages it."""
     try:
         mem = L.ServiceMemory.attach(service)
-    except Exception:
+    except (ShmwheelError, OSError, posix_ipc.Error, ValueError):
         return True
     directory, epoch = mem.config.journal_dir, mem.config.journal_epoch
     mem.close()

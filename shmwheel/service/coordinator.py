@@ -21,10 +21,10 @@ import os
 
 import numpy as np
 
-from ..segment import contract as C
-from ..segment import layout as L
 from ..journal.retention import Retention
 from ..journal.writer import options_of, service_writer
+from ..segment import contract as C
+from ..segment import layout as L
 from ..segment import shm
 from .process import ServiceProcess
 

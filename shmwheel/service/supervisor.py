@@ -16,8 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ShmwheelError
@@ -97,12 +97,13 @@ class TimerService:
             max_clients=max_clients, ring_capacity=_pow2(ring_capacity),
             dispatch_capacity=_pow2(dispatch_capacity),
             arena_blocks=L.arena_blocks(arena_bytes),
-            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
-            **({} if self.journal is None else dict(
-                journal_dir=self.journal.directory, journal_fsync=self.journal.fsync,
-                journal_fsync_ms=self.journal.fsync_ms,
-                journal_segment_bytes=self.journal.segment_bytes,
-                journal_keep_hours=float(self.journal.keep_hours))))
+            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()))
+        if self.journal is not None:
+            self.config = replace(self.config, journal_dir=self.journal.directory,
+                                  journal_fsync=self.journal.fsync,
+                                  journal_fsync_ms=self.journal.fsync_ms,
+                                  journal_segment_bytes=self.journal.segment_bytes,
+                                  journal_keep_hours=float(self.journal.keep_hours))
         self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
