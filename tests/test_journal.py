@@ -291,3 +291,27 @@ def test_segments_no_timer_needs_are_deleted_while_running(tmp_path):
     assert not any(r[0].startswith("long") for r in rows)
     shorts = Counter(r[0] for r in rows if r[0].startswith("s"))
     assert len(shorts) == 12 * 2000 and max(shorts.values()) == 1  # none ran twice
+
+
+def test_fsync_always_and_a_new_boot(tmp_path, monkeypatch):
+    """fsync "always" syncs every batch and recovers like the default; a journal written
+    under another boot has its deadlines moved by the wall clocks' difference."""
+    d = tmp_path / "j"
+    with TimerService(tasks=TASKS, capacity=1000, executors=1, journal=d,
+                      journal_fsync="always") as svc:
+        with svc.client() as c:
+            h = c.schedule("record", {"path": str(tmp_path / "log"), "tag": "x"},
+                           delay_ms=600_000)
+            wait_for(lambda: svc.stats()["journal"]["syncs"] >= 1, what="a sync")
+    st = recovery.scan(str(d))
+    assert st.pending.ids.tolist() == [h.id] and st.pending.deadlines.tolist() == [h.deadline_ms]
+    # the same journal read after a "reboot": monotonic clocks restarted
+    monkeypatch.setattr(F, "boot_id", lambda: "another-boot")
+    shift = recovery._clock_offset_ms(reader.read_segment(F.segment_files(d)[0]).header,
+                                      "another-boot")
+    st = recovery.scan(str(d))
+    assert st.pending.deadlines.tolist() == [h.deadline_ms + shift]
+    header = reader.read_segment(F.segment_files(d)[0]).header
+    wall_deadline = h.deadline_ms - header["mono_us"] // 1000 + header["wall_us"] // 1000
+    now_wall_minus_mono = (time.time_ns() - time.monotonic_ns()) // 1_000_000
+    assert abs(st.pending.deadlines[0] + now_wall_minus_mono - wall_deadline) <= 2
