@@ -73,7 +73,7 @@ def claim(directory: str, service: str) -> int:
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = os.path.join(directory, LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + SALVAGE_WAIT_S
+    start = time.monotonic()
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,8 +81,10 @@ def claim(directory: str, service: str) -> int:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
             # another service's start salvaging a dead one into this journal holds it
-            # for a moment: wait for that, not for a live service
-            if holder.startswith(SALVAGE_HOLDER) and time.monotonic() < deadline:
+            # for a moment: wait for that (and a little for a holder that has not yet
+            # written its name), not for a live service
+            waited = time.monotonic() - start
+            if waited < (SALVAGE_WAIT_S if holder.startswith(SALVAGE_HOLDER) else 0.5):
                 time.sleep(0.01)
                 continue
             os.close(fd)
