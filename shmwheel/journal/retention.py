@@ -89,19 +89,21 @@ class Retention:
         mem, w = self.mem, C.JOURNAL_WINDOW
         live, cur = mem.live, writer.seq
         low = max(0, int(mem.header[L.W_JLOW]))
-        while low < cur and live[low % w] <= 0:
-            low += 1
-        if low < cur and (live[low % w] * CARRY_RECORD_BYTES <= self.opts.segment_bytes // 10
-                          or cur - low >= w - 16):
-            with mem.locked():
-                carried = mem.bind_tables().journal_carry(low)
+        carried = 0
+        while low < cur:
+            if live[low % w] <= 0:
+                low += 1
+            elif (live[low % w] * CARRY_RECORD_BYTES <= self.opts.segment_bytes // 10
+                  or cur - low >= w // 2):  # mostly dead, or the counters' window filling
+                with mem.locked():
+                    carried += mem.bind_tables().journal_carry(low)
+            else:
+                break
+        if carried:
             writer.flush()
             if self.opts.fsync != "none":
                 writer.sync()  # the carried records are on disk before anything goes
-            log.debug("journal: carried %d live timers from segment %d to %d", carried,
-                      low, cur)
-            while low < cur and live[low % w] <= 0:
-                low += 1
+            log.debug("journal: carried %d live timers up to segment %d", carried, cur)
         mem.header[L.W_JLOW] = low
         n = self._delete(low, cur)
         self.deleted += n
