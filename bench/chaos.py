@@ -58,7 +58,8 @@ def main() -> int:
     args = ap.parse_args()
     rng = random.Random(args.seed)
     nprng = np.random.default_rng(args.seed)
-    log = tempfile.NamedTemporaryFile(prefix="shmwheel-chaos-", suffix=".log", delete=False).name
+    fd, log = tempfile.mkstemp(prefix="shmwheel-chaos-", suffix=".log")
+    os.close(fd)  # the executors append to it by name
     kills: Counter[str] = Counter()
     stop = threading.Event()
     cancelled: set[int] = set()
@@ -82,7 +83,7 @@ def main() -> int:
                     handles = client.schedule_many("rec", delays, payloads)
                 except shmwheel.Full as e:  # a stuck ring while the coordinator restarts
                     handles = e.accepted if e.accepted is not None else []
-                for tag, h, d in zip(tags, handles, delays):
+                for tag, h, d in zip(tags, handles, delays, strict=False):  # accepted: a prefix
                     if rng.random() < args.cancel_fraction:
                         pending_cancels.append((tick + d / 1000 * rng.random(), tag, h))
                     else:
@@ -110,7 +111,7 @@ def main() -> int:
     early = 0
     with open(log) as f:
         for line in f:
-            hid, deadline, run_ns, attempt, tag, key = line.split(" ")
+            _hid, deadline, run_ns, _attempt, tag, _key = line.split(" ")
             runs[int(tag)] += 1
             early += int(run_ns) < int(deadline) * 1_000_000
     os.unlink(log)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the harness, and journal_tasks for the executors
 sys.path.insert(0, str(ROOT))
 
-import journal_crash_harness as H
+import journal_crash_harness as H  # noqa: E402 (from tests/, put on sys.path above)
 
 
 def main() -> int:

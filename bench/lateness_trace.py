@@ -59,7 +59,7 @@ def main() -> None:
           f"max {late.max():.3f}; early {(late < 0).sum()}")
     print(f"fired by the reaper 1+ ms after the deadline: {(fired_late >= 1).sum()}")
     worst: dict[int, float] = {}
-    for m, v in zip(a[:, 0].tolist(), late.tolist()):
+    for m, v in zip(a[:, 0].tolist(), late.tolist(), strict=True):
         worst[m] = max(worst.get(m, 0.0), v)
     t0 = int(a[:, 0].min())
     bursts: list[list[int]] = []

@@ -41,8 +41,10 @@ class Logs:
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # tag -> record
     by_id: dict[int, str] = field(default_factory=dict)          # id -> tag
     dup_accepted_ids: list[int] = field(default_factory=list)
-    cancel_calls: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # id -> [(cycle, t)]
-    cancel_results: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (res, t, cycle)
+    # id -> [(cycle, t)]
+    cancel_calls: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    # id -> [(res, t, cycle)]
+    cancel_results: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     executions: list[dict[str, Any]] = field(default_factory=list)
     torn_lines: int = 0
 
@@ -383,7 +385,7 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
     fin = res.final
     if res.final_rc != 0 or not fin or fin.get("timed_out"):
         V["final phase did not finish cleanly"].append(
-            f"rc {res.final_rc}, final.json {'missing' if not fin else fin}")
+            f"rc {res.final_rc}, final.json {fin or 'missing'}")
     elif fin["stats"]["pending"] != 0:
         V["final phase did not finish cleanly"].append(f"pending {fin['stats']['pending']}")
 

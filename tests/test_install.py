@@ -129,7 +129,7 @@ def test_install_read_only_as_another_user(tmp_path):
         script = work / "app.py"
         script.write_text(SCRIPT)
         script.chmod(0o444)
-        for d, dirs, files in os.walk(site):  # chmod -R a-w
+        for d, _dirs, files in os.walk(site):  # chmod -R a-w
             for p in [d, *(os.path.join(d, f) for f in files)]:
                 os.chmod(p, os.stat(p).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
         work.chmod(0o555)
@@ -161,6 +161,6 @@ def test_install_read_only_as_another_user(tmp_path):
             p.kill()
         for p in _service_leftovers(name)[1]:
             (SHM / p).unlink(missing_ok=True)
-        for d, dirs, files in os.walk(work):  # give write permission back, then remove
+        for d, _dirs, _files in os.walk(work):  # give write permission back, then remove
             os.chmod(d, 0o755)
         shutil.rmtree(work)

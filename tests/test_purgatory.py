@@ -69,7 +69,7 @@ def test_request_expiry(mock):
 
 
 def test_request_purge(mock):
-    timer, p = mock
+    _timer, p = mock
     p.purge_interval = 2
     ops = [Op(100_000) for _ in range(5)]
     for i, op in enumerate(ops):

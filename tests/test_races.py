@@ -36,7 +36,7 @@ def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatc
         for p in procs:
             p.start()
         try:
-            for e, p in zip(ready, procs):
+            for e, p in zip(ready, procs, strict=True):
                 while not e.wait(0.1):
                     assert p.is_alive(), "a canceller died before it connected"
                     assert time.monotonic() < t0 + 60, "a canceller did not connect"

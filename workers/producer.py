@@ -253,7 +253,7 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
                 cancel_ids(ids[pick])
             else:
                 at = time.monotonic() + delays[pick] * cancel_at / 1000
-                for t, h in zip(at.tolist(), ids[pick].tolist()):
+                for t, h in zip(at.tolist(), ids[pick].tolist(), strict=True):
                     heapq.heappush(later, (t, h))
         if error is not None:
             raise shmwheel.Full(f"still full after retrying for {full_timeout_s} s, with "

@@ -14,9 +14,9 @@ import functools
 import json
 import os
 import platform
-import sysconfig
 import statistics
 import sys
+import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -335,10 +335,10 @@ def goals_text(verdicts: list[dict]) -> str:
         return ""
     lines = ["service goals (medians):"]
     for g in verdicts:
-        def show(x: float, unit: str = g["unit"]) -> str:
+        def show(x: float, unit: str = g["unit"], figure: str = g["figure"]) -> str:
             if unit == "B":
                 return f"{x:,.2f} B"  # the byte goals are tight: show the fraction
-            if g["figure"].startswith("ratio"):
+            if figure.startswith("ratio"):
                 return f"{x:.2f}x"
             return fmt(x, unit) if unit else f"{x:,.0f}"
 

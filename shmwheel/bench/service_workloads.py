@@ -189,7 +189,7 @@ def svc_schedule_call(n: int) -> Figures:
         with RedisDelayQueue() as q:
             zadd = q.schedule
             fig[f"{R} ZADD"] = _rate(
-                m, lambda: [zadd(d / 1000, k) for d, k in zip(delays, members)])
+                m, lambda: [zadd(d / 1000, k) for d, k in zip(delays, members, strict=True)])
         fig[f"{R} timers (per call)"] = float(m)
     return fig
 

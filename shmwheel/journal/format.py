@@ -98,14 +98,15 @@ def body(kind: int, *fields: Any) -> bytes:
     if len(fields) != len(FIELDS[kind]):
         raise ValueError(f"a {KIND_NAMES[kind]} record has {len(FIELDS[kind])} fields "
                          f"({', '.join(FIELDS[kind])}), got {len(fields)}")
-    return msgpack.packb([kind, *fields])
+    blob: bytes = msgpack.packb([kind, *fields])  # msgpack ships no type hints
+    return blob
 
 
 def as_dict(record: list[Any]) -> dict[str, Any]:
     """A decoded record as {"kind": name, field: value, ...}."""
     kind = record[0]
     d: dict[str, Any] = {"kind": KIND_NAMES[kind]}
-    d.update(zip(FIELDS[kind], record[1:]))
+    d.update(zip(FIELDS[kind], record[1:], strict=True))
     return d
 
 

@@ -42,7 +42,8 @@ class Segment:
     """One segment file read whole: its header (a dict), its records and what was
     rejected. ``rows`` is the columnar form the native scanner gives (``SCAN_WORDS``
     int64 per record: frame offset, status, kind, up to 8 integer fields, blob offset and
-    length in ``data``, the blob as a payload word if it has at most 8 bytes); ``records`` the same as lists (format.FIELDS), built on first use."""
+    length in ``data``, the blob as a payload word if it has at most 8 bytes); ``records``
+    the same as lists (format.FIELDS), built on first use."""
 
     path: str
     header: dict[str, Any] | None = None

@@ -84,7 +84,7 @@ def _clock_offset_ms(header: dict[str, Any], boot: str) -> int:
     boot's monotonic clock (0 on the same boot: the clock is the same)."""
     if header["boot_id"] == boot and boot:
         return 0
-    wall_minus_mono = (header["wall_us"] - header["mono_us"]) // 1000
+    wall_minus_mono = int(header["wall_us"] - header["mono_us"]) // 1000
     return wall_minus_mono - (time.time_ns() - time.monotonic_ns()) // 1_000_000
 
 
@@ -180,7 +180,7 @@ def scan(directory: str) -> JournalState:
     p.flags = S[:, 4] & (F.FLAG_KEY | F.FLAG_REPEAT)
     p.periods, p.lengths, p.words = S[:, 5], S[:, 6], S[:, 7]
     refs = np.flatnonzero(S[:, 8] >= 0)
-    p.blobs = {i: blobs[r] for i, r in zip(refs.tolist(), S[refs, 8].tolist())}
+    p.blobs = {i: blobs[r] for i, r in zip(refs.tolist(), S[refs, 8].tolist(), strict=True)}
     return st
 
 
@@ -214,8 +214,7 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
         raise RecoveryError("the journal names two pending timers in one slot: it is "
                             "corrupt (see the rejects logged above)")
     tmap = np.array([mem.task_ids.get(name, 0) for name in p.names], np.int64)
-    metas: np.ndarray = C.meta_make(tmap[p.tasks], p.flags & C.FLAG_KEY, 0,  # type: ignore[arg-type,assignment]
-                                    p.lengths, NO_RING)  # type: ignore[arg-type]
+    metas: np.ndarray = C.meta_make(tmap[p.tasks], p.flags & C.FLAG_KEY, 0, p.lengths, NO_RING)
     words = p.words.copy()
     for i, blob in p.blobs.items():  # payloads that need an arena block
         slot, period = int(slots[i]), int(p.periods[i])
@@ -238,7 +237,7 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     side[slots, C.S_META] = metas
     side[slots, C.S_PAYLOAD] = words
     nodes[slots, C.F_DEADLINE] = p.deadlines
-    nodes[slots, C.F_GS] = C.gs_make(C.handle_gen(ids), C.ST_PENDING)  # type: ignore[arg-type]
+    nodes[slots, C.F_GS] = C.gs_make(C.handle_gen(ids), C.ST_PENDING)
     tables.rebuild()  # links them, threads the free stacks around them
     anchor_installed(mem, slots)
     return ids

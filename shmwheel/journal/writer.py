@@ -225,8 +225,8 @@ class SegmentWriter:
             self._fd = -1
 
 
-def _write_all(fd: int, data: object) -> None:
-    view = memoryview(data)  # type: ignore[arg-type]
+def _write_all(fd: int, data: bytes | N.JournalBuffer) -> None:
+    view = memoryview(data)
     while len(view):
         view = view[os.write(fd, view):]
 

@@ -263,8 +263,9 @@ class DelayedOperationPurgatory:
         """Stop the reaper (waking it at once) and shut the timer down."""
         self._shutdown.set()
         self.timeout_timer.shutdown()  # wakes an advance_clock in progress
-        if self._expiry_thread is not None and self._expiry_thread is not threading.current_thread():
-            self._expiry_thread.join()
+        expiry = self._expiry_thread
+        if expiry is not None and expiry is not threading.current_thread():
+            expiry.join()
 
     def __enter__(self) -> DelayedOperationPurgatory:
         return self

@@ -8,7 +8,10 @@ mask. Read contract.h for what each word means; slots.h for the state machine.
 
 from __future__ import annotations
 
+from typing import Any, TypeVar, overload
+
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import _native as N
 
@@ -68,35 +71,47 @@ _GEN_SHIFT, _GEN_MASK, _STATE_MASK = N.GS_GEN_SHIFT, N.GS_GEN_MASK, N.GS_STATE_M
 
 
 # -- accessor pairs (they work on ints and, elementwise, on int64 arrays) --------------------
-def handle_slot(h):  # type: ignore[no-untyped-def]
+# A word or an array of words: each accessor returns what it was given (an int for an int,
+# an int64 array for an array), which a constrained type variable says exactly.
+Words = TypeVar("Words", int, NDArray[np.int64])
+
+
+def handle_slot(h: Words) -> Words:
     """The slot a handle names (int or array)."""
     return h & _SLOT_MASK
 
 
-def handle_gen(h):  # type: ignore[no-untyped-def]
+def handle_gen(h: Words) -> Words:
     return (h >> _GEN_SHIFT) & _GEN_MASK
 
 
-def gs_make(gen: int, state: int) -> int:
+def gs_make(gen: Words, state: int) -> Words:
     """A state word."""
     return ((gen & _GEN_MASK) << _GEN_SHIFT) | state
 
 
-def gs_state(gs):  # type: ignore[no-untyped-def]
+def gs_state(gs: Words) -> Words:
     return gs & _STATE_MASK
 
 
-def gs_gen(gs):  # type: ignore[no-untyped-def]
+def gs_gen(gs: Words) -> Words:
     return (gs >> _GEN_SHIFT) & _GEN_MASK
 
 
-def gs_handle(gs, slot):  # type: ignore[no-untyped-def]
+def gs_handle(gs: Words, slot: Words) -> Words:
     """The handle of `slot` whose state word is `gs`."""
     return (gs & (_GEN_MASK << _GEN_SHIFT)) | slot
 
 
-def meta_make(task: int, flags: int, cls: int, length: int, ring: int) -> int:
-    """A side record's meta word (contract.h's META_MAKE)."""
+@overload
+def meta_make(task: int, flags: int, cls: int, length: int, ring: int) -> int: ...
+@overload
+def meta_make(task: NDArray[np.int64], flags: NDArray[np.int64] | int,
+              cls: NDArray[np.int64] | int, length: NDArray[np.int64] | int,
+              ring: NDArray[np.int64] | int) -> NDArray[np.int64]: ...
+def meta_make(task: Any, flags: Any, cls: Any, length: Any, ring: Any) -> Any:
+    """A side record's meta word (contract.h's META_MAKE); with an array of tasks, the
+    array of meta words (the other fields are ints or arrays, broadcast)."""
     return (((task & N.META_TASK_MASK) << N.META_TASK_SHIFT)
             | ((flags & N.META_FLAGS_MASK) << N.META_FLAGS_SHIFT)
             | ((cls & N.META_CLASS_MASK) << N.META_CLASS_SHIFT)
@@ -104,23 +119,23 @@ def meta_make(task: int, flags: int, cls: int, length: int, ring: int) -> int:
             | ((ring & N.META_RING_MASK) << N.META_RING_SHIFT))
 
 
-def meta_task(m):  # type: ignore[no-untyped-def]
+def meta_task(m: Words) -> Words:
     return (m >> N.META_TASK_SHIFT) & N.META_TASK_MASK
 
 
-def meta_flags(m):  # type: ignore[no-untyped-def]
+def meta_flags(m: Words) -> Words:
     return (m >> N.META_FLAGS_SHIFT) & N.META_FLAGS_MASK
 
 
-def meta_class(m):  # type: ignore[no-untyped-def]
+def meta_class(m: Words) -> Words:
     return (m >> N.META_CLASS_SHIFT) & N.META_CLASS_MASK
 
 
-def meta_length(m):  # type: ignore[no-untyped-def]
+def meta_length(m: Words) -> Words:
     return (m >> N.META_LEN_SHIFT) & N.META_LEN_MASK
 
 
-def meta_ring(m):  # type: ignore[no-untyped-def]
+def meta_ring(m: Words) -> Words:
     return (m >> N.META_RING_SHIFT) & N.META_RING_MASK
 
 

@@ -119,7 +119,8 @@ class ServiceConfig:
         d = asdict(self)
         d["tasks"] = [list(t) for t in self.tasks]
         d["arena_blocks"] = list(self.arena_blocks)
-        return msgpack.packb(d)
+        blob: bytes = msgpack.packb(d)  # msgpack ships no type hints
+        return blob
 
     @classmethod
     def from_blob(cls, blob: bytes) -> ServiceConfig:
@@ -139,7 +140,8 @@ def arena_meta_words(cfg: ServiceConfig) -> int:
 
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
     """Word offset of each region of a service segment, and 'total' (words)."""
-    arena_data = sum(n * size for n, size in zip(cfg.arena_blocks, C.ARENA_CLASS_BYTES)) // 8
+    arena_data = sum(n * size for n, size in
+                     zip(cfg.arena_blocks, C.ARENA_CLASS_BYTES, strict=True)) // 8
     sizes = [
         ("meta", META_BYTES // 8),
         ("counters", (FIXED_ROWS + cfg.executors + cfg.max_clients) * C.COUNTER_WORDS),
@@ -324,6 +326,7 @@ class ServiceMemory:
             s.close()
         self._sems.clear()
         self.producer = self.dispatch = self.results = []
+        # a closed memory drops its views: they are typed as the arrays they are while open
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
         self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
         self.arena_words = self.anchors = self.live = None  # type: ignore[assignment]
@@ -342,7 +345,7 @@ def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:
     """Blocks per size class for an arena of about `arena_bytes`: half the bytes for the
     smallest class, where most payloads land, then a quarter, an eighth, an eighth."""
     shares = (0.5, 0.25, 0.125, 0.125)
-    n = [int(arena_bytes * f) // size for f, size in zip(shares, C.ARENA_CLASS_BYTES)]
+    n = [int(arena_bytes * f) // size for f, size in zip(shares, C.ARENA_CLASS_BYTES, strict=True)]
     return (n[0], n[1], n[2], n[3])
 
 

@@ -68,9 +68,11 @@ class Ring:
 
     def record_at(self, seq: int) -> np.ndarray:
         """The record at sequence number `seq` (a view; for recovery and tests)."""
-        return self.data[seq & self.mask]
+        row: np.ndarray = self.data[seq & self.mask]
+        return row
 
     def column(self, col: int) -> np.ndarray:
         """Column `col` of the unconsumed records [tail, head), copied."""
         idx = (self.tail + np.arange(self.pending())) & self.mask
-        return self.data[idx, col].copy()
+        values: np.ndarray = self.data[idx, col].copy()
+        return values

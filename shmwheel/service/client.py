@@ -396,7 +396,8 @@ class Client(N.Producer):
         ids = np.ascontiguousarray(ids, np.int64)
         out = np.zeros(len(ids), np.int64)
         self._cancel_many(ids, out)
-        return out == C.CANCEL_WON
+        won: np.ndarray = out == C.CANCEL_WON
+        return won
 
     def watch(self, keys: Sequence[str | bytes | int], timeout_ms: float, *,
               on_complete: str | None = None, on_expire: str | None = None,

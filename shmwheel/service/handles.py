@@ -82,7 +82,7 @@ class TimerHandles(Sequence[TimerHandle]):
         return TimerHandle(self._client, int(self.ids[i]), int(self.deadlines_ms[i]))
 
     def __iter__(self) -> Iterator[TimerHandle]:
-        for h, d in zip(self.ids.tolist(), self.deadlines_ms.tolist()):
+        for h, d in zip(self.ids.tolist(), self.deadlines_ms.tolist(), strict=True):
             yield TimerHandle(self._client, h, d)
 
     def cancel(self) -> np.ndarray:

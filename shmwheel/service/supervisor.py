@@ -60,10 +60,9 @@ class TimerService:
                  journal_fsync: str = "interval",
                  journal_fsync_ms: int = 100,
                  journal_segment_bytes: int = 64 << 20,
-                 journal_keep_hours: float = 0.0,
-                 **options: Any) -> None:
-        if options:
-            raise TypeError(f"unknown TimerService options: {', '.join(sorted(options))}")
+                 journal_keep_hours: float = 0.0) -> None:
+        # every option is a named keyword-only parameter (no **options): a misspelt one is
+        # a TypeError from the call itself and an error to a type checker
         self.journal: JournalOptions | None = None
         if journal is not None:
             if not isinstance(journal, (str, os.PathLike)) or not os.fspath(journal):

@@ -68,7 +68,7 @@ class WheelGeometry:
     @property
     def span(self) -> int:
         """Top level's interval: deadlines must lie less than this beyond the clock."""
-        return self.tick * self.wheel_size**self.levels
+        return self.tick * int(self.wheel_size**self.levels)  # int ** int is Any to mypy
 
 
 def wheel_layout(g: WheelGeometry) -> dict[str, int]:
@@ -224,7 +224,7 @@ class WheelCore:
     def max_deadline(self) -> int:
         """The first deadline the wheel refuses as out of range at the current time."""
         g = self.geometry
-        top = g.tick * g.wheel_size ** (g.levels - 1)
+        top = g.tick * int(g.wheel_size ** (g.levels - 1))  # int ** int is Any to mypy
         return (self.current_time // top) * top + g.span - g.tick + 1
 
     # -- single operations --------------------------------------------------------

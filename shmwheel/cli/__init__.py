@@ -1,0 +1,85 @@
+"""The ``shmwheel`` command (also ``python -m shmwheel``): run a service in the foreground,
+read its figures once (``status``) or live (``top``), list this user's services (``ls``)
+and remove what dead ones left (``clean``). One module per command: ``run``, ``status``,
+``top``, ``segments`` (ls and clean); ``observe`` reads a running service.
+
+Exit status: 0 on success, 1 when a service is not there or cannot start, 2 for bad
+arguments (with a usage message). Diagnostics go to stderr through ``logging``; a
+command's own output goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from . import run, segments, status, top
+from .observe import CommandError
+
+log = logging.getLogger("shmwheel.cli")
+
+EPILOG = """\
+examples:
+  shmwheel run --name orders --tasks expire=myapp.tasks:expire
+  shmwheel status orders
+  shmwheel top orders
+  shmwheel ls
+  shmwheel clean --dry-run
+
+`shmwheel COMMAND --help` tells more; docs/operations.md, "Command line", tells all.
+"""
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    parser = argparse.ArgumentParser(
+        prog="shmwheel", description="Run and watch shmwheel timer services.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"shmwheel {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", type=str.upper, choices=LEVELS, metavar="LEVEL",
+                        help="logging level on stderr: DEBUG, INFO, WARNING, ERROR "
+                        "(default INFO for run and clean, WARNING otherwise)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (run, status, top, segments):
+        module.register(sub, common)
+    for command in sub.choices.values():  # a usage error found later prints its usage
+        command.set_defaults(usage=command.format_usage)
+    return parser
+
+
+def setup_logging(level: str, command: str) -> None:
+    """Log records of `level` and above to stderr (``run`` with timestamps)."""
+    fmt = "%(asctime)s %(name)s %(levelname)s: %(message)s" if command == "run" else \
+        f"shmwheel {command}: %(levelname)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` (default sys.argv[1:]), run the command, return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level or args.default_log_level, args.command)
+    try:
+        code: int = args.execute(args)
+    except CommandError as e:
+        if e.status == 2:  # like argparse's own errors: the usage, then the message
+            sys.stderr.write(args.usage())
+        log.error("%s", e)
+        return e.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `shmwheel status NAME --json | head`: the reader left
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush does not fail too
+        return 1
+    return code
+
+
+__all__ = ["CommandError", "build_parser", "main"]

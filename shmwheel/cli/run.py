@@ -1,0 +1,239 @@
+"""``shmwheel run``: a TimerService in the foreground until SIGTERM or SIGINT.
+
+The process is the service's supervisor (the embedding process of docs/operations.md):
+it starts the coordinator, the reaper and the executors, restarts whichever dies, and on
+SIGTERM, SIGINT or SIGHUP stops them all and unlinks every name it created, then exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+import tomllib
+from pathlib import Path
+from textwrap import fill
+from types import FrameType
+from typing import Any
+
+from .observe import CommandError, service_name
+
+log = logging.getLogger("shmwheel.cli")
+
+EPILOG = """\
+examples:
+  shmwheel run --tasks expire=myapp.tasks:expire
+  shmwheel run --name orders --capacity 100000 --executors 4 \\
+      --tasks expire=myapp.tasks:expire retry=myapp.tasks:retry
+  shmwheel run --config orders.toml --log-level DEBUG
+  shmwheel run --name orders --journal /var/lib/shmwheel/orders --tasks ...
+
+  then, from any process of the same user:  shmwheel.connect("orders")
+
+a config file (TOML) holds the same options, and more of TimerService's; flags override it,
+--tasks adds to (or replaces by name) its [tasks] table; a relative journal path is taken
+from the config file's directory:
+
+  name = "orders"
+  capacity = 100000
+  executors = 4
+  journal = "journal"            # journal_fsync, journal_fsync_ms, ... too
+  log_level = "INFO"
+  [tasks]
+  expire = "myapp.tasks:expire"
+
+task modules are imported from the current directory and PYTHONPATH.
+The first line on stdout names the service; logs go to stderr.
+Exit status: 0 after a clean stop, 1 if the service cannot start, 2 for bad arguments.
+"""
+
+# option -> accepted types (TimerService checks the values themselves)
+OPTIONS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "capacity": (int,), "executors": (int,), "journal": (str,),
+    "log_level": (str,), "tasks": (dict,), "tick_ms": (int,), "wheel_size": (int,),
+    "max_clients": (int,), "ring_capacity": (int,), "dispatch_capacity": (int,),
+    "arena_bytes": (int,), "journal_fsync": (str,), "journal_fsync_ms": (int,),
+    "journal_segment_bytes": (int,), "journal_keep_hours": (int, float),
+}
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def task_arg(text: str) -> tuple[str, str]:
+    """argparse type for ``NAME=module:function``."""
+    name, eq, spec = text.partition("=")
+    module, colon, func = spec.partition(":")
+    if not (eq and name and colon and module and func):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=module:function")
+    return name, spec
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add the ``run`` subcommand to `sub`."""
+    p = sub.add_parser("run", parents=[common], help="run a service in the foreground",
+                       description=fill("Start a timer service and keep it running until SIGTERM "
+                       "or SIGINT (Ctrl-C), then stop it cleanly: no process and no shared "
+                       "memory is left behind."), epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", nargs="+", action="extend", type=task_arg, default=[],
+                   metavar="NAME=module:function", help="tasks executors may run, by name")
+    p.add_argument("--name", type=service_name, help="service name (default: s<pid>-<hex>)")
+    p.add_argument("--capacity", type=int, help="timer slots (default 1,000,000)")
+    p.add_argument("--executors", type=int, help="executor processes (default nproc - 1)")
+    p.add_argument("--journal", metavar="DIR", help="journal directory (docs/journal.md)")
+    p.add_argument("--config", type=Path, metavar="FILE", help="TOML file of options")
+    p.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long stopping may take before processes are killed (default 10)")
+    p.set_defaults(execute=execute, default_log_level="INFO")
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The options in a TOML config file, checked by name and type (CommandError, exit 2)."""
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except OSError as e:
+        raise CommandError(f"cannot read config {path}: {e.strerror or e}", 2) from None
+    except tomllib.TOMLDecodeError as e:
+        raise CommandError(f"config {path} is not valid TOML: {e}", 2) from None
+    config: dict[str, Any] = {}
+    for key, value in raw.items():
+        option = key.replace("-", "_")
+        types = OPTIONS.get(option)
+        if types is None:
+            raise CommandError(f"config {path}: unknown option {key!r} (known: "
+                               f"{', '.join(sorted(OPTIONS))})", 2)
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise CommandError(f"config {path}: {key} must be a "
+                               f"{' or '.join(t.__name__ for t in types)}, got {value!r}", 2)
+        config[option] = value
+    tasks = config.get("tasks", {})
+    for name, spec in tasks.items():
+        if not isinstance(spec, str) or ":" not in spec:
+            raise CommandError(f"config {path}: tasks.{name} must be \"module:function\", "
+                               f"got {spec!r}", 2)
+    if "name" in config:
+        try:
+            service_name(config["name"])
+        except argparse.ArgumentTypeError as e:
+            raise CommandError(f"config {path}: {e}", 2) from None
+    if "journal" in config:
+        config["journal"] = str((path.parent / config["journal"]).absolute())
+    return config
+
+
+def options(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
+    """TimerService's keyword arguments from the config file and the flags (flags win),
+    and the log level either of them asked for (None: the default)."""
+    config = load_config(args.config) if args.config is not None else {}
+    tasks = dict(config.pop("tasks", {}))
+    tasks.update(args.tasks)
+    if not tasks:
+        raise CommandError("no tasks: give --tasks NAME=module:function ... or a [tasks] "
+                           "table in --config", 2)
+    for flag in ("name", "capacity", "executors", "journal"):
+        value = getattr(args, flag)
+        if value is not None:
+            config[flag] = value
+    file_level = config.pop("log_level", None)
+    level = args.log_level or file_level
+    if level is not None and level.upper() not in LEVELS:
+        raise CommandError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}", 2)
+    config["tasks"] = tasks
+    return config, None if level is None else level.upper()
+
+
+class _Stopper:
+    """Signal handlers that ask the service to stop. The first signal sets a flag (the
+    main loop polls it: nothing is raised inside the library); a second one during
+    start() raises KeyboardInterrupt, which start() cleans up after."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.starting = False
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for s in STOP_SIGNALS:
+            self._old[s] = signal.signal(s, self._handle)
+
+    def restore(self) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum and self.starting:
+            raise KeyboardInterrupt
+        if self.signum:
+            log.warning("%s again: already stopping", signal.Signals(signum).name)
+        self.signum = self.signum or signum
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the service until a stop signal; 0 after a clean stop."""
+    from .. import TimerService
+    from ..errors import ShmwheelError
+
+    opts, level = options(args)
+    if level is not None:
+        from . import setup_logging
+
+        setup_logging(level, "run")
+        os.environ["SHMWHEEL_LOG_LEVEL"] = level  # the service processes log at it too
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: task modules from the cwd
+    name = opts.pop("name", None)
+    try:
+        svc = TimerService(name, **opts)
+    except (ValueError, TypeError) as e:
+        raise CommandError(str(e), 2) from None
+    stopper = _Stopper()
+    stopper.install()
+    try:
+        stopper.starting = True
+        try:
+            svc.start()
+        except KeyboardInterrupt:  # start() stopped what it had started; stop() covers
+            svc.stop(args.stop_timeout)  # a signal that came just after it returned
+            log.warning("interrupted while starting: service %s was not started", svc.name)
+            return 128 + (stopper.signum or signal.SIGINT)
+        except (ShmwheelError, OSError, RuntimeError) as e:
+            raise CommandError(f"cannot start service {svc.name}: {e}") from None
+        finally:
+            stopper.starting = False
+        try:
+            _serve(svc, stopper, args.stop_timeout)
+        finally:
+            svc.stop(args.stop_timeout)  # idempotent: a no-op after _serve's own stop
+    finally:
+        stopper.restore()
+    return 0
+
+
+def _serve(svc: Any, stopper: _Stopper, stop_timeout: float) -> None:
+    cfg = svc.config
+    print(f"service {svc.name} running; connect with shmwheel.connect({svc.name!r})",
+          flush=True)
+    log.info("service %s started: capacity %d, %d executors, tasks %s%s", svc.name,
+             cfg.capacity, cfg.executors, ", ".join(f"{n}={s}" for n, s in cfg.tasks),
+             f", journal {svc.journal.directory}" if svc.journal else "")
+    rec = svc.recovery
+    if rec.get("recovered") or rec.get("salvaged"):
+        log.info("service %s: re-armed %d timers from its journal (%d salvaged from a dead "
+                 "service's memory)", svc.name, rec.get("recovered", 0), rec.get("salvaged", 0))
+    while not stopper.signum:
+        time.sleep(0.1)
+    try:
+        st = svc.stats()
+    except Exception:  # the figures are only for the log line: stop regardless
+        log.exception("service %s: cannot read its figures", svc.name)
+        st = dict.fromkeys(("scheduled", "completed", "task_errors", "pending"), -1)
+    log.info("%s: stopping service %s (%d scheduled, %d completed, %d task errors; %d pending "
+             "%s)", signal.Signals(stopper.signum).name, svc.name, st["scheduled"],
+             st["completed"], st["task_errors"], st["pending"],
+             "kept in the journal" if svc.journal else "dropped")
+    svc.stop(stop_timeout)
+    log.info("service %s stopped", svc.name)
