@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .system_timer import SystemTimer
 from .timing_wheel import TimerTask
 
 SHARDS = 512  # Kafka's watcher-list shard count
+
+
+class LockLike(Protocol):
+    """What an operation's lock must offer: ``threading.Lock`` or ``threading.RLock``
+    (Kafka lets operations share a lock)."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class DelayedOperation(TimerTask):
@@ -28,8 +38,7 @@ class DelayedOperation(TimerTask):
     Override ``try_complete`` (call ``force_complete`` when the condition holds),
     ``on_complete`` and ``on_expiration``."""
 
-    def __init__(self, delay_ms: int, lock: threading.Lock | threading.RLock | None = None
-                 ) -> None:
+    def __init__(self, delay_ms: int, lock: LockLike | None = None) -> None:
         super().__init__(delay_ms)
         self.lock = lock if lock is not None else threading.Lock()
         self._completed = False

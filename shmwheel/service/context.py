@@ -1,7 +1,5 @@
 """The fire context of the task an executor is running (``shmwheel.context()``)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 from .. import _native as N
