@@ -155,6 +155,12 @@ def test_install_read_only_as_another_user(tmp_path):
         assert Path(where).is_relative_to(site) and int(who) == uid
         assert not procs, f"service processes still alive: {procs}"
         assert not files, f"left in /dev/shm: {files}"
+        # an example program, from the installed package, in a directory of its own
+        ex = subprocess.run(cmd + ["-m", "shmwheel.examples.producer", "--standalone",
+                                   "--count", "300", "--cancel-fraction", "0.1"],
+                            cwd=str(work), env=env, capture_output=True, text=True,
+                            timeout=120, check=False)
+        assert ex.returncode == 0, f"exit {ex.returncode}\n{ex.stdout}\n{ex.stderr[-5000:]}"
         assert not list(site.rglob("__pycache__")), "nothing was written into the install"
     finally:
         for p in _service_leftovers(name)[0]:
