@@ -19,3 +19,19 @@ def test_api_reference_builds_without_warnings(tmp_path):
                  "SystemTimer", "DelayedOperationPurgatory", "ShmwheelError"):
         assert name in page, f"{name} is missing from the reference"
     assert (out / "shmwheel" / "journal.html").exists()
+
+
+def test_every_public_name_has_a_docstring():
+    import inspect
+
+    import shmwheel
+
+    missing = []
+    for name in shmwheel.__all__:
+        obj = getattr(shmwheel, name)
+        if not inspect.getdoc(obj):
+            missing.append(name)
+        if inspect.isclass(obj):
+            missing += [f"{name}.{k}" for k, f in vars(obj).items()
+                        if not k.startswith("_") and callable(f) and not inspect.getdoc(f)]
+    assert not missing, f"public names without a docstring: {missing}"

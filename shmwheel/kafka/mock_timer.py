@@ -25,6 +25,7 @@ class ManualClock:
         return self._ns // 1_000_000
 
     def advance(self, ms: int) -> None:
+        """Move the clock forward by ``ms`` milliseconds (never back)."""
         if ms < 0:
             raise ValueError("a monotonic clock cannot go back")
         self._ns += ms * 1_000_000

@@ -48,12 +48,16 @@ class DelayedOperation(TimerTask):
 
     # -- to override ----------------------------------------------------------------
     def try_complete(self) -> bool:  # pragma: no cover - abstract
+        """Check the completion condition; call ``force_complete`` and return True
+        if it holds (override)."""
         raise NotImplementedError("override DelayedOperation.try_complete()")
 
     def on_complete(self) -> None:  # pragma: no cover - abstract
+        """Called once, by whoever completed the operation (override)."""
         raise NotImplementedError("override DelayedOperation.on_complete()")
 
     def on_expiration(self) -> None:  # pragma: no cover - abstract
+        """Called once when the operation expired before completing (override)."""
         raise NotImplementedError("override DelayedOperation.on_expiration()")
 
     # -- Kafka's machinery ----------------------------------------------------------

@@ -29,6 +29,7 @@ class TimerTask:
         self._entry_lock = threading.Lock()
 
     def run(self) -> None:  # pragma: no cover - abstract
+        """What the task does when its delay has passed (override)."""
         raise NotImplementedError("override TimerTask.run()")
 
     def cancel(self) -> None:

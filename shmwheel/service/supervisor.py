@@ -118,6 +118,8 @@ class TimerService:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> TimerService:
+        """Recover from the journal if there is one, create the shared memory, start
+        the processes; returns self once they are up."""
         if self.mem is not None:
             raise ShmwheelError(f"service {self.name!r} is already started")
         L.check_architecture()
@@ -190,6 +192,7 @@ class TimerService:
                 pass
 
     def client(self) -> Client:
+        """A new ``Client`` of this service (the same as ``connect(self.name)``)."""
         if self.mem is None:
             raise ShmwheelError("start the service before asking for a client")
         return connect(self.name)

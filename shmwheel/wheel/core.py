@@ -305,6 +305,7 @@ class WheelCore:
         return self.mem[start : start + g.capacity * N.NODE_WORDS].reshape(-1, N.NODE_WORDS)
 
     def deadline_of(self, slot: int) -> int:
+        """The exact deadline recorded in `slot`."""
         return int(self.entries()[slot, N.F_DEADLINE])
 
     def handle_of(self, slot: int) -> int:
@@ -313,9 +314,11 @@ class WheelCore:
 
     @staticmethod
     def slot_of(handle: int) -> int:
+        """The slot a handle names."""
         return handle & _SLOT_MASK
 
     def is_pending(self, handle: int) -> bool:
+        """Whether the entry `handle` names is still waiting in the wheel."""
         slot = handle & _SLOT_MASK
         if handle < 0 or slot >= self.capacity:
             return False
