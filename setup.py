@@ -18,7 +18,8 @@ class BuildNative(build_ext):
                 "\nshmwheel: building the native core (shmwheel/native/*.c) failed: "
                 f"{e}\nshmwheel needs a C11 compiler and the Python headers to install, e.g. "
                 "'apt-get install gcc python3-dev' (Debian/Ubuntu) or "
-                "'dnf install gcc python3-devel' (Fedora).\n\n")
+                "'dnf install gcc python3-devel' (Fedora).\n\n"
+            )
             raise
 
 
@@ -28,8 +29,14 @@ setup(
             "shmwheel._native",
             sources=sorted(glob.glob("shmwheel/native/*.c")),
             depends=sorted(glob.glob("shmwheel/native/*.h")),
-            extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-fno-strict-aliasing"],
+            extra_compile_args=[
+                "-std=c11",
+                "-O2",
+                "-Wall",
+                "-Wextra",
+                "-Wno-unused-parameter",
+                "-fno-strict-aliasing",
+            ],
         )
     ],
     cmdclass={"build_ext": BuildNative},

@@ -33,8 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # workers.tasks
 #                                                                 the executors (same path)
 
 
-def killer(svc: shmwheel.TimerService, stop: threading.Event, every_ms: float,
-           rng: random.Random, kills: Counter[str]) -> None:
+def killer(
+    svc: shmwheel.TimerService,
+    stop: threading.Event,
+    every_ms: float,
+    rng: random.Random,
+    kills: Counter[str],
+) -> None:
     """SIGKILL a random service process about every `every_ms`, until stopped."""
     while not stop.wait(rng.uniform(0.5, 1.5) * every_ms / 1000):
         role = rng.choice(sorted(svc.procs))
@@ -66,10 +71,10 @@ def main() -> int:
     not_cancelled: set[int] = set()
     scheduled = 0
     t0 = time.monotonic()
-    with shmwheel.TimerService(tasks={"rec": "workers.tasks:append_line"},
-                               capacity=200_000) as svc:
-        thread = threading.Thread(target=killer, daemon=True,
-                                  args=(svc, stop, args.kill_every_ms, rng, kills))
+    with shmwheel.TimerService(tasks={"rec": "workers.tasks:append_line"}, capacity=200_000) as svc:
+        thread = threading.Thread(
+            target=killer, daemon=True, args=(svc, stop, args.kill_every_ms, rng, kills)
+        )
         with svc.client() as client:
             thread.start()
             batch = max(1, int(args.rate / 20))
@@ -94,8 +99,12 @@ def main() -> int:
                 pending_cancels = [c for c in pending_cancels if c[0] > now]
                 for _, tag, h in due:
                     (cancelled if h.cancel() else not_cancelled).add(tag)
-                print(f"\r{now - t0:5.1f} s  scheduled {scheduled}  kills {sum(kills.values())}",
-                      end="", file=sys.stderr, flush=True)
+                print(
+                    f"\r{now - t0:5.1f} s  scheduled {scheduled}  kills {sum(kills.values())}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 time.sleep(max(0.0, 0.05 - (time.monotonic() - tick)))
             for _, tag, h in pending_cancels:
                 (cancelled if h.cancel() else not_cancelled).add(tag)
@@ -118,14 +127,23 @@ def main() -> int:
     twice = [t for t, c in runs.items() if c > 1]
     ran_cancelled = [t for t in cancelled if runs[t]]
     missing = [t for t in not_cancelled if not runs[t]]
-    print(f"{args.seconds:.0f} s, seed {args.seed}: scheduled {scheduled}, cancelled (True) "
-          f"{len(cancelled)}, ran {len(runs)}; kills {dict(sorted(kills.items()))}; "
-          f"restarts {st['restarts']}; lock repairs {st['repairs']}")
-    print(f"ran twice {len(twice)}; ran after a True cancel {len(ran_cancelled)}; ran early "
-          f"{early}; never ran {len(missing)} (executor crashes recorded: {st['crashed']}); "
-          f"pending at the end {st['pending']}; ring garbage {st['ring_garbage']}")
-    ok = not twice and not ran_cancelled and not early and len(missing) <= st["crashed"] \
+    print(
+        f"{args.seconds:.0f} s, seed {args.seed}: scheduled {scheduled}, cancelled (True) "
+        f"{len(cancelled)}, ran {len(runs)}; kills {dict(sorted(kills.items()))}; "
+        f"restarts {st['restarts']}; lock repairs {st['repairs']}"
+    )
+    print(
+        f"ran twice {len(twice)}; ran after a True cancel {len(ran_cancelled)}; ran early "
+        f"{early}; never ran {len(missing)} (executor crashes recorded: {st['crashed']}); "
+        f"pending at the end {st['pending']}; ring garbage {st['ring_garbage']}"
+    )
+    ok = (
+        not twice
+        and not ran_cancelled
+        and not early
+        and len(missing) <= st["crashed"]
         and st["pending"] == 0
+    )
     print("invariants hold" if ok else "INVARIANT BROKEN")
     return 0 if ok else 1
 

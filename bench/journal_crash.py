@@ -32,23 +32,40 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--startup-kill-fraction", type=float, default=0.1,
-                    help="the fraction of cycles killed at a random moment of their start")
-    ap.add_argument("--out", default=None,
-                    help="where to write the summary (default "
-                         "bench/results/journal-crash-<cycles>.txt)")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, "
-                    "journal); it is also kept when an invariant breaks")
-    ap.add_argument("--retention", action="store_true",
-                    help="journal_keep_hours 0 and 64 KiB segments: the services delete the "
-                         "segments no timer needs while the cycles run (the audit then "
-                         "checks the timers, not that the journal is whole)")
+    ap.add_argument(
+        "--startup-kill-fraction",
+        type=float,
+        default=0.1,
+        help="the fraction of cycles killed at a random moment of their start",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="where to write the summary (default bench/results/journal-crash-<cycles>.txt)",
+    )
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the work directory (logs, journal); it is also kept when an invariant breaks",
+    )
+    ap.add_argument(
+        "--retention",
+        action="store_true",
+        help="journal_keep_hours 0 and 64 KiB segments: the services delete the "
+        "segments no timer needs while the cycles run (the audit then "
+        "checks the timers, not that the journal is whole)",
+    )
     args = ap.parse_args()
     if args.cycles < 1:
         ap.error("--cycles must be >= 1")
-    cfg = H.Config(cycles=args.cycles, seed=args.seed,
-                   startup_kill_fraction=args.startup_kill_fraction, keep=True, progress=True,
-                   **({"keep_hours": 0.0, "segment_bytes": 1 << 16} if args.retention else {}))
+    cfg = H.Config(
+        cycles=args.cycles,
+        seed=args.seed,
+        startup_kill_fraction=args.startup_kill_fraction,
+        keep=True,
+        progress=True,
+        **({"keep_hours": 0.0, "segment_bytes": 1 << 16} if args.retention else {}),
+    )
     res = H.run(cfg)
     if res.ok and not args.keep:
         import shutil
@@ -57,12 +74,20 @@ def main() -> int:
         cfg.keep = False
     text = H.summary(res)
     print(text)
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / \
-        f"journal-crash-{args.cycles}{'-retention' if args.retention else ''}.txt"
+    out = (
+        Path(args.out)
+        if args.out
+        else ROOT
+        / "bench"
+        / "results"
+        / f"journal-crash-{args.cycles}{'-retention' if args.retention else ''}.txt"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"$ python bench/journal_crash.py --cycles {args.cycles} --seed {args.seed} "
-                   f"--startup-kill-fraction {args.startup_kill_fraction}"
-                   f"{' --retention' if args.retention else ''}\n{text}\n")
+    out.write_text(
+        f"$ python bench/journal_crash.py --cycles {args.cycles} --seed {args.seed} "
+        f"--startup-kill-fraction {args.startup_kill_fraction}"
+        f"{' --retention' if args.retention else ''}\n{text}\n"
+    )
     print(f"\nwritten to {out}", file=sys.stderr)
     return 0 if res.ok else 1
 

@@ -39,8 +39,12 @@ def main() -> None:
     ap.add_argument("--spread-ms", type=float, default=2000.0)
     args = ap.parse_args()
     out = os.path.join(tempfile.mkdtemp(prefix="shmwheel-trace-"), "rows.npy")
-    with shmwheel.TimerService(tasks={"record": record, "dump": dump}, executors=1,
-                               capacity=max(1000, 2 * args.n)) as svc, svc.client() as c:
+    with (
+        shmwheel.TimerService(
+            tasks={"record": record, "dump": dump}, executors=1, capacity=max(1000, 2 * args.n)
+        ) as svc,
+        svc.client() as c,
+    ):
         d = np.random.default_rng(1).uniform(300, 300 + args.spread_ms, args.n)
         c.schedule_many("record", d)
         end = time.monotonic() + args.spread_ms / 1000 + 30
@@ -54,9 +58,11 @@ def main() -> None:
     os.rmdir(os.path.dirname(out))
     late = a[:, 1] / 1e6 - a[:, 0]
     fired_late = a[:, 2] - a[:, 0]
-    print(f"{len(a)} runs; lateness ms p50 {np.percentile(late, 50):.3f} "
-          f"p99 {np.percentile(late, 99):.3f} p99.9 {np.percentile(late, 99.9):.3f} "
-          f"max {late.max():.3f}; early {(late < 0).sum()}")
+    print(
+        f"{len(a)} runs; lateness ms p50 {np.percentile(late, 50):.3f} "
+        f"p99 {np.percentile(late, 99):.3f} p99.9 {np.percentile(late, 99.9):.3f} "
+        f"max {late.max():.3f}; early {(late < 0).sum()}"
+    )
     print(f"fired by the reaper 1+ ms after the deadline: {(fired_late >= 1).sum()}")
     worst: dict[int, float] = {}
     for m, v in zip(a[:, 0].tolist(), late.tolist(), strict=True):
@@ -68,8 +74,10 @@ def main() -> None:
             bursts[-1].append(m)
         else:
             bursts.append([m])
-    print(f"ms with a timer > 1 ms late: {sum(map(len, bursts))}, in {len(bursts)} bursts "
-          f"starting at (ms after the first deadline): {[b[0] - t0 for b in bursts]}")
+    print(
+        f"ms with a timer > 1 ms late: {sum(map(len, bursts))}, in {len(bursts)} bursts "
+        f"starting at (ms after the first deadline): {[b[0] - t0 for b in bursts]}"
+    )
     if len(bursts) > 1:
         print(f"gaps between bursts (ms): {np.diff([b[0] for b in bursts]).tolist()}")
 

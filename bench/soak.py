@@ -55,16 +55,22 @@ def main() -> int:
     windows: list[dict[str, Any]] = []
     step_s = 0.02
     per_step = max(1, round(args.rate * step_s))
-    with shmwheel.TimerService(tasks={"noop": "workers.tasks:noop"},
-                               capacity=max(100_000, int(args.rate * 12))) as svc, \
-            svc.client() as client:
+    with (
+        shmwheel.TimerService(
+            tasks={"noop": "workers.tasks:noop"}, capacity=max(100_000, int(args.rate * 12))
+        ) as svc,
+        svc.client() as client,
+    ):
         t0 = time.monotonic()
         end = t0 + args.minutes * 60
         last = svc.stats()
         next_window = t0 + args.window_s
         scheduled = 0
-        print(f"{'t (s)':>7} {'sched/s':>9} {'fired/s':>9} {'pending':>8} {'p50':>6} {'p99':>6} "
-              f"{'p99.9':>6} {'max':>6} {'early':>5} {'rss MB':>7}", flush=True)
+        print(
+            f"{'t (s)':>7} {'sched/s':>9} {'fired/s':>9} {'pending':>8} {'p50':>6} {'p99':>6} "
+            f"{'p99.9':>6} {'max':>6} {'early':>5} {'rss MB':>7}",
+            flush=True,
+        )
         try:
             while time.monotonic() < end:
                 tick = time.monotonic()
@@ -78,19 +84,26 @@ def main() -> int:
                     st = svc.stats()
                     hist = np.array(st["lateness_histogram"]) - np.array(last["lateness_histogram"])
                     dt = now - (next_window - args.window_s)
-                    w = {"t_s": round(now - t0, 1),
-                         "scheduled_per_s": (st["scheduled"] - last["scheduled"]) / dt,
-                         "fired_per_s": (st["fired"] - last["fired"]) / dt,
-                         "cancelled_per_s": (st["cancelled"] - last["cancelled"]) / dt,
-                         "pending": st["pending"], "early": st["early"] - last["early"],
-                         "lateness_ms": lateness_summary(hist), "rss_mb": rss_mb(svc),
-                         "restarts": sum(st["restarts"].values())}
+                    w = {
+                        "t_s": round(now - t0, 1),
+                        "scheduled_per_s": (st["scheduled"] - last["scheduled"]) / dt,
+                        "fired_per_s": (st["fired"] - last["fired"]) / dt,
+                        "cancelled_per_s": (st["cancelled"] - last["cancelled"]) / dt,
+                        "pending": st["pending"],
+                        "early": st["early"] - last["early"],
+                        "lateness_ms": lateness_summary(hist),
+                        "rss_mb": rss_mb(svc),
+                        "restarts": sum(st["restarts"].values()),
+                    }
                     windows.append(w)
                     late = w["lateness_ms"]
-                    print(f"{w['t_s']:7.1f} {w['scheduled_per_s']:9.0f} {w['fired_per_s']:9.0f} "
-                          f"{w['pending']:8d} {late['p50']:6.2f} {late['p99']:6.2f} "
-                          f"{late['p999']:6.2f} {late['max']:6.2f} {w['early']:5d} "
-                          f"{w['rss_mb']:7.0f}", flush=True)
+                    print(
+                        f"{w['t_s']:7.1f} {w['scheduled_per_s']:9.0f} {w['fired_per_s']:9.0f} "
+                        f"{w['pending']:8d} {late['p50']:6.2f} {late['p99']:6.2f} "
+                        f"{late['p999']:6.2f} {late['max']:6.2f} {w['early']:5d} "
+                        f"{w['rss_mb']:7.0f}",
+                        flush=True,
+                    )
                     last, next_window = st, next_window + args.window_s
                 time.sleep(max(0.0, step_s - (time.monotonic() - tick)))
         except KeyboardInterrupt:
@@ -98,13 +111,18 @@ def main() -> int:
         final = svc.stats()
     early = final["early"]
     p99s = [w["lateness_ms"]["p99"] for w in windows]
-    summary = {"minutes": args.minutes, "rate": args.rate, "scheduled": scheduled,
-               "windows": len(windows), "early": early,
-               "lateness_ms_all": final["lateness_ms"],
-               "worst_window_p99_ms": max(p99s, default=0.0),
-               "median_window_p99_ms": float(np.median(p99s)) if p99s else 0.0,
-               "rss_mb_first_last": [windows[0]["rss_mb"], windows[-1]["rss_mb"]]
-               if windows else [], "restarts": final["restarts"]}
+    summary = {
+        "minutes": args.minutes,
+        "rate": args.rate,
+        "scheduled": scheduled,
+        "windows": len(windows),
+        "early": early,
+        "lateness_ms_all": final["lateness_ms"],
+        "worst_window_p99_ms": max(p99s, default=0.0),
+        "median_window_p99_ms": float(np.median(p99s)) if p99s else 0.0,
+        "rss_mb_first_last": [windows[0]["rss_mb"], windows[-1]["rss_mb"]] if windows else [],
+        "restarts": final["restarts"],
+    }
     print(json.dumps(summary))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "windows": windows}, indent=1))

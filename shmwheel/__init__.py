@@ -22,14 +22,22 @@ from .errors import Full, LayoutError, ShmwheelError
 # shmwheel` costs almost nothing and a process pays only for the layer it uses (the
 # Kafka layer, the service). Type checkers see the real imports below.
 _WHERE = {
-    "ManualClock": ".kafka.mock_timer", "MockTimer": ".kafka.mock_timer",
-    "DelayedOperation": ".kafka.purgatory", "DelayedOperationPurgatory": ".kafka.purgatory",
-    "SystemTimer": ".kafka.system_timer", "TimerTask": ".kafka.timing_wheel",
-    "TimerTaskEntry": ".kafka.timing_wheel", "TimingWheel": ".kafka.timing_wheel",
-    "Client": ".service.client", "connect": ".service.client",
-    "TimerHandle": ".service.handles", "TimerHandles": ".service.handles",
-    "FireContext": ".service.context", "context": ".service.context",
-    "TimerService": ".service.supervisor", "WheelCore": ".wheel.core",
+    "ManualClock": ".kafka.mock_timer",
+    "MockTimer": ".kafka.mock_timer",
+    "DelayedOperation": ".kafka.purgatory",
+    "DelayedOperationPurgatory": ".kafka.purgatory",
+    "SystemTimer": ".kafka.system_timer",
+    "TimerTask": ".kafka.timing_wheel",
+    "TimerTaskEntry": ".kafka.timing_wheel",
+    "TimingWheel": ".kafka.timing_wheel",
+    "Client": ".service.client",
+    "connect": ".service.client",
+    "TimerHandle": ".service.handles",
+    "TimerHandles": ".service.handles",
+    "FireContext": ".service.context",
+    "context": ".service.context",
+    "TimerService": ".service.supervisor",
+    "WheelCore": ".wheel.core",
 }
 
 if TYPE_CHECKING:  # pragma: no cover

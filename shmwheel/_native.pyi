@@ -53,9 +53,16 @@ class Handle:
 class Producer:
     _closed: bool
     _forked: bool
-    def schedule(self, task: str, payload: Any = None, *, delay_ms: float | None = None,
-                 deadline_ms: int | None = None, key: str | bytes | int | None = None,
-                 every_ms: float | None = None) -> Any: ...
+    def schedule(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        delay_ms: float | None = None,
+        deadline_ms: int | None = None,
+        key: str | bytes | int | None = None,
+        every_ms: float | None = None,
+    ) -> Any: ...
     def cancel(self, handle: Handle | int) -> bool: ...
     def _cancel_many(self, ids: _Buf, out: _Buf) -> int: ...
     def _bind(self, *args: Any) -> None: ...
@@ -70,11 +77,22 @@ class Producer:
     def _release(self) -> None: ...
 
 class Executor:
-    def __init__(self, wheel: _Buf, side: _Buf, arena: _Buf, adata: _Buf, dispatch: _Buf,
-                 results: _Buf, started: _Buf, counters: _Buf, hist: _Buf,
-                 tasks: list[Callable[[Any], Any]], unpack: Callable[[bytes], Any],
-                 on_error: Callable[[int, int, BaseException], None],
-                 on_full: Callable[[], bool]) -> None: ...
+    def __init__(
+        self,
+        wheel: _Buf,
+        side: _Buf,
+        arena: _Buf,
+        adata: _Buf,
+        dispatch: _Buf,
+        results: _Buf,
+        started: _Buf,
+        counters: _Buf,
+        hist: _Buf,
+        tasks: list[Callable[[Any], Any]],
+        unpack: Callable[[bytes], Any],
+        on_error: Callable[[int, int, BaseException], None],
+        on_full: Callable[[], bool],
+    ) -> None: ...
     def run(self) -> int: ...
     def close(self) -> None: ...
 

@@ -23,8 +23,9 @@ def service_processes(prefix: str = MINE) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if any("shmwheel.service.main" in a for a in cmd[:3]) and \
-                any(a.startswith(prefix) for a in cmd[3:]):
+        if any("shmwheel.service.main" in a for a in cmd[:3]) and any(
+            a.startswith(prefix) for a in cmd[3:]
+        ):
             found.append(p)
     return found
 

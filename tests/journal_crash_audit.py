@@ -34,12 +34,12 @@ if TYPE_CHECKING:
 # -- reading the logs ----------------------------------------------------------------------
 @dataclass
 class Logs:
-    starts: dict[int, str] = field(default_factory=dict)          # cycle -> service name
+    starts: dict[int, str] = field(default_factory=dict)  # cycle -> service name
     # cycle -> whether the previous cycle's service segment was in /dev/shm as it started
     prev_present: dict[int, int] = field(default_factory=dict)
     intents: dict[str, tuple[int, str]] = field(default_factory=dict)  # tag -> (cycle, kind)
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # tag -> record
-    by_id: dict[int, str] = field(default_factory=dict)          # id -> tag
+    by_id: dict[int, str] = field(default_factory=dict)  # id -> tag
     dup_accepted_ids: list[int] = field(default_factory=list)
     # id -> [(cycle, t)]
     cancel_calls: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
@@ -66,9 +66,15 @@ def read_logs(work: str) -> Logs:
                         lg.intents[p[1]] = (int(p[2]), p[3])
                     elif p[0] == "A":
                         tag, hid = p[1], int(p[2])
-                        lg.accepted[tag] = {"tag": tag, "id": hid, "deadline_ms": int(p[3]),
-                                            "kind": p[4], "every": int(p[5]),
-                                            "cycle": int(p[6]), "t_ns": int(p[7])}
+                        lg.accepted[tag] = {
+                            "tag": tag,
+                            "id": hid,
+                            "deadline_ms": int(p[3]),
+                            "kind": p[4],
+                            "every": int(p[5]),
+                            "cycle": int(p[6]),
+                            "t_ns": int(p[7]),
+                        }
                         if hid in lg.by_id:
                             lg.dup_accepted_ids.append(hid)
                         lg.by_id[hid] = tag
@@ -76,7 +82,8 @@ def read_logs(work: str) -> Logs:
                         lg.cancel_calls.setdefault(int(p[1]), []).append((int(p[2]), int(p[3])))
                     elif p[0] == "R":
                         lg.cancel_results.setdefault(int(p[1]), []).append(
-                            (int(p[2]), int(p[3]), int(p[4])))
+                            (int(p[2]), int(p[3]), int(p[4]))
+                        )
                     else:
                         raise ValueError(p[0])
                 except (ValueError, IndexError):
@@ -89,12 +96,19 @@ def read_logs(work: str) -> Logs:
                 if len(p) != 9 or p[0] != "E" or not line.endswith("\n"):
                     lg.torn_lines += 1
                     continue
-                lg.executions.append({"id": int(p[1]), "attempt": int(p[2]),
-                                      "start_ns": int(p[3]), "deadline_ms": int(p[4]),
-                                      "fired_ms": int(p[5]), "cycle": int(p[6]),
-                                      "pid": int(p[7]), "tag": p[8]})
+                lg.executions.append(
+                    {
+                        "id": int(p[1]),
+                        "attempt": int(p[2]),
+                        "start_ns": int(p[3]),
+                        "deadline_ms": int(p[4]),
+                        "fired_ms": int(p[5]),
+                        "cycle": int(p[6]),
+                        "pid": int(p[7]),
+                        "tag": p[8],
+                    }
+                )
     return lg
-
 
 
 # -- the analysis ------------------------------------------------------------------------------
@@ -124,8 +138,14 @@ def read_journal(journal: str) -> dict[str, Any]:
             d["epoch"], d["segment"] = epoch, seg_name
             by_id[d["id"]].append(d)
             records += 1
-    return {"by_id": by_id, "epochs_of": epochs_of, "rejects": rejects,
-            "segments": segments, "records": records, "recovery_segments": recovery_segments}
+    return {
+        "by_id": by_id,
+        "epochs_of": epochs_of,
+        "rejects": rejects,
+        "segments": segments,
+        "records": records,
+        "recovery_segments": recovery_segments,
+    }
 
 
 def _reject_kind(r: str) -> str:
@@ -159,8 +179,9 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
     tally: Counter[str] = Counter()
     salvaged_records = 0
     for ci in res.cycles:
-        salv = [(pid, n) for svc, pid, n in jr["recovery_segments"]
-                if svc == ci.name and pid != ci.pgid]
+        salv = [
+            (pid, n) for svc, pid, n in jr["recovery_segments"] if svc == ci.name and pid != ci.pgid
+        ]
         at_next = lg.prev_present.get(ci.cycle + 1, -1)
         if salv:
             pid, n = salv[0]
@@ -170,36 +191,50 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
                 ci.salvage_log = f"salvaged by cycle {driver_cycle[pid]}'s start: {n} records"
             else:
                 tally["salvaged by another process's start sweeping it"] += 1
-                ci.salvage_log = (f"salvaged by another process (pid {pid}) sweeping it: "
-                                  f"{n} records")
+                ci.salvage_log = f"salvaged by another process (pid {pid}) sweeping it: {n} records"
         elif ci.shm_after_kill and at_next == 0:
             tally["gone without a salvage"] += 1
-            ci.salvage_log = ("NOT salvaged: in /dev/shm after the kill, gone when the next "
-                              "driver started (another service's start swept it)")
+            ci.salvage_log = (
+                "NOT salvaged: in /dev/shm after the kill, gone when the next "
+                "driver started (another service's start swept it)"
+            )
         else:
             tally["no segment to salvage" if not ci.shm_after_kill else "not salvaged"] += 1
             ci.salvage_log = "not salvaged"
-        fate[ci.cycle] = (f"cycle {ci.cycle}'s segment after the kill: "
-                          f"{'present' if ci.shm_after_kill else 'absent'}, at the next "
-                          f"start: { {1: 'present', 0: 'absent'}.get(at_next, '?')}; "
-                          f"{ci.salvage_log}")
+        fate[ci.cycle] = (
+            f"cycle {ci.cycle}'s segment after the kill: "
+            f"{'present' if ci.shm_after_kill else 'absent'}, at the next "
+            f"start: { {1: 'present', 0: 'absent'}.get(at_next, '?') }; "
+            f"{ci.salvage_log}"
+        )
     c["killed services' segments"] = dict(tally)
     c["records salvaged from killed services' memory"] = salvaged_records
     c["segment fate"] = fate
 
     def jdump(hid: int) -> str:
         recs = jr["by_id"].get(hid, [])
-        return "; ".join(f"{r['kind']}(epoch {r['epoch']}" +
-                         "".join(f", {k}={r[k]}" for k in ("run", "deadline_ms", "outcome",
-                                                           "next_deadline_ms", "flags")
-                                 if k in r) + ")" for r in recs) or "no journal records"
+        return (
+            "; ".join(
+                f"{r['kind']}(epoch {r['epoch']}"
+                + "".join(
+                    f", {k}={r[k]}"
+                    for k in ("run", "deadline_ms", "outcome", "next_deadline_ms", "flags")
+                    if k in r
+                )
+                + ")"
+                for r in recs
+            )
+            or "no journal records"
+        )
 
     def edump(e: dict[str, Any]) -> str:
-        return (f"cycle {e['cycle']} attempt {e['attempt']} start {e['start_ns'] / 1e6:.3f} ms "
-                f"deadline {e['deadline_ms']} fired {e['fired_ms']} pid {e['pid']}")
+        return (
+            f"cycle {e['cycle']} attempt {e['attempt']} start {e['start_ns'] / 1e6:.3f} ms "
+            f"deadline {e['deadline_ms']} fired {e['fired_ms']} pid {e['pid']}"
+        )
 
     # cancels: the first returned result per id; calls with no result are in doubt
-    cancel_true: dict[int, tuple[int, int]] = {}    # id -> (t_return, cycle)
+    cancel_true: dict[int, tuple[int, int]] = {}  # id -> (t_return, cycle)
     cancel_false: dict[int, tuple[int, int]] = {}
     first_call: dict[int, int] = {}
     for hid, calls in lg.cancel_calls.items():
@@ -207,13 +242,15 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
     for hid, results in lg.cancel_results.items():
         for r, t, cy in results:
             (cancel_true if r else cancel_false).setdefault(hid, (t, cy))
-    in_doubt_cancel = {hid for hid in lg.cancel_calls
-                       if hid not in cancel_true and hid not in cancel_false}
+    in_doubt_cancel = {
+        hid for hid in lg.cancel_calls if hid not in cancel_true and hid not in cancel_false
+    }
     # a True after a False (final phase re-cancelling) is impossible: report if seen
     for hid in set(cancel_true) & set(cancel_false):
         if cancel_true[hid][0] > cancel_false[hid][0]:
             V["4. a cancel returned True after an earlier cancel returned False"].append(
-                f"id {hid:#x}")
+                f"id {hid:#x}"
+            )
 
     execs_by_id: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in lg.executions:
@@ -248,7 +285,8 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
     if lg.dup_accepted_ids:
         V["4. an id accepted twice (ids must stay unique across epochs)"] += [
             f"id {h:#x}: tags {[t for t, a in acc.items() if a['id'] == h]}"
-            for h in sorted(set(lg.dup_accepted_ids))]
+            for h in sorted(set(lg.dup_accepted_ids))
+        ]
 
     # 1. nothing lost
     for hid, a in one.items():
@@ -258,14 +296,16 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
             V["1. lost: an accepted one-shot (not cancelled) never ran"].append(
                 f"id {hid:#x} tag {a['tag']} cycle {a['cycle']} deadline {a['deadline_ms']} "
                 f"cancel={cancel_false.get(hid)}; {fate.get(a['cycle'], '')}; "
-                f"journal: {jdump(hid)}")
+                f"journal: {jdump(hid)}"
+            )
     # 2. cancelled never runs
     for hid in cancel_true:
         if hid in one and execs_by_id.get(hid):
             V["2. a one-shot whose cancel() returned True ran"].append(
                 f"id {hid:#x} tag {one[hid]['tag']} cancelled in cycle {cancel_true[hid][1]} "
                 f"at {cancel_true[hid][0] / 1e6:.3f} ms; runs: "
-                f"{[edump(e) for e in execs_by_id[hid]]}; journal: {jdump(hid)}")
+                f"{[edump(e) for e in execs_by_id[hid]]}; journal: {jdump(hid)}"
+            )
     # 3. never early
     early_sub_ms = 0
     for e in lg.executions:
@@ -273,9 +313,12 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
             short = e["deadline_ms"] * 1_000_000 - e["start_ns"]
             early_sub_ms += short < 1_000_000
             V["3. a task started before its deadline"].append(
-                f"id {e['id']:#x} tag {e['tag']} {short / 1e6:.3f} ms early: {edump(e)}")
+                f"id {e['id']:#x} tag {e['tag']} {short / 1e6:.3f} ms early: {edump(e)}"
+            )
     c["early executions (of which < 1 ms early)"] = (
-        len(V.get("3. a task started before its deadline", [])), early_sub_ms)
+        len(V.get("3. a task started before its deadline", [])),
+        early_sub_ms,
+    )
     # 4. ids preserved (and deadlines)
     unknown_doubt = 0
     for e in lg.executions:
@@ -285,18 +328,22 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
                 unknown_doubt += 1
                 continue
             V["4. an execution with an id the accepted log does not have"].append(
-                f"id {e['id']:#x} tag {e['tag']}: {edump(e)}; journal: {jdump(e['id'])}")
+                f"id {e['id']:#x} tag {e['tag']}: {edump(e)}; journal: {jdump(e['id'])}"
+            )
         elif a["id"] != e["id"]:
             V["4. a timer ran under another id than schedule() returned"].append(
-                f"tag {e['tag']}: accepted id {a['id']:#x}, ran as {e['id']:#x} ({edump(e)})")
+                f"tag {e['tag']}: accepted id {a['id']:#x}, ran as {e['id']:#x} ({edump(e)})"
+            )
         elif a["kind"] == "o" and e["deadline_ms"] != a["deadline_ms"]:
             V["4. a one-shot ran with another deadline than schedule() returned"].append(
                 f"id {e['id']:#x} tag {e['tag']}: accepted {a['deadline_ms']}, ran with "
-                f"{e['deadline_ms']} ({edump(e)}); journal: {jdump(e['id'])}")
+                f"{e['deadline_ms']} ({edump(e)}); journal: {jdump(e['id'])}"
+            )
         elif a["kind"] == "r" and (e["deadline_ms"] - a["deadline_ms"]) % a["every"]:
             V["4. a repeating timer ran off its period's grid"].append(
                 f"id {e['id']:#x} tag {e['tag']}: first deadline {a['deadline_ms']} every "
-                f"{a['every']}, ran with {e['deadline_ms']} ({edump(e)})")
+                f"{a['every']}, ran with {e['deadline_ms']} ({edump(e)})"
+            )
     c["executions of schedules in doubt (id learnt from the run)"] = unknown_doubt
     # 5. duplicates only in the documented window
     dup_oneshots = 0
@@ -312,8 +359,9 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
         for attempt, es in by_attempt.items():
             if len(es) < 2:
                 continue
-            dup_runs["one-shot" if hid in one else "repeating" if hid in rep else "in doubt"] \
-                += len(es) - 1
+            dup_runs["one-shot" if hid in one else "repeating" if hid in rep else "in doubt"] += (
+                len(es) - 1
+            )
             for i, e in enumerate(es[:-1]):
                 nxt = es[i + 1]
                 why = []
@@ -321,24 +369,32 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
                     why.append(f"the earlier run was in cycle {e['cycle']}, not killed")
                 if nxt["cycle"] == e["cycle"]:
                     why.append("both runs in one cycle (no restart between them)")
-                outs = [r for r in jr["by_id"].get(hid, []) if r["kind"] == "outcome"
-                        and r["run"] == attempt and r["epoch"] in epochs_of_cycle.get(
-                            e["cycle"], set())]
+                outs = [
+                    r
+                    for r in jr["by_id"].get(hid, [])
+                    if r["kind"] == "outcome"
+                    and r["run"] == attempt
+                    and r["epoch"] in epochs_of_cycle.get(e["cycle"], set())
+                ]
                 if outs:
-                    why.append(f"the journal has its outcome from cycle {e['cycle']}'s epoch "
-                               f"{sorted(epochs_of_cycle.get(e['cycle'], set()))}")
+                    why.append(
+                        f"the journal has its outcome from cycle {e['cycle']}'s epoch "
+                        f"{sorted(epochs_of_cycle.get(e['cycle'], set()))}"
+                    )
                 if why:
                     V["5. a timer ran twice outside the crash window"].append(
                         f"id {hid:#x} tag {e['tag']} attempt {attempt}: "
                         f"{'; '.join(why)}; runs: {[edump(x) for x in es]}; journal: "
-                        f"{jdump(hid)}")
+                        f"{jdump(hid)}"
+                    )
                 else:
                     window_cycles[e["cycle"]] += 1
                     dup_list.append(
                         f"id {hid:#x} tag {e['tag']} attempt {attempt}: ran in cycle "
                         f"{e['cycle']} (killed; its epoch "
                         f"{sorted(epochs_of_cycle.get(e['cycle'], set()))} has no outcome for "
-                        f"this run), again in cycle {nxt['cycle']}; journal: {jdump(hid)}")
+                        f"this run), again in cycle {nxt['cycle']}; journal: {jdump(hid)}"
+                    )
     c["one-shot timers that ran more than once"] = dup_oneshots
     c["duplicate runs (extra executions of one run)"] = dict(dup_runs)
     c["cycles with duplicates inside the window"] = len(window_cycles)
@@ -352,17 +408,22 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
         if not any(cy != final_cycle for cy, _ in calls) and final_cycle not in cycles_run:
             V["6. a repeating timer never cancelled did not resume in the final phase"].append(
                 f"id {hid:#x} tag {a['tag']} cycle {a['cycle']} ran in cycles "
-                f"{sorted(cycles_run)}; journal: {jdump(hid)}")
+                f"{sorted(cycles_run)}; journal: {jdump(hid)}"
+            )
         res_ = cancel_true.get(hid) or cancel_false.get(hid)
         if res_ is None:
             continue
         t_ret, cy = res_
         # a False cancel leaves the run in flight (fired by the reaper before the cancel
         # returned, maybe not yet started by an executor); a True one, none
-        in_flight = [e["attempt"] for e in execs_by_id.get(hid, [])
-                     if e["fired_ms"] * 1_000_000 <= t_ret]
-        in_flight += [r["run"] for r in jr["by_id"].get(hid, [])
-                      if r["kind"] == "fired" and r["t_us"] * 1000 <= t_ret]
+        in_flight = [
+            e["attempt"] for e in execs_by_id.get(hid, []) if e["fired_ms"] * 1_000_000 <= t_ret
+        ]
+        in_flight += [
+            r["run"]
+            for r in jr["by_id"].get(hid, [])
+            if r["kind"] == "fired" and r["t_us"] * 1000 <= t_ret
+        ]
         for e in execs_by_id.get(hid, []):
             if e["start_ns"] <= t_ret:
                 continue
@@ -370,12 +431,14 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
                 V["6. a repeating timer ran after its cancel() returned"].append(
                     f"id {hid:#x} tag {a['tag']} cancel={'True' if hid in cancel_true else 'False'}"
                     f" returned at {t_ret / 1e6:.3f} ms in cycle {cy}; later run: {edump(e)}; "
-                    f"journal: {jdump(hid)}")
+                    f"journal: {jdump(hid)}"
+                )
     c["repeating timers that ran in more than one cycle"] = multi
     c["repeating timers' executions"] = sum(len(execs_by_id.get(h, [])) for h in rep)
     if multi == 0:
         V["6. no repeating timer ran in more than one cycle"].append(
-            f"{len(rep)} repeating timers accepted")
+            f"{len(rep)} repeating timers accepted"
+        )
     # 7. nothing left behind
     if res.leaks.get("processes"):
         V["7. processes left behind"] += res.leaks["processes"]
@@ -385,18 +448,25 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
     fin = res.final
     if res.final_rc != 0 or not fin or fin.get("timed_out"):
         V["final phase did not finish cleanly"].append(
-            f"rc {res.final_rc}, final.json {fin or 'missing'}")
+            f"rc {res.final_rc}, final.json {fin or 'missing'}"
+        )
     elif fin["stats"]["pending"] != 0:
         V["final phase did not finish cleanly"].append(f"pending {fin['stats']['pending']}")
 
     # the journal's completeness (reported; a miss is also a violation: the journal is
     # write-ahead and salvage records what a dead service's memory knew)
-    no_sched = [h for h in acc_ids(acc) if not any(r["kind"] == "scheduled"
-                                                   for r in jr["by_id"].get(h, []))]
-    no_cancel = [h for h in cancel_true if not any(r["kind"] == "cancelled"
-                                                   for r in jr["by_id"].get(h, []))]
-    fired = {(h, r["run"], r["deadline_ms"]) for h, rs in jr["by_id"].items() for r in rs
-             if r["kind"] == "fired"}
+    no_sched = [
+        h for h in acc_ids(acc) if not any(r["kind"] == "scheduled" for r in jr["by_id"].get(h, []))
+    ]
+    no_cancel = [
+        h for h in cancel_true if not any(r["kind"] == "cancelled" for r in jr["by_id"].get(h, []))
+    ]
+    fired = {
+        (h, r["run"], r["deadline_ms"])
+        for h, rs in jr["by_id"].items()
+        for r in rs
+        if r["kind"] == "fired"
+    }
     no_fired = [e for e in lg.executions if (e["id"], e["attempt"], e["deadline_ms"]) not in fired]
     c["journal: segments, records"] = (jr["segments"], jr["records"])
     c["journal: accepted timers with no scheduled record"] = len(no_sched)
@@ -407,13 +477,16 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
         c["journal: completeness"] = "not checked (retention on)"
     for h in no_sched[:20]:
         V["J. an accepted timer has no scheduled record in the journal"].append(
-            f"id {h:#x} tag {lg.by_id[h]}; journal: {jdump(h)}")
+            f"id {h:#x} tag {lg.by_id[h]}; journal: {jdump(h)}"
+        )
     for h in no_cancel[:20]:
         V["J. a cancel that returned True has no cancelled record in the journal"].append(
-            f"id {h:#x} tag {lg.by_id.get(h)}; journal: {jdump(h)}")
+            f"id {h:#x} tag {lg.by_id.get(h)}; journal: {jdump(h)}"
+        )
     for e in no_fired[:20]:
         V["J. an execution has no matching fired record in the journal"].append(
-            f"id {e['id']:#x} tag {e['tag']}: {edump(e)}; journal: {jdump(e['id'])}")
+            f"id {e['id']:#x} tag {e['tag']}: {edump(e)}; journal: {jdump(e['id'])}"
+        )
     kinds = Counter(_reject_kind(r) for r in jr["rejects"])
     c["journal rejects"] = dict(kinds)
     for r in jr["rejects"]:
@@ -426,4 +499,3 @@ def analyse(res: Result, work: str, journal: str, prefix: str) -> None:
 
 def acc_ids(acc: dict[str, dict[str, Any]]) -> list[int]:
     return sorted(a["id"] for a in acc.values())
-

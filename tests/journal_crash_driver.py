@@ -79,17 +79,30 @@ def _driver(args: argparse.Namespace) -> int:
     log = Log(os.path.join(work, ACCEPTED))
     with open(args.carry) as f:
         carry = json.load(f)
-    svc = shmwheel.TimerService(args.name, tasks=TASKS, journal=args.journal,
-                                executors=args.executors, capacity=CAPACITY,
-                                journal_keep_hours=args.keep_hours,
-                                journal_segment_bytes=args.segment_bytes)
+    svc = shmwheel.TimerService(
+        args.name,
+        tasks=TASKS,
+        journal=args.journal,
+        executors=args.executors,
+        capacity=CAPACITY,
+        journal_keep_hours=args.keep_hours,
+        journal_segment_bytes=args.segment_bytes,
+    )
     # is the previous (killed) service's segment still there for this start to salvage?
     prev = int(bool(args.prev_name) and os.path.exists(f"/dev/shm/shmwheel.{args.prev_name}"))
     log("S", args.cycle, args.name, now_ns(), prev)
     svc.start()
-    write_json(os.path.join(work, f"recovery-{args.cycle}.json"),
-                {"cycle": args.cycle, "name": args.name, "recovery": svc.recovery,
-                 "executors": args.executors, "pid": os.getpid(), "t_ns": now_ns()})
+    write_json(
+        os.path.join(work, f"recovery-{args.cycle}.json"),
+        {
+            "cycle": args.cycle,
+            "name": args.name,
+            "recovery": svc.recovery,
+            "executors": args.executors,
+            "pid": os.getpid(),
+            "t_ns": now_ns(),
+        },
+    )
     print("RECOVERY", args.cycle, json.dumps(svc.recovery, default=str), flush=True)
     client = svc.client()
     if args.final:
@@ -142,8 +155,7 @@ def _driver(args: argparse.Namespace) -> int:
     return 3
 
 
-def _final(args: argparse.Namespace, svc: Any, client: Any, carry: dict[str, Any],
-           log: Log) -> int:
+def _final(args: argparse.Namespace, svc: Any, client: Any, carry: dict[str, Any], log: Log) -> int:
     """Schedule nothing; let every deadline pass; cancel the repeating timers (the known
     ones and any the executions log reveals); wait until nothing is left to fire; stop."""
     t_ready = time.monotonic()
@@ -179,12 +191,32 @@ def _final(args: argparse.Namespace, svc: Any, client: Any, carry: dict[str, Any
     stats = svc.stats()
     client.close()
     svc.stop()
-    keep = ("pending", "scheduled", "fired", "cancelled", "completed", "task_errors",
-            "crashed", "rearmed", "early", "ring_garbage", "ring_stale", "retired", "repairs",
-            "lateness_ms", "journal")
-    write_json(os.path.join(args.workdir, "final.json"),
-                {"timed_out": timed_out, "stats": {k: stats.get(k) for k in keep},
-                 "recovery": svc.recovery, "repeats_cancelled": len(done)})
+    keep = (
+        "pending",
+        "scheduled",
+        "fired",
+        "cancelled",
+        "completed",
+        "task_errors",
+        "crashed",
+        "rearmed",
+        "early",
+        "ring_garbage",
+        "ring_stale",
+        "retired",
+        "repairs",
+        "lateness_ms",
+        "journal",
+    )
+    write_json(
+        os.path.join(args.workdir, "final.json"),
+        {
+            "timed_out": timed_out,
+            "stats": {k: stats.get(k) for k in keep},
+            "recovery": svc.recovery,
+            "repeats_cancelled": len(done),
+        },
+    )
     return 4 if timed_out else 0
 
 
@@ -218,7 +250,6 @@ def driver_main(argv: list[str]) -> int:
     ap.add_argument("--prev-name", default="")
     ap.add_argument("--final", action="store_true")
     return _driver(ap.parse_args(argv))
-
 
 
 if __name__ == "__main__":

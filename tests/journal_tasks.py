@@ -24,8 +24,10 @@ def mark(payload: Any) -> None:
     start_ns = time.monotonic_ns()
     ctx = shmwheel.context()
     tag, sleep_ms = payload[0], payload[1]
-    line = (f"E {ctx.id} {ctx.attempt} {start_ns} {ctx.deadline_ms} {ctx.fired_ms} "
-            f"{os.environ.get('JC_CYCLE', '?')} {os.getpid()} {tag}\n")
+    line = (
+        f"E {ctx.id} {ctx.attempt} {start_ns} {ctx.deadline_ms} {ctx.fired_ms} "
+        f"{os.environ.get('JC_CYCLE', '?')} {os.getpid()} {tag}\n"
+    )
     fd = os.open(os.environ["JC_EXEC_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())

@@ -27,8 +27,10 @@ def hit(i: Any) -> None:
     """The raced task: counts[i] += 1 and seen[i] = this timer's id."""
     global _maps
     if _maps is None:
-        _maps = (np.memmap(os.environ[COUNTS_ENV], dtype=np.int32, mode="r+"),
-                 np.memmap(os.environ[SEEN_ENV], dtype=np.int64, mode="r+"))
+        _maps = (
+            np.memmap(os.environ[COUNTS_ENV], dtype=np.int32, mode="r+"),
+            np.memmap(os.environ[SEEN_ENV], dtype=np.int64, mode="r+"),
+        )
     counts, seen = _maps
     counts[i] += 1
     seen[i] = shmwheel.context().id
@@ -38,8 +40,7 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def canceller(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: Any,
-              go: Any) -> None:
+def canceller(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: Any, go: Any) -> None:
     """Canceller j of k (a spawned process): connect, say ready, wait for the batch; then
     cancel timers i = j, j + k, j + 2k, ... each at its own deadline plus a random offset in
     [-jitter_ms, +jitter_ms], so that cancels meet the reaper's fires; record each result

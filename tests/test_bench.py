@@ -15,9 +15,19 @@ from shmwheel.bench import journal_workloads as JW
 from shmwheel.bench.__main__ import service_workloads, workloads
 from shmwheel.bench.baselines import HeapTimer, RedisDelayQueue, redis_status
 
-W_ORDER = ["svc_schedule_call", "svc_schedule_many", "svc_cancel", "svc_memory", "svc_lateness",
-           "svc_producers", "svc_fire", "svc_scale", "svc_startup", "svc_journal",
-           "svc_recovery"]
+W_ORDER = [
+    "svc_schedule_call",
+    "svc_schedule_many",
+    "svc_cancel",
+    "svc_memory",
+    "svc_lateness",
+    "svc_producers",
+    "svc_fire",
+    "svc_scale",
+    "svc_startup",
+    "svc_journal",
+    "svc_recovery",
+]
 SERVICE_KEYS = set(W_ORDER)
 
 
@@ -40,8 +50,11 @@ def _marked_processes(mark: str) -> list[psutil.Process]:
 
 
 def _shm_files() -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir()
-            if p.name.startswith(("shmwheel.", "sem.shmwheel."))}
+    return {
+        p.name
+        for p in Path("/dev/shm").iterdir()
+        if p.name.startswith(("shmwheel.", "sem.shmwheel."))
+    }
 
 
 def _journal_dirs() -> set[str]:
@@ -53,15 +66,47 @@ def test_bench_quick_writes_every_workload(tmp_path):
     mark, env = _marked_env()
     journals = _journal_dirs()
     proc = subprocess.run(
-        [sys.executable, "-m", "shmwheel.bench", "--quick", "--n", "20000", "--timer-n", "2000",
-         "--svc-n", "5000", "--lateness-n", "5000", "--recovery-n", "20000", "--json", str(out)],
-        check=False, capture_output=True, text=True, timeout=300, env=env)
+        [
+            sys.executable,
+            "-m",
+            "shmwheel.bench",
+            "--quick",
+            "--n",
+            "20000",
+            "--timer-n",
+            "2000",
+            "--svc-n",
+            "5000",
+            "--lateness-n",
+            "5000",
+            "--recovery-n",
+            "20000",
+            "--json",
+            str(out),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert _marked_processes(mark) == [], "a process the bench started is still running"
     doc = json.loads(out.read_text())
     assert set(doc["workloads"]) == {w.key for w in workloads()}
-    assert [doc["workloads"][k]["w"] for k in sorted(SERVICE_KEYS, key=W_ORDER.index)] == \
-        ["W1", "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W9"]
+    assert [doc["workloads"][k]["w"] for k in sorted(SERVICE_KEYS, key=W_ORDER.index)] == [
+        "W1",
+        "W1",
+        "W2",
+        "W3",
+        "W4",
+        "W5",
+        "W6",
+        "W7",
+        "W8",
+        "W9",
+        "W9",
+    ]
     assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])
     for key, w in doc["workloads"].items():
@@ -76,8 +121,9 @@ def test_bench_quick_writes_every_workload(tmp_path):
 
     # the service workloads: every goal has a figure, the lateness run completed
     assert "service goals" in proc.stdout and "Client.schedule_many" in proc.stdout
-    assert {g["figure"] for g in doc["goals"]} <= {k for w in doc["workloads"].values()
-                                                   for k in w["median"]}
+    assert {g["figure"] for g in doc["goals"]} <= {
+        k for w in doc["workloads"].values() for k in w["median"]
+    }
     late = doc["workloads"]["svc_lateness"]["median"]
     assert late["completed: shmwheel service"] == 5000
     assert late["early: shmwheel service"] == 0
@@ -118,12 +164,15 @@ def test_bench_quick_writes_every_workload(tmp_path):
     if have_redis:
         assert doc["baselines_skipped"] == []
         assert "Redis sorted-set baseline: redis-server" in proc.stdout
-        for key, fig in (("svc_schedule_call", "redis ZADD"),
-                         ("svc_schedule_many", "redis ZADD pipelined"),
-                         ("svc_cancel", "redis ZREM"), ("svc_cancel", "redis ZREM pipelined"),
-                         ("svc_memory", "redis used_memory / member"),
-                         ("svc_lateness", "p99: redis ZSET + Lua claim"),
-                         ("svc_fire", "redis ZSET + Lua claim")):
+        for key, fig in (
+            ("svc_schedule_call", "redis ZADD"),
+            ("svc_schedule_many", "redis ZADD pipelined"),
+            ("svc_cancel", "redis ZREM"),
+            ("svc_cancel", "redis ZREM pipelined"),
+            ("svc_memory", "redis used_memory / member"),
+            ("svc_lateness", "p99: redis ZSET + Lua claim"),
+            ("svc_fire", "redis ZSET + Lua claim"),
+        ):
             assert any(theirs == fig for _, theirs in doc["workloads"][key]["rows"]), key
             assert med[key][fig] > 0, (key, fig)
             assert fig in proc.stdout
@@ -140,17 +189,31 @@ def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
     mark, env = _marked_env()
     before = _shm_files()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shmwheel.bench", "--workloads", "svc_producers",
-         "--svc-n", "400000", "--producers", "2", "--reps", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "shmwheel.bench",
+            "--workloads",
+            "svc_producers",
+            "--svc-n",
+            "400000",
+            "--producers",
+            "2",
+            "--reps",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         end = time.monotonic() + 60
         producers_seen = False
         while time.monotonic() < end and proc.poll() is None:
             # the service (coordinator, reaper, executors) and both producers are up
             kids = _marked_processes(mark)
-            if sum("multiprocessing" in " ".join(p.cmdline()) for p in kids
-                   if p.is_running()) >= 2:
+            if sum("multiprocessing" in " ".join(p.cmdline()) for p in kids if p.is_running()) >= 2:
                 producers_seen = True
                 break
             time.sleep(0.1)
@@ -172,11 +235,21 @@ def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
 
 
 def test_bench_rejects_unknown_workload():
-    proc = subprocess.run([sys.executable, "-m", "shmwheel.bench", "--workloads", "nope"],
-                          check=False, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shmwheel.bench", "--workloads", "nope"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "unknown workloads" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "shmwheel.bench", "--workloads", "service,nope"],
-                          check=False, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shmwheel.bench", "--workloads", "service,nope"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "unknown workloads ['nope']" in proc.stderr
 
 
@@ -191,6 +264,7 @@ def test_heap_timer_schedule_many_fires_every_entry():
                 fired.append(i)
                 if len(fired) == 5:
                     done.set()
+
             return fn
 
         ht.schedule(0.03, make(0))

@@ -44,15 +44,27 @@ def wait_for(pred, timeout=20.0, what="condition"):
 
 
 def shmwheel_cmd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shmwheel", *args], capture_output=True,
-                          text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "shmwheel", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def start_run(args: list[str], log_path: Path) -> tuple[subprocess.Popen[str], str]:
     """`python -m shmwheel run ARGS` in the background; returns it and its first line."""
     with log_path.open("w") as err:
-        p = subprocess.Popen([sys.executable, "-m", "shmwheel", "run", *args],
-                             stdout=subprocess.PIPE, stderr=err, text=True, env=ENV, cwd=ROOT)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "shmwheel", "run", *args],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=ENV,
+            cwd=ROOT,
+        )
     assert p.stdout is not None
     ready, _, _ = select.select([p.stdout], [], [], 30)
     if not ready:
@@ -104,16 +116,31 @@ def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cli")
     name = f"c{os.getpid()}-{secrets.token_hex(3)}"
     log_path = tmp / "run.log"
-    p, line = start_run(["--name", name, "--capacity", "1000", "--executors", "1",
-                         "--journal", str(tmp / "journal"), "--tasks", *TASKS], log_path)
+    p, line = start_run(
+        [
+            "--name",
+            name,
+            "--capacity",
+            "1000",
+            "--executors",
+            "1",
+            "--journal",
+            str(tmp / "journal"),
+            "--tasks",
+            *TASKS,
+        ],
+        log_path,
+    )
     try:
         assert line == f"service {name} running; connect with shmwheel.connect('{name}')\n"
         with shmwheel.connect(name) as c:
             for i in range(5):
                 c.schedule("record", {"path": str(tmp / "ran"), "tag": f"t{i}"}, delay_ms=5)
             c.schedule("boom", None, delay_ms=5)
-            wait_for(lambda: c.stats()["completed"] == 5 and c.stats()["task_errors"] == 1,
-                     what="six runs")
+            wait_for(
+                lambda: c.stats()["completed"] == 5 and c.stats()["task_errors"] == 1,
+                what="six runs",
+            )
         yield name, p
     finally:
         stop_run(p, name, signal.SIGINT, log_path)
@@ -140,8 +167,10 @@ def test_status_text_and_json(served):
         assert row["alive"] and row["pid"] > 0 and row["rss_bytes"] > 0
         assert row["cpu_percent"] is not None and row["restarts"] is None
     assert st["journal"]["segments"] >= 1 and st["journal"]["disk_bytes"] > 0
-    assert st["config"]["tasks"] == {"record": "workers.tasks:append_line",
-                                     "boom": "workers.tasks:fail"}
+    assert st["config"]["tasks"] == {
+        "record": "workers.tasks:append_line",
+        "boom": "workers.tasks:fail",
+    }
 
 
 def test_ls_shows_the_service(served, cli):
@@ -176,15 +205,27 @@ def test_top_on_a_pty_shows_the_figures_and_quits_on_q(served):
     name, run = served
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
-    p = subprocess.Popen([sys.executable, "-m", "shmwheel", "top", name], stdin=slave,
-                         stdout=slave, stderr=slave, env=ENV, cwd=ROOT, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "shmwheel", "top", name],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=ENV,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     os.close(slave)
     try:
         # two redraws, a second apart: the second one has rates
-        screen = _read_screen(master, lambda s: s.count("shmwheel top") >= 2 and
-                              "dispatch exec0" in s[s.rindex("shmwheel top"):], 20)
+        screen = _read_screen(
+            master,
+            lambda s: (
+                s.count("shmwheel top") >= 2 and "dispatch exec0" in s[s.rindex("shmwheel top") :]
+            ),
+            20,
+        )
         assert screen.count("shmwheel top") >= 2, screen[-3000:]
-        last = screen[screen.rindex("shmwheel top"):]
+        last = screen[screen.rindex("shmwheel top") :]
         assert name in last and f"supervisor pid {run.pid}" in last
         assert re.search(r"completed\W+5\W+0\.0\b", last), last  # total, rate per second
         assert re.search(r"task errors\W+1\W", last) and re.search(r"pending\W+0\W", last)
@@ -203,7 +244,8 @@ def test_top_on_a_pty_shows_the_figures_and_quits_on_q(served):
 def test_run_with_a_config_file_then_sigterm_leaves_nothing(tmp_path):
     name = f"{MINE}cfg"
     cfg = tmp_path / "svc.toml"
-    cfg.write_text(textwrap.dedent(f"""\
+    cfg.write_text(
+        textwrap.dedent(f"""\
         name = "{name}"
         capacity = 500
         executors = 1
@@ -212,16 +254,30 @@ def test_run_with_a_config_file_then_sigterm_leaves_nothing(tmp_path):
         log-level = "WARNING"
         [tasks]
         record = "workers.tasks:append_line"
-    """))
+    """)
+    )
     log_path = tmp_path / "run.log"
-    p, line = start_run(["--config", str(cfg), "--capacity", "600", "--log-level", "INFO",
-                         "--tasks", "boom=workers.tasks:fail"], log_path)
+    p, line = start_run(
+        [
+            "--config",
+            str(cfg),
+            "--capacity",
+            "600",
+            "--log-level",
+            "INFO",
+            "--tasks",
+            "boom=workers.tasks:fail",
+        ],
+        log_path,
+    )
     try:
         assert line.startswith(f"service {name} running")
         st = json.loads(shmwheel_cmd("status", name, "--json", "--sample", "0").stdout)
         assert st["config"]["capacity"] == 600  # the flag overrides the file
-        assert st["config"]["tasks"] == {"record": "workers.tasks:append_line",
-                                         "boom": "workers.tasks:fail"}
+        assert st["config"]["tasks"] == {
+            "record": "workers.tasks:append_line",
+            "boom": "workers.tasks:fail",
+        }
         assert st["config"]["journal"] == str(tmp_path / "j")  # beside the config file
         assert st["journal"]["fsync"] == "none"
         assert "started" in log_path.read_text()  # --log-level INFO beat the file's WARNING
@@ -230,10 +286,18 @@ def test_run_with_a_config_file_then_sigterm_leaves_nothing(tmp_path):
 
 
 def test_wrong_arguments_exit_2_with_usage(cli, tmp_path):
-    for args in ([], ["nope"], ["status"], ["status", "bad/name"], ["top"],
-                 ["run", "--tasks", "no-equals-sign"], ["run", "--capacity", "x"],
-                 ["run", "--tasks", "a=workers.tasks:noop", "--log-level", "LOUD"],
-                 ["ls", "--extra"], ["clean", "--what"]):
+    for args in (
+        [],
+        ["nope"],
+        ["status"],
+        ["status", "bad/name"],
+        ["top"],
+        ["run", "--tasks", "no-equals-sign"],
+        ["run", "--capacity", "x"],
+        ["run", "--tasks", "a=workers.tasks:noop", "--log-level", "LOUD"],
+        ["ls", "--extra"],
+        ["clean", "--what"],
+    ):
         code, _, err = cli(*args)
         assert code == 2, args
         assert "usage: shmwheel" in err, (args, err)
@@ -272,8 +336,13 @@ def _stale_service(name: str) -> None:
         print(svc.name, flush=True)
         time.sleep(120)
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         env=ENV, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,
+    )
     assert p.stdout is not None and p.stdout.readline().strip() == name
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()

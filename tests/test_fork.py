@@ -72,9 +72,12 @@ SCRIPT = textwrap.dedent("""
 
 
 def _leftovers(name: str) -> tuple[list[psutil.Process], list[str]]:
-    procs = [p for p in psutil.process_iter(["cmdline"])
-             if any("shmwheel.service.main" in a for a in (p.info["cmdline"] or [])[:3])
-             and name in (p.info["cmdline"] or [])]
+    procs = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any("shmwheel.service.main" in a for a in (p.info["cmdline"] or [])[:3])
+        and name in (p.info["cmdline"] or [])
+    ]
     return procs, sorted(p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + name in p.name)
 
 
@@ -83,10 +86,17 @@ def test_forked_child_leaving_the_with_block_does_not_stop_the_service(tmp_path)
     script.write_text(SCRIPT)
     name = f"s{os.getpid()}-fork{secrets.token_hex(3)}"
     try:
-        out = subprocess.run([sys.executable, str(script), name], capture_output=True,
-                             text=True, timeout=120, cwd=str(tmp_path), check=False)
-        assert out.returncode == 0 and out.stdout == "OK\n", \
+        out = subprocess.run(
+            [sys.executable, str(script), name],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(tmp_path),
+            check=False,
+        )
+        assert out.returncode == 0 and out.stdout == "OK\n", (
             f"exit {out.returncode}\n{out.stdout}\n{out.stderr[-5000:]}"
+        )
         deadline = time.monotonic() + 5
         while any(_leftovers(name)) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -59,14 +59,19 @@ SCRIPT = textwrap.dedent("""
 
 
 def _service_leftovers(name: str) -> tuple[list[psutil.Process], list[str]]:
-    procs = [p for p in psutil.process_iter(["cmdline"])
-             if any("shmwheel.service.main" in a for a in (p.info["cmdline"] or [])[:3])
-             and name in (p.info["cmdline"] or [])]
+    procs = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any("shmwheel.service.main" in a for a in (p.info["cmdline"] or [])[:3])
+        and name in (p.info["cmdline"] or [])
+    ]
     return procs, sorted(p.name for p in SHM.iterdir() if "shmwheel." + name in p.name)
 
 
-_PROBE = ("import subprocess, sys; import numpy, msgpack, posix_ipc, psutil; "
-          "subprocess.run([sys.executable, '-c', 'import numpy'], check=True)")
+_PROBE = (
+    "import subprocess, sys; import numpy, msgpack, posix_ipc, psutil; "
+    "subprocess.run([sys.executable, '-c', 'import numpy'], check=True)"
+)
 
 
 def _run_as_nobody_python(env: dict[str, str]) -> tuple[list[str], str]:
@@ -85,8 +90,15 @@ def _run_as_nobody_python(env: dict[str, str]) -> tuple[list[str], str]:
             continue
         # it must also start itself, as the supervisor does (setpriv may exec a binary
         # that the user then cannot exec again, and that cannot find its own stdlib)
-        probe = subprocess.run(switch + [python, "-c", _PROBE], env=env, capture_output=True,
-                               text=True, cwd="/", timeout=60, check=False)
+        probe = subprocess.run(
+            switch + [python, "-c", _PROBE],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=60,
+            check=False,
+        )
         if probe.returncode == 0:
             return switch + [python], python
         tried.append(f"{python}: {probe.stderr.strip()[-300:]}")
@@ -104,12 +116,19 @@ def test_install_read_only_as_another_user(tmp_path):
     src.mkdir()
     for f in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy2(ROOT / f, src / f)
-    shutil.copytree(ROOT / "shmwheel", src / "shmwheel",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.nbi", "*.nbc"))
+    shutil.copytree(
+        ROOT / "shmwheel",
+        src / "shmwheel",
+        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.nbi", "*.nbc"),
+    )
     pip = [sys.executable, "-m", "pip"]
-    built = subprocess.run(pip + ["wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(src)],
-                           capture_output=True, text=True, timeout=600,
-                           check=False)
+    built = subprocess.run(
+        pip + ["wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels = list((tmp_path / "dist").glob("shmwheel-*.whl"))
     assert len(wheels) == 1, wheels
@@ -121,9 +140,13 @@ def test_install_read_only_as_another_user(tmp_path):
     site = work / "site"
     try:
         work.chmod(0o755)
-        inst = subprocess.run(pip + ["install", "--no-deps", "--no-compile", "--target", str(site),
-                                     str(wheels[0])], capture_output=True, text=True, timeout=300,
-                             check=False)
+        inst = subprocess.run(
+            pip + ["install", "--no-deps", "--no-compile", "--target", str(site), str(wheels[0])],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert inst.returncode == 0, inst.stdout[-3000:] + inst.stderr[-3000:]
         assert next(site.glob("shmwheel/_native*.so"), None) is not None, "no native core"
         script = work / "app.py"
@@ -143,23 +166,47 @@ def test_install_read_only_as_another_user(tmp_path):
         else:
             cmd, python, uid = [sys.executable], sys.executable, os.geteuid()
         t_run = time.monotonic()
-        out = subprocess.run(cmd + [str(script), name], cwd=str(work), env=env,
-                             capture_output=True, text=True, timeout=120, check=False)
+        out = subprocess.run(
+            cmd + [str(script), name],
+            cwd=str(work),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         t_end = time.monotonic()
-        print(f"\nbuild {t_built - t0:.1f} s, install {t_run - t_built:.1f} s, run "
-              f"{t_end - t_run:.1f} s as uid {uid} with {python}: {out.stdout.strip()}")
+        print(
+            f"\nbuild {t_built - t0:.1f} s, install {t_run - t_built:.1f} s, run "
+            f"{t_end - t_run:.1f} s as uid {uid} with {python}: {out.stdout.strip()}"
+        )
         procs, files = _service_leftovers(name)
-        assert out.returncode == 0 and out.stdout.startswith("OK "), \
+        assert out.returncode == 0 and out.stdout.startswith("OK "), (
             f"exit {out.returncode}\n{out.stdout}\n{out.stderr[-5000:]}"
+        )
         _, where, who = out.stdout.split()[:3]
         assert Path(where).is_relative_to(site) and int(who) == uid
         assert not procs, f"service processes still alive: {procs}"
         assert not files, f"left in /dev/shm: {files}"
         # an example program, from the installed package, in a directory of its own
-        ex = subprocess.run(cmd + ["-m", "shmwheel.examples.producer", "--standalone",
-                                   "--count", "300", "--cancel-fraction", "0.1"],
-                            cwd=str(work), env=env, capture_output=True, text=True,
-                            timeout=120, check=False)
+        ex = subprocess.run(
+            cmd
+            + [
+                "-m",
+                "shmwheel.examples.producer",
+                "--standalone",
+                "--count",
+                "300",
+                "--cancel-fraction",
+                "0.1",
+            ],
+            cwd=str(work),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert ex.returncode == 0, f"exit {ex.returncode}\n{ex.stdout}\n{ex.stderr[-5000:]}"
         assert not list(site.rglob("__pycache__")), "nothing was written into the install"
     finally:

@@ -34,10 +34,14 @@ SAMPLES = {  # one record of every kind, as format.body takes them
 }
 
 
-def write_segment(directory: Path, bodies: list[bytes], epoch: int = 1,
-                  **opts: object) -> str:
-    w = SegmentWriter(JournalOptions(str(directory), "none", epoch=epoch, **opts),  # type: ignore[arg-type]
-                      "recovery", "svc-test", ["record", "boom"], 1)
+def write_segment(directory: Path, bodies: list[bytes], epoch: int = 1, **opts: object) -> str:
+    w = SegmentWriter(
+        JournalOptions(str(directory), "none", epoch=epoch, **opts),  # type: ignore[arg-type]
+        "recovery",
+        "svc-test",
+        ["record", "boom"],
+        1,
+    )
     for b in bodies:
         w.append(b)
     w.flush()
@@ -51,7 +55,7 @@ def frames(path: str) -> list[tuple[int, bytes]]:
     at, out = len(F.MAGIC), []
     while at < len(data):
         n, _ = struct.unpack_from("<II", data, at)
-        out.append((at, data[at + 8: at + 8 + n]))
+        out.append((at, data[at + 8 : at + 8 + n]))
         at += 8 + n
     return out
 
@@ -81,10 +85,15 @@ def test_native_crc_and_encoding_match_zlib_and_msgpack(tmp_path):
     with TimerService(tasks=TASKS, capacity=1000, executors=1, journal=d) as svc:
         with svc.client() as c:
             for i, v in enumerate([None, 1, -1, 300, -40000, 2**33, "x" * 300, b"y" * 70]):
-                c.schedule("record", {"path": str(tmp_path / "log"), "tag": str(v)},
-                           delay_ms=i, key=i if i % 2 else None)
-            c.schedule("record", {"path": str(tmp_path / "log"), "tag": "r"}, delay_ms=1,
-                       every_ms=20).cancel()
+                c.schedule(
+                    "record",
+                    {"path": str(tmp_path / "log"), "tag": str(v)},
+                    delay_ms=i,
+                    key=i if i % 2 else None,
+                )
+            c.schedule(
+                "record", {"path": str(tmp_path / "log"), "tag": "r"}, delay_ms=1, every_ms=20
+            ).cancel()
             c.schedule("boom", None, delay_ms=1)
             wait_for(lambda: svc.stats()["completed"] + svc.stats()["task_errors"] >= 9)
     kinds = Counter()
@@ -108,8 +117,7 @@ def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
     Path(path).write_bytes(bytes(bad))
     seg = reader.read_segment(path)
     assert [r[1] for r in seg.records] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
-    assert [(r.file, r.offset, r.reason) for r in seg.rejects] == [(path, fr[4][0],
-                                                                     "bad CRC-32")]
+    assert [(r.file, r.offset, r.reason) for r in seg.rejects] == [(path, fr[4][0], "bad CRC-32")]
 
     # a torn tail: the writer died mid-record
     Path(path).write_bytes(data[: fr[-1][0] + 5])
@@ -123,7 +131,7 @@ def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
 
     # a length that cannot be right ends the file
     bad = bytearray(data)
-    bad[fr[2][0]: fr[2][0] + 4] = struct.pack("<I", F.MAX_BODY + 1)
+    bad[fr[2][0] : fr[2][0] + 4] = struct.pack("<I", F.MAX_BODY + 1)
     Path(path).write_bytes(bytes(bad))
     seg = reader.read_segment(path)
     assert len(seg.records) == 1 and "bad frame length" in seg.rejects[0].reason
@@ -138,8 +146,9 @@ def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
 
     # a well-framed body of an unknown kind or the wrong arity
     odd = write_segment(tmp_path, [msgpack.packb([99, 1]), msgpack.packb([F.FIRED, 1])])
-    assert [r.reason for r in reader.read_segment(odd).rejects] == \
-        ["not a record of a known kind and arity"] * 2
+    assert [r.reason for r in reader.read_segment(odd).rejects] == [
+        "not a record of a known kind and arity"
+    ] * 2
 
     rejects: list[journal.Reject] = []
     list(journal.records(tmp_path, rejects))
@@ -147,8 +156,13 @@ def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
 
 
 def test_segments_rotate_and_sort_by_creation(tmp_path):
-    w = SegmentWriter(JournalOptions(str(tmp_path), "always", segment_bytes=1 << 16),
-                      "coordinator", "svc-test", ["record"], 1)
+    w = SegmentWriter(
+        JournalOptions(str(tmp_path), "always", segment_bytes=1 << 16),
+        "coordinator",
+        "svc-test",
+        ["record"],
+        1,
+    )
     for i in range(20000):
         w.append(F.body(F.CANCELLED, i, i))
         if i % 100 == 99:
@@ -197,8 +211,15 @@ def test_restart_rearms_pending_timers_with_their_ids(tmp_path):
         with svc.client() as c:
             ran = c.schedule("record", payload("ran"), delay_ms=1)
             due = c.schedule("record", payload("due"), delay_ms=300)  # due while stopped
-            later = [c.schedule("record", payload(f"later{i}") | {"pad": "p" * (i * 40)},
-                                delay_ms=1500, key=f"k{i}") for i in range(4)]
+            later = [
+                c.schedule(
+                    "record",
+                    payload(f"later{i}") | {"pad": "p" * (i * 40)},
+                    delay_ms=1500,
+                    key=f"k{i}",
+                )
+                for i in range(4)
+            ]
             gone = c.schedule("record", payload("gone"), delay_ms=400)
             rep = c.schedule("record", payload("rep"), delay_ms=1, every_ms=100)
             assert gone.cancel()
@@ -210,14 +231,17 @@ def test_restart_rearms_pending_timers_with_their_ids(tmp_path):
         assert svc.recovery["recovered"] == 6  # due, 4 later, rep
         assert svc.stats()["journal"]["recovered"] == 6
         wait_for(lambda: {"due", "later3"} <= {r[0] for r in read_log(log)}, what="re-armed")
-        wait_for(lambda: sum(r[0] == "rep" for r in read_log(log)) >= len(runs_before) + 2,
-                 what="the repeating timer resumed")
+        wait_for(
+            lambda: sum(r[0] == "rep" for r in read_log(log)) >= len(runs_before) + 2,
+            what="the repeating timer resumed",
+        )
         with svc.client() as c:  # a handle of the first epoch, cancelled by its id
             c.cancel(rep.id)  # (False if it caught a run in flight: then no further runs)
     rows = read_log(log)
     by_tag = {r[0]: r for r in rows}
     assert Counter(r[0] for r in rows if r[0] != "rep") == Counter(
-        ["ran", "due", "later0", "later1", "later2", "later3"])
+        ["ran", "due", "later0", "later1", "later2", "later3"]
+    )
     assert "gone" not in by_tag
     assert by_tag["due"][1] == due.id and by_tag["ran"][1] == ran.id
     for i, h in enumerate(later):
@@ -247,8 +271,7 @@ def test_recovery_refuses_a_service_that_cannot_hold_the_journal(tmp_path):
     with pytest.raises(recovery.RecoveryError, match=f"capacity >= {top + 1}"):
         TimerService(tasks=TASKS, capacity=100, executors=1, journal=d).start()
     with pytest.raises(recovery.RecoveryError, match="'record'"):
-        TimerService(tasks={"other": TASKS["boom"]}, capacity=5000, executors=1,
-                     journal=d).start()
+        TimerService(tasks={"other": TASKS["boom"]}, capacity=5000, executors=1, journal=d).start()
     with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
         assert svc.recovery["recovered"] == 3000
 
@@ -263,20 +286,24 @@ def test_segments_no_timer_needs_are_deleted_while_running(tmp_path):
         return {"path": str(log), "tag": tag}
 
     seg_bytes = 1 << 16
-    with TimerService(tasks=TASKS, capacity=20_000, executors=1, journal=d,
-                      journal_segment_bytes=seg_bytes) as svc:
+    with TimerService(
+        tasks=TASKS, capacity=20_000, executors=1, journal=d, journal_segment_bytes=seg_bytes
+    ) as svc:
         with svc.client() as c:
-            long = [c.schedule("record", payload(f"long{i}"), delay_ms=60_000)
-                    for i in range(5)]
+            long = [c.schedule("record", payload(f"long{i}"), delay_ms=60_000) for i in range(5)]
             rep = c.schedule("record", payload("rep"), delay_ms=1, every_ms=50)
             for k in range(12):  # ~20 segments of short timers that complete
-                c.schedule_many("record", [1] * 2000,
-                                [payload(f"s{k}-{i}") for i in range(2000)])
-                wait_for(lambda k=k: svc.stats()["completed"] >= 2000 * (k + 1),
-                         what="the short ones ran")
+                c.schedule_many("record", [1] * 2000, [payload(f"s{k}-{i}") for i in range(2000)])
+                wait_for(
+                    lambda k=k: svc.stats()["completed"] >= 2000 * (k + 1),
+                    what="the short ones ran",
+                )
             st = svc.stats()["journal"]
-            wait_for(lambda: svc.stats()["journal"]["disk_bytes"] < 8 * seg_bytes,
-                     what="old segments deleted", timeout=10)
+            wait_for(
+                lambda: svc.stats()["journal"]["disk_bytes"] < 8 * seg_bytes,
+                what="old segments deleted",
+                timeout=10,
+            )
             assert st["bytes_written"] > 16 * seg_bytes  # so most of it was deleted
     written = svc.recovery  # (empty: the first start)
     assert written == {} or written["recovered"] == 0
@@ -297,18 +324,19 @@ def test_fsync_always_and_a_new_boot(tmp_path, monkeypatch):
     """fsync "always" syncs every batch and recovers like the default; a journal written
     under another boot has its deadlines moved by the wall clocks' difference."""
     d = tmp_path / "j"
-    with TimerService(tasks=TASKS, capacity=1000, executors=1, journal=d,
-                      journal_fsync="always") as svc:
+    with TimerService(
+        tasks=TASKS, capacity=1000, executors=1, journal=d, journal_fsync="always"
+    ) as svc:
         with svc.client() as c:
-            h = c.schedule("record", {"path": str(tmp_path / "log"), "tag": "x"},
-                           delay_ms=600_000)
+            h = c.schedule("record", {"path": str(tmp_path / "log"), "tag": "x"}, delay_ms=600_000)
             wait_for(lambda: svc.stats()["journal"]["syncs"] >= 1, what="a sync")
     st = recovery.scan(str(d))
     assert st.pending.ids.tolist() == [h.id] and st.pending.deadlines.tolist() == [h.deadline_ms]
     # the same journal read after a "reboot": monotonic clocks restarted
     monkeypatch.setattr(F, "boot_id", lambda: "another-boot")
-    shift = recovery._clock_offset_ms(reader.read_segment(F.segment_files(d)[0]).header,
-                                      "another-boot")
+    shift = recovery._clock_offset_ms(
+        reader.read_segment(F.segment_files(d)[0]).header, "another-boot"
+    )
     st = recovery.scan(str(d))
     assert abs(int(st.pending.deadlines[0]) - (h.deadline_ms + shift)) <= 1  # ms rounding
     header = reader.read_segment(F.segment_files(d)[0]).header

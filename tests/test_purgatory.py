@@ -132,8 +132,7 @@ def test_watch_then_signal_race_never_misses_a_completion():
     for _ in range(200):
         p = DelayedOperationPurgatory("nomiss", reaper_enabled=False, timer_enabled=False)
         op = Op(100_000)
-        t = threading.Thread(target=lambda: (setattr(op, "signals", 1),
-                                             p.check_and_complete("k")))
+        t = threading.Thread(target=lambda: (setattr(op, "signals", 1), p.check_and_complete("k")))
         t.start()
         p.try_complete_else_watch(op, ["k"])
         t.join()

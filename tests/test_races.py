@@ -16,6 +16,7 @@ LEAD_MS = 400  # the first deadline, from the schedule_many call
 WINDOW_MS = 400  # deadlines spread evenly over [LEAD_MS, LEAD_MS + WINDOW_MS)
 JITTER_MS = 3  # each cancel is aimed at its timer's deadline +- this
 
+
 def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatch):
     counts_path, seen_path = tmp_path / "counts", tmp_path / "seen"
     np.memmap(counts_path, dtype=np.int32, mode="w+", shape=N).flush()
@@ -25,14 +26,19 @@ def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatc
     monkeypatch.setenv(race_tasks.SEEN_ENV, str(seen_path))
     spawn = mp.get_context("spawn")
     t0 = time.monotonic()
-    with TimerService(tasks={"hit": "race_tasks:hit"}, capacity=2 * N, executors=2) as svc, \
-            svc.client() as c:
+    with (
+        TimerService(tasks={"hit": "race_tasks:hit"}, capacity=2 * N, executors=2) as svc,
+        svc.client() as c,
+    ):
         ready = [spawn.Event() for _ in range(CANCELLERS)]
         go = spawn.Event()
-        procs = [spawn.Process(target=race_tasks.canceller,
-                               args=(svc.name, str(tmp_path), CANCELLERS, j, JITTER_MS,
-                                     ready[j], go))
-                 for j in range(CANCELLERS)]
+        procs = [
+            spawn.Process(
+                target=race_tasks.canceller,
+                args=(svc.name, str(tmp_path), CANCELLERS, j, JITTER_MS, ready[j], go),
+            )
+            for j in range(CANCELLERS)
+        ]
         for p in procs:
             p.start()
         try:
@@ -40,8 +46,7 @@ def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatc
                 while not e.wait(0.1):
                     assert p.is_alive(), "a canceller died before it connected"
                     assert time.monotonic() < t0 + 60, "a canceller did not connect"
-            hs = c.schedule_many("hit", LEAD_MS + np.arange(N) * (WINDOW_MS / N),
-                                 list(range(N)))
+            hs = c.schedule_many("hit", LEAD_MS + np.arange(N) * (WINDOW_MS / N), list(range(N)))
             scheduled_by = race_tasks.now_ms()
             np.save(tmp_path / "ids.npy", hs.ids)
             np.save(tmp_path / "deadlines.npy", hs.deadlines_ms)
@@ -70,19 +75,23 @@ def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatc
     seen = np.fromfile(seen_path, dtype=np.int64)
     results = np.fromfile(tmp_path / "results", dtype=np.int8)
     won, lost = results == 1, results == 2
-    print(f"\n{N} races: cancel won {int(won.sum())}, fire won {int(lost.sum())} "
-          f"({elapsed:.1f} s; stats {({k: st[k] for k in ('cancelled', 'completed', 'early')})}, "
-          f"lateness {st['lateness_ms']}, scheduled {margin} ms before the first deadline)")
+    print(
+        f"\n{N} races: cancel won {int(won.sum())}, fire won {int(lost.sum())} "
+        f"({elapsed:.1f} s; stats { ({k: st[k] for k in ('cancelled', 'completed', 'early')}) }, "
+        f"lateness {st['lateness_ms']}, scheduled {margin} ms before the first deadline)"
+    )
     assert (won | lost).all(), f"{int((~(won | lost)).sum())} timers were never cancelled"
     twice = np.flatnonzero(counts > 1)
     assert not len(twice), f"{len(twice)} timers ran more than once, e.g. {twice[:5]}"
     bad_won = np.flatnonzero(won & (counts != 0))
-    assert not len(bad_won), \
+    assert not len(bad_won), (
         f"{len(bad_won)} timers ran although their cancel returned True, e.g. {bad_won[:5]}"
+    )
     bad_lost = np.flatnonzero(lost & (counts != 1))
-    assert not len(bad_lost), \
-        f"{len(bad_lost)} timers never ran although their cancel returned False, " \
+    assert not len(bad_lost), (
+        f"{len(bad_lost)} timers never ran although their cancel returned False, "
         f"e.g. {bad_lost[:5]}"
+    )
     assert (seen[lost] == hs.ids[lost]).all(), "a run carried another timer's payload"
     assert won.sum() >= N // 100 and lost.sum() >= N // 100, "the test must really race"
     assert st["cancelled"] == won.sum() and st["completed"] == lost.sum()

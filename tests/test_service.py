@@ -53,8 +53,9 @@ def read_log(path: Path) -> list[tuple[str, int, int, int, int, str]]:
 
 def assert_once_never_early(rows, tags):
     counts = Counter(r[0] for r in rows)
-    assert set(counts) == set(tags), f"missing {len(set(tags) - set(counts))}, " \
-                                     f"unexpected {len(set(counts) - set(tags))}"
+    assert set(counts) == set(tags), (
+        f"missing {len(set(tags) - set(counts))}, unexpected {len(set(counts) - set(tags))}"
+    )
     twice = [t for t, c in counts.items() if c > 1]
     assert not twice, f"{len(twice)} timers ran twice, e.g. {twice[:3]}"
     early = [r for r in rows if r[3] < r[2] * 1_000_000]
@@ -90,8 +91,9 @@ def test_schedule_runs_once_with_context(service, tmp_path):
     with service.client() as c:
         h = c.schedule("record", {"path": str(log), "tag": "a"}, delay_ms=5, key="k1")
         assert isinstance(h, shmwheel.TimerHandle) and h.deadline_ms >= h.deadline_ms
-        d = c.schedule("record", {"path": str(log), "tag": "b"},
-                       deadline_ms=client_mod.now_ms() + 3)
+        d = c.schedule(
+            "record", {"path": str(log), "tag": "b"}, deadline_ms=client_mod.now_ms() + 3
+        )
         wait_for(lambda: service.stats()["completed"] == 2, what="two runs")
     rows = read_log(log)
     assert_once_never_early(rows, ["a", "b"])
@@ -116,9 +118,11 @@ def test_two_producer_processes_exactly_once_never_early(service, tmp_path):
     log = tmp_path / "log"
     ctx = mp.get_context("spawn")
     import service_tasks
+
     with ctx.Pool(2) as pool:
-        parts = pool.starmap(service_tasks.produce,
-                             [(service.name, str(log), f"p{i}", 3000, 300) for i in range(2)])
+        parts = pool.starmap(
+            service_tasks.produce, [(service.name, str(log), f"p{i}", 3000, 300) for i in range(2)]
+        )
     tags = [t for part in parts for t in part]
     wait_for(lambda: service.stats()["completed"] >= len(tags), what="all runs")
     time.sleep(0.1)
@@ -131,8 +135,11 @@ def test_two_producer_processes_exactly_once_never_early(service, tmp_path):
 def test_schedule_many_and_cancel_many(service, tmp_path):
     log = tmp_path / "log"
     with service.client() as c:
-        hs = c.schedule_many("record", [20 + i % 50 for i in range(1000)],
-                             [{"path": str(log), "tag": f"m{i}"} for i in range(1000)])
+        hs = c.schedule_many(
+            "record",
+            [20 + i % 50 for i in range(1000)],
+            [{"path": str(log), "tag": f"m{i}"} for i in range(1000)],
+        )
         assert len(hs) == 1000 and isinstance(hs[3], shmwheel.TimerHandle)
         cancelled = hs[::2].cancel()
         assert cancelled.all()
@@ -146,8 +153,11 @@ def test_cancel_races_fire_with_one_winner(service, tmp_path):
     log = tmp_path / "log"
     n = 3000
     with service.client() as c:
-        hs = c.schedule_many("record", np.linspace(50, 150, n),
-                             [{"path": str(log), "tag": f"r{i}"} for i in range(n)])
+        hs = c.schedule_many(
+            "record",
+            np.linspace(50, 150, n),
+            [{"path": str(log), "tag": f"r{i}"} for i in range(n)],
+        )
         handles = list(hs)
         first = int(hs.deadlines_ms.min())
         while client_mod.now_ms() < first + 10:  # cancel while the reaper fires them
@@ -216,8 +226,7 @@ def test_payload_sizes_inline_and_arena(service, tmp_path):
     got = []
     with service.client() as c:
         for i, size in enumerate((0, 7, 60, 250, 1000, 4000)):
-            c.schedule("record", {"path": str(log), "tag": f"s{i}", "pad": "y" * size},
-                       delay_ms=1)
+            c.schedule("record", {"path": str(log), "tag": f"s{i}", "pad": "y" * size}, delay_ms=1)
             got.append(f"s{i}")
         wait_for(lambda: service.stats()["completed"] == len(got), what="every size")
     assert_once_never_early(read_log(log), got)
@@ -260,14 +269,23 @@ def _kill_mid_run(svc: TimerService, role: str, tmp_path: Path, kills: int) -> N
         for k in range(kills):
             for i in range(1500):
                 tag = f"{k}-{i}"
-                c.schedule("record", {"path": str(log), "tag": tag, "sleep_ms": 0.5},
-                           delay_ms=(i % 300) / 2)
+                c.schedule(
+                    "record",
+                    {"path": str(log), "tag": tag, "sleep_ms": 0.5},
+                    delay_ms=(i % 300) / 2,
+                )
                 tags.append(tag)
             time.sleep(0.02 + 0.03 * k)
             pid = svc.procs[role].pid
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: svc.procs[role].pid != pid and svc.restarts.get(role) == k + 1
-                     and svc.mem.header[L.W_READY] & bit, what=f"{role} restarted and ready")
+            wait_for(
+                lambda: (
+                    svc.procs[role].pid != pid
+                    and svc.restarts.get(role) == k + 1
+                    and svc.mem.header[L.W_READY] & bit
+                ),
+                what=f"{role} restarted and ready",
+            )
         wait_for(lambda: svc.stats()["completed"] >= len(tags), timeout=60, what="every run")
         time.sleep(0.2)
     assert_once_never_early(read_log(log), tags)
@@ -307,7 +325,7 @@ def test_garbage_in_rings_is_counted_and_skipped(service, tmp_path):
     rng = np.random.default_rng(7)
     with service.client() as c:
         c.schedule("record", {"path": str(log), "tag": "before"}, delay_ms=1)
-        junk = rng.integers(-2**63, 2**63 - 1, size=(500, 2), dtype=np.int64)
+        junk = rng.integers(-(2**63), 2**63 - 1, size=(500, 2), dtype=np.int64)
         junk[:10, 1] = junk[:10, 0] ^ C.CHECK_SUBMIT  # pass the check
         junk[10:20, 1] = junk[10:20, 0] ^ C.CHECK_CANCEL
         mem = c._mem
@@ -316,7 +334,7 @@ def test_garbage_in_rings_is_counted_and_skipped(service, tmp_path):
         for ring in mem.dispatch:
             ring.push(rng.integers(0, 2**40, size=(50, 2), dtype=np.int64))
         for ring in mem.results:
-            ring.push(rng.integers(-2**62, 2**62, size=(50, C.RESULT_RECORD), dtype=np.int64))
+            ring.push(rng.integers(-(2**62), 2**62, size=(50, C.RESULT_RECORD), dtype=np.int64))
         mem.ring_bell("coordinator")
         wait_for(lambda: service.stats()["ring_garbage"] >= 600, what="garbage counted")
         ring = producer.words
@@ -336,8 +354,12 @@ def test_lock_holder_killed_mid_update_is_repaired(service, tmp_path):
         tags = [f"t{i}" for i in range(300)]
         for i, tag in enumerate(tags):
             c.schedule("record", {"path": str(log), "tag": tag}, delay_ms=200 + i)
-        wait_for(lambda: service.stats()["pending"] == 300 and
-                 not service.mem.producer[c.ring].pending(), what="all linked")
+        wait_for(
+            lambda: (
+                service.stats()["pending"] == 300 and not service.mem.producer[c.ring].pending()
+            ),
+            what="all linked",
+        )
         code = textwrap.dedent(f"""
             import os, signal
             import numpy as np
@@ -366,8 +388,13 @@ def test_dead_client_ring_is_reclaimed(service):
         print("ok", flush=True)
         os._exit(0)  # die without closing
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd=str(Path(__file__).parent))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(Path(__file__).parent),
+    )
     assert out.stdout.strip() == "ok", out.stderr
     wait_for(lambda: service.stats()["clients"] == 0, what="ring reclaimed")
     assert service.stats()["pending"] == 10, "what the dead client published is kept"
@@ -383,16 +410,19 @@ def test_segments_and_semaphores_are_private_to_the_user(service):
 def test_full_ring_waits_for_the_coordinator_then_raises(tmp_path, monkeypatch):
     monkeypatch.setattr(client_mod, "RING_WAIT_S", 0.3)
     log = tmp_path / "log"
-    with TimerService(tasks=TASKS, capacity=100, executors=1, ring_capacity=8) as svc, \
-            svc.client() as c:
+    with (
+        TimerService(tasks=TASKS, capacity=100, executors=1, ring_capacity=8) as svc,
+        svc.client() as c,
+    ):
         coordinator = svc.procs["coordinator"].pid
         os.kill(coordinator, signal.SIGSTOP)
         try:
             for i in range(4):
                 c.schedule("record", {"path": str(log), "tag": f"f{i}"}, delay_ms=1)
             with pytest.raises(Full, match="4 of 10 timers were accepted") as e:
-                c.schedule_many("record", [1] * 10,
-                                [{"path": str(log), "tag": f"m{i}"} for i in range(10)])
+                c.schedule_many(
+                    "record", [1] * 10, [{"path": str(log), "tag": f"m{i}"} for i in range(10)]
+                )
             accepted = e.value.accepted
             assert len(accepted) == 4
             with pytest.raises(Full, match=r"ring .* stayed full"):
@@ -404,8 +434,9 @@ def test_full_ring_waits_for_the_coordinator_then_raises(tmp_path, monkeypatch):
         wait_for(lambda: svc.stats()["completed"] == 9, what="one more")
         st = svc.stats()
         assert st["scheduled"] == 9 and st["pending"] == 0
-    assert_once_never_early(read_log(log), [f"f{i}" for i in range(5)] +
-                            [f"m{i}" for i in range(4)])
+    assert_once_never_early(
+        read_log(log), [f"f{i}" for i in range(5)] + [f"m{i}" for i in range(4)]
+    )
 
 
 def test_close_after_the_service_stopped_is_quiet():
@@ -470,8 +501,13 @@ def _embedding_process(new_session: bool) -> tuple[subprocess.Popen[str], str]:
         time.sleep(120)
     """)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         env=env, start_new_session=new_session)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=new_session,
+    )
     name = p.stdout.readline().strip() if p.stdout else ""
     return p, name
 
@@ -538,8 +574,14 @@ def test_service_arguments_are_checked():
 def test_what_is_not_built_says_so(service):
     with service.client() as c:
         h = c.schedule("boom", None, delay_ms=60_000)
-        for call in (h.done, h.cancelled, h.result, lambda: h.add_done_callback(print),
-                     lambda: c.watch(["k"], 100), lambda: c.check_and_complete("k")):
+        for call in (
+            h.done,
+            h.cancelled,
+            h.result,
+            lambda: h.add_done_callback(print),
+            lambda: c.watch(["k"], 100),
+            lambda: c.check_and_complete("k"),
+        ):
             with pytest.raises(NotImplementedError, match="not built"):
                 call()
         assert h.cancel() and c.cancel(h.id) is False  # what is built still works
@@ -550,8 +592,12 @@ def test_client_calls_after_stop_raise():
     svc = TimerService(tasks=TASKS, capacity=100, executors=1).start()
     c = svc.client()
     svc.stop()
-    for call in (c.stats, lambda: c.schedule("boom", None, delay_ms=1),
-                 lambda: c.cancel(1), lambda: c.schedule_many("boom", [1])):
+    for call in (
+        c.stats,
+        lambda: c.schedule("boom", None, delay_ms=1),
+        lambda: c.cancel(1),
+        lambda: c.schedule_many("boom", [1]),
+    ):
         with pytest.raises(ShmwheelError, match="stopping"):
             call()
     c.close()  # quiet
@@ -563,10 +609,21 @@ def test_client_calls_after_stop_raise():
 
 def test_load_producer_drives_the_service_through_the_public_api():
     from workers import producer
-    with TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10_000,
-                      executors=1) as svc, svc.client() as c:
-        f = producer.run(c, count=3000, delay_ms=(5, 50), cancel_fraction=0.2, cancel_at=0.5,
-                         payload_size=40, batch=64, seed=3)
+
+    with (
+        TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10_000, executors=1) as svc,
+        svc.client() as c,
+    ):
+        f = producer.run(
+            c,
+            count=3000,
+            delay_ms=(5, 50),
+            cancel_fraction=0.2,
+            cancel_at=0.5,
+            payload_size=40,
+            batch=64,
+            seed=3,
+        )
         wait_for(lambda: svc.stats()["pending"] == 0, what="everything settled")
         st = svc.stats()
     assert f["scheduled"] == st["scheduled"] == 3000
@@ -589,8 +646,9 @@ def test_client_killed_mid_write_leaves_no_half_record():
             # marked submitted, never published
             os._exit(0)
         """)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0, out.stderr
         wait_for(lambda: svc.stats()["clients"] == 0, what="the dead client's ring reclaimed")
         with svc.client() as c:  # every slot is free again: all 64 fit, none ran
@@ -602,10 +660,11 @@ def test_client_killed_mid_write_leaves_no_half_record():
 
 def test_tasks_of_one_script_share_its_globals(tmp_path):
     script = tmp_path / "my_tasks.py"
-    script.write_text("seen = []\n"
-                      "def add(p):\n    seen.append(p)\n"
-                      "def count(p):\n    return len(seen)\n")
+    script.write_text(
+        "seen = []\ndef add(p):\n    seen.append(p)\ndef count(p):\n    return len(seen)\n"
+    )
     from shmwheel.service.tasks import resolve
+
     add, count = resolve(f"{script}:add"), resolve(f"{script}:count")
     add(1)
     add(2)
@@ -615,8 +674,22 @@ def test_tasks_of_one_script_share_its_globals(tmp_path):
 def test_chaos_soak_small():
     """A few seconds of bench/chaos.py: random SIGKILLs of every role under load."""
     script = Path(__file__).resolve().parent.parent / "bench" / "chaos.py"
-    out = subprocess.run([sys.executable, str(script), "--seconds", "4", "--rate", "5000",
-                          "--kill-every-ms", "250", "--seed", "3"],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--seconds",
+            "4",
+            "--rate",
+            "5000",
+            "--kill-every-ms",
+            "250",
+            "--seed",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0 and "invariants hold" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "kills {}" not in out.stdout, "the soak must actually kill something"

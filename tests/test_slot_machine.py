@@ -55,25 +55,41 @@ class SlotMachine(RuleBasedStateMachine):
         self.waits = client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S
         # no coordinator runs here: a full ring or wheel refuses at once
         client_mod.RING_WAIT_S = client_mod.FREE_WAIT_S = 0.0
-        cfg = L.ServiceConfig(capacity=CAPACITY, tick_ms=1, wheel_size=4, executors=1,
-                              max_clients=CLIENTS, ring_capacity=8, dispatch_capacity=8,
-                              arena_blocks=(6, 3, 1, 1),
-                              tasks=(("record", "t:record"), ("failing", "t:failing")))
+        cfg = L.ServiceConfig(
+            capacity=CAPACITY,
+            tick_ms=1,
+            wheel_size=4,
+            executors=1,
+            max_clients=CLIENTS,
+            ring_capacity=8,
+            dispatch_capacity=8,
+            arena_blocks=(6, 3, 1, 1),
+            tasks=(("record", "t:record"), ("failing", "t:failing")),
+        )
         self.mem = L.ServiceMemory.create("machine", cfg, os.getpid(), now_ms(), local=True)
         self.tables = self.mem.bind_tables()
         self.clients = [self._connect(r) for r in range(CLIENTS)]
-        self.exec = N.Executor(self.mem.wheel, self.mem.side, self.mem.arena,
-                               self.mem.arena_words, self.mem.dispatch[0].words,
-                               self.mem.results[0].words,
-                               self.mem.exec_table[0][L.X_STARTED: L.X_STARTED + 1],
-                               self.mem.counters[L.FIXED_ROWS], self.mem.hist[0],
-                               [record, failing], P.unpack, lambda h, t, e: None, lambda: False)
+        self.exec = N.Executor(
+            self.mem.wheel,
+            self.mem.side,
+            self.mem.arena,
+            self.mem.arena_words,
+            self.mem.dispatch[0].words,
+            self.mem.results[0].words,
+            self.mem.exec_table[0][L.X_STARTED : L.X_STARTED + 1],
+            self.mem.counters[L.FIXED_ROWS],
+            self.mem.hist[0],
+            [record, failing],
+            P.unpack,
+            lambda h, t, e: None,
+            lambda: False,
+        )
         self.backlog = np.empty(0, np.int64)
-        self.deadline: dict[int, int] = {}       # timer id -> deadline of its current run
-        self.every: dict[int, int] = {}          # repeating timers: id -> period
-        self.cancelled_true: set[int] = set()    # cancel() returned True
-        self.stopped: set[int] = set()           # a repeating timer cancelled mid-run
-        self.crashed: set[int] = set()           # its run died with the executor
+        self.deadline: dict[int, int] = {}  # timer id -> deadline of its current run
+        self.every: dict[int, int] = {}  # repeating timers: id -> period
+        self.cancelled_true: set[int] = set()  # cancel() returned True
+        self.stopped: set[int] = set()  # a repeating timer cancelled mid-run
+        self.crashed: set[int] = set()  # its run died with the executor
         self.fired_at: dict[int, list[int]] = defaultdict(list)  # wheel time of each fire
 
     def _connect(self, ring: int) -> Client:
@@ -94,13 +110,16 @@ class SlotMachine(RuleBasedStateMachine):
         for _ in range(200):
             self.drain_all()
             self._advance(10_000)
-            while len(self.backlog) or self.mem.dispatch[0].pending() or \
-                    self.mem.results[0].pending():
+            while (
+                len(self.backlog) or self.mem.dispatch[0].pending() or self.mem.results[0].pending()
+            ):
                 self.dispatch(8)
                 self.execute()
                 self.settle()
-            if not any(r.pending() for r in self.mem.producer) and \
-                    int(self.mem.wheel[C.H_PENDING]) == 0:
+            if (
+                not any(r.pending() for r in self.mem.producer)
+                and int(self.mem.wheel[C.H_PENDING]) == 0
+            ):
                 break
         for c in self.clients:  # a closed client's cached slots go back
             self.kill_client_ring(c.ring, reconnect=False)
@@ -114,9 +133,12 @@ class SlotMachine(RuleBasedStateMachine):
         client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S = self.waits
 
     # -- clients ------------------------------------------------------------------------
-    @rule(c=st.integers(0, CLIENTS - 1), delay=st.integers(0, 40),
-          payload=st.sampled_from([None, 7, "x" * 30, {"a": 1, "b": [1, 2]}, "y" * 300]),
-          task=st.sampled_from(["record", "record", "failing"]))
+    @rule(
+        c=st.integers(0, CLIENTS - 1),
+        delay=st.integers(0, 40),
+        payload=st.sampled_from([None, 7, "x" * 30, {"a": 1, "b": [1, 2]}, "y" * 300]),
+        task=st.sampled_from(["record", "record", "failing"]),
+    )
     def schedule(self, c: int, delay: int, payload: object, task: str) -> None:
         try:
             h = self.clients[c].schedule(task, payload, delay_ms=delay)
@@ -127,8 +149,9 @@ class SlotMachine(RuleBasedStateMachine):
     @rule(c=st.integers(0, CLIENTS - 1), every=st.integers(1, 30))
     def schedule_repeating(self, c: int, every: int) -> None:
         try:
-            h = self.clients[c].schedule("record", "r", deadline_ms=int(self.now()) + every,
-                                         every_ms=every)
+            h = self.clients[c].schedule(
+                "record", "r", deadline_ms=int(self.now()) + every, every_ms=every
+            )
         except Full:
             return
         self.deadline[h.id] = h.deadline_ms
@@ -216,7 +239,7 @@ class SlotMachine(RuleBasedStateMachine):
     @rule()
     def execute(self) -> None:
         if self.exec.run() < 0:  # the result ring stayed full: the executor gave up, and
-            self.settle()        # its replacement reports the last run crashed
+            self.settle()  # its replacement reports the last run crashed
             h = recover_rings(self.mem, 0)
             assert h is not None
             self.crashed.add(h)
@@ -245,7 +268,7 @@ class SlotMachine(RuleBasedStateMachine):
         """A lock holder died mid-update, leaving bucket links scrambled: the next holder
         rebuilds from the slot states."""
         w = self.mem.wheel
-        w[int(w[C.H_OFF_BITS]): int(w[C.H_OFF_NODES])] = 0
+        w[int(w[C.H_OFF_BITS]) : int(w[C.H_OFF_NODES])] = 0
         self.mem.header[L.W_DIRTY] = 1
         with self.mem.locked():
             pass
@@ -289,10 +312,12 @@ class SlotMachine(RuleBasedStateMachine):
         for t, attempt, _ in RUNS:
             runs[t].append(attempt)
         for t, attempts in runs.items():
-            assert t not in self.cancelled_true or t in self.every, \
+            assert t not in self.cancelled_true or t in self.every, (
                 f"{t:#x} ran although cancel() returned True"
-            assert attempts == list(range(1, len(attempts) + 1)), \
+            )
+            assert attempts == list(range(1, len(attempts) + 1)), (
                 f"{t:#x}: runs {attempts} (each run once, in order)"
+            )
             assert len(attempts) <= len(self.fired_at[t]), f"{t:#x} ran more often than fired"
         if final:
             for t in self.deadline:
@@ -300,10 +325,16 @@ class SlotMachine(RuleBasedStateMachine):
                     continue
                 ran = len(runs.get(t, []))
                 outcomes = ran + (t in self.cancelled_true) + (t in self.crashed and ran == 0)
-                assert outcomes == 1, (f"{t:#x}: ran {ran}, cancelled {t in self.cancelled_true},"
-                                       f" crashed {t in self.crashed}: not exactly one outcome")
+                assert outcomes == 1, (
+                    f"{t:#x}: ran {ran}, cancelled {t in self.cancelled_true},"
+                    f" crashed {t in self.crashed}: not exactly one outcome"
+                )
 
 
 TestSlotMachine = SlotMachine.TestCase
-TestSlotMachine.settings = settings(max_examples=120, stateful_step_count=60, deadline=None,
-                                    suppress_health_check=[HealthCheck.too_slow])
+TestSlotMachine.settings = settings(
+    max_examples=120,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)

@@ -13,15 +13,15 @@ import pytest
 
 import shmwheel
 
-BAD = textwrap.dedent('''\
+BAD = textwrap.dedent("""\
     import shmwheel
     from shmwheel import TimerService
 
     svc = TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10, colour="red")
     other = shmwheel.TimerService(tasks={"noop": "workers.tasks:noop"}, capcity=10)
-''')
+""")
 
-GOOD = textwrap.dedent('''\
+GOOD = textwrap.dedent("""\
     import shmwheel
     from shmwheel import Client, TimerHandle, TimerService
 
@@ -42,7 +42,7 @@ GOOD = textwrap.dedent('''\
 
 
     svc = shmwheel.TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10)
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +59,25 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
         env["MYPYPATH"] = str(root)
     # run from the temporary directory, so that the project's [tool.mypy] does not apply
     # (the user's program is checked as a user would check it)
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                        "--cache-dir", str(work / ".mypy_cache"), "--no-error-summary",
-                        "bad.py", "good.py"],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(work / ".mypy_cache"),
+            "--no-error-summary",
+            "bad.py",
+            "good.py",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode in (0, 1), f"mypy did not run: {r.returncode}\n{r.stdout}{r.stderr}"
     out: dict[str, list[str]] = {"bad.py": [], "good.py": []}
     for line in r.stdout.splitlines():

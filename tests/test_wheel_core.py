@@ -216,8 +216,12 @@ ops = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(tick=st.sampled_from([1, 2, 7]), wheel=st.sampled_from([2, 3, 4, 8, 20]),
-       start=st.integers(0, 10_000), program=ops)
+@given(
+    tick=st.sampled_from([1, 2, 7]),
+    wheel=st.sampled_from([2, 3, 4, 8, 20]),
+    start=st.integers(0, 10_000),
+    program=ops,
+)
 def test_wheel_matches_heap_oracle(tick, wheel, start, program):
     """Every non-cancelled entry comes out exactly once, never before its deadline, in the
     first advance whose tick-floored time reaches its tick-ceiled deadline; cancelled ones
@@ -273,7 +277,7 @@ def test_wheel_matches_heap_oracle(tick, wheel, start, program):
 def _level_of(core, handle):
     """Which level an entry's bucket is on (tests only): walk back to its sentinel."""
     g = core.geometry
-    nodes = core.mem[int(core.mem[C.H_OFF_NODES]):].reshape(-1, C.NODE_WORDS)
+    nodes = core.mem[int(core.mem[C.H_OFF_NODES]) :].reshape(-1, C.NODE_WORDS)
     node = g.sentinels + C.handle_slot(handle)
     while node >= g.sentinels:
         node = int(nodes[node, C.F_PREV])

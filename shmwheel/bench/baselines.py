@@ -117,6 +117,7 @@ def sched_scheduler(skip_zero_sleep: bool = False) -> sched.scheduler:
     caps it near 15k events/s. ``skip_zero_sleep`` passes a delayfunc that returns at once
     for 0 and sleeps otherwise: the kinder choice for the baseline, used for W4."""
     if skip_zero_sleep:
+
         def delay(d: float, sleep: Callable[[float], None] = time.sleep) -> None:
             if d > 0:
                 sleep(d)
@@ -152,11 +153,15 @@ def redis_status() -> tuple[bool, str]:
     import shutil
 
     if shutil.which("redis-server") is None:
-        return False, ("Redis sorted-set baseline skipped: no redis-server binary on PATH "
-                       "(apt-get install redis-server)")
+        return False, (
+            "Redis sorted-set baseline skipped: no redis-server binary on PATH "
+            "(apt-get install redis-server)"
+        )
     if importlib.util.find_spec("redis") is None:
-        return False, ("Redis sorted-set baseline skipped: the redis client module is not "
-                       "installed (pip install 'shmwheel[bench]')")
+        return False, (
+            "Redis sorted-set baseline skipped: the redis client module is not "
+            "installed (pip install 'shmwheel[bench]')"
+        )
     return True, "Redis sorted-set baseline: redis-server on 127.0.0.1, started by the bench"
 
 
@@ -228,12 +233,28 @@ class RedisDelayQueue:
                 log = open(os.path.join(self._tmp, "redis.log"), "wb")  # noqa: SIM115
                 try:
                     self.proc = subprocess.Popen(
-                        ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                         "--save", "", "--appendonly", "no", "--daemonize", "no",
-                         "--dir", self._tmp],
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        cwd=self._tmp, start_new_session=True,  # Ctrl-C reaches only us
-                        preexec_fn=_parent_death_signal())  # noqa: PLW1509 - one prctl call
+                        [
+                            "redis-server",
+                            "--port",
+                            str(self.port),
+                            "--bind",
+                            "127.0.0.1",
+                            "--save",
+                            "",
+                            "--appendonly",
+                            "no",
+                            "--daemonize",
+                            "no",
+                            "--dir",
+                            self._tmp,
+                        ],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=self._tmp,
+                        start_new_session=True,  # Ctrl-C reaches only us
+                        preexec_fn=_parent_death_signal(),
+                    )  # noqa: PLW1509 - one prctl call
                 finally:
                     log.close()
                 if self._wait_ping(5.0):
@@ -270,17 +291,18 @@ class RedisDelayQueue:
         self.r.zadd(self.KEY, {member: time.time() + delay_s})
         return member
 
-    def schedule_many(self, delays_s: list[float], members: list[str],
-                      chunk: int = 10_000) -> None:
+    def schedule_many(self, delays_s: list[float], members: list[str], chunk: int = 10_000) -> None:
         now = time.time()
         self.schedule_many_at([now + d for d in delays_s], members, chunk)
 
-    def schedule_many_at(self, deadlines: list[float], members: list[str],
-                         chunk: int = 10_000) -> None:
+    def schedule_many_at(
+        self, deadlines: list[float], members: list[str], chunk: int = 10_000
+    ) -> None:
         pipe = self.r.pipeline(transaction=False)
         for i in range(0, len(members), chunk):
-            pipe.zadd(self.KEY, dict(zip(members[i : i + chunk], deadlines[i : i + chunk],
-                                         strict=True)))
+            pipe.zadd(
+                self.KEY, dict(zip(members[i : i + chunk], deadlines[i : i + chunk], strict=True))
+            )
         pipe.execute()
 
     def cancel(self, member: str) -> bool:

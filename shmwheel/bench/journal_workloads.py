@@ -64,8 +64,9 @@ def _journal_bytes(svc: TimerService) -> int:
     return int(svc.stats()["journal"]["bytes_written"])
 
 
-def _producer_side(n: int, journal: str | None, call: bool,
-                   delays: list[float], chunks: list[np.ndarray]) -> tuple[float, float]:
+def _producer_side(
+    n: int, journal: str | None, call: bool, delays: list[float], chunks: list[np.ndarray]
+) -> tuple[float, float]:
     """One of W1's measurements on a service with (`journal` a directory) or without a
     journal: per call (`call`) over `delays`, else batch over `chunks`. Returns (timers
     per second, journal bytes per timer; 0 without a journal), the bytes counted from
@@ -83,8 +84,9 @@ def _producer_side(n: int, journal: str | None, call: bool,
             return rate, 0.0
         pending = wait_linked(svc, total, 30.0 + total / 20_000)
         if pending < total:
-            raise RuntimeError(f"journal: only {pending} of {total} timers were linked in "
-                               f"the bounded wait")
+            raise RuntimeError(
+                f"journal: only {pending} of {total} timers were linked in the bounded wait"
+            )
         return rate, (_journal_bytes(svc) - before) / total
 
 
@@ -96,8 +98,10 @@ def svc_journal(n: int) -> Figures:
     delays = SW._far_delays(n).tolist()
     _, chunks = SW.batch_delays(n)
     fig: Figures = {}
-    for call, what, how in ((True, "Client.schedule", "per call"),
-                            (False, "Client.schedule_many", "batch")):
+    for call, what, how in (
+        (True, "Client.schedule", "per call"),
+        (False, "Client.schedule_many", "batch"),
+    ):
         off, _ = _producer_side(n, None, call, delays, chunks)
         with _journal_dir() as d:
             on, per_timer = _producer_side(n, d, call, delays, chunks)
@@ -145,8 +149,10 @@ def svc_recovery(n: int) -> Figures:
             while (pending := int(svc.stats()["pending"])) != n and time.monotonic() < end:
                 time.sleep(0.01)
         if rec.get("recovered") != n or pending != n:
-            raise RuntimeError(f"recovery: re-armed {rec.get('recovered')} and "
-                               f"{pending} pending after start(), of {n} (recovery {rec})")
+            raise RuntimeError(
+                f"recovery: re-armed {rec.get('recovered')} and "
+                f"{pending} pending after start(), of {n} (recovery {rec})"
+            )
         log.debug("bench: recovery of %d timers: %s", n, rec)
     fig[f"{S} recovery['seconds']"] = rec["seconds"] * 1000
     fig["timers recovered"] = float(rec["recovered"])

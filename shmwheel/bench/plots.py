@@ -32,8 +32,12 @@ def hist_cdf(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return edges_ms, cum
 
 
-def write_plots(directory: str, selected: list[Any], samples: dict[str, list[np.ndarray]],
-                hists: list[list[int]]) -> list[str]:
+def write_plots(
+    directory: str,
+    selected: list[Any],
+    samples: dict[str, list[np.ndarray]],
+    hists: list[list[int]],
+) -> list[str]:
     plt = _plt()
     os.makedirs(directory, exist_ok=True)
     written: list[str] = []
@@ -46,8 +50,9 @@ def write_plots(directory: str, selected: list[Any], samples: dict[str, list[np.
             x, y = hist_cdf(counts)
             nz = np.flatnonzero(counts)
             lo, hi = (max(0, nz[0] - 1), nz[-1] + 1) if len(nz) else (0, len(x))
-            ax.step(x[lo:hi], y[lo:hi], where="post",
-                    label="shmwheel service (histogram bucket edges)")
+            ax.step(
+                x[lo:hi], y[lo:hi], where="post", label="shmwheel service (histogram bucket edges)"
+            )
         for label, arrays in samples.items():
             late = np.sort(np.concatenate(arrays))
             late = np.clip(late, 1e-3, None)  # log axis: early/0 shown at 1 µs

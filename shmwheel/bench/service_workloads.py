@@ -126,12 +126,16 @@ def owned(svc: TimerService) -> Iterator[TimerService]:
         left = shm.service_files(svc.name)
         if left:
             leaked.append(svc.name)
-            print(f"bench: service {svc.name} left {[str(p) for p in left]} after stop()",
-                  flush=True, file=sys.stderr)
+            print(
+                f"bench: service {svc.name} left {[str(p) for p in left]} after stop()",
+                flush=True,
+                file=sys.stderr,
+            )
 
 
-def _wait_completed(svc: TimerService, n: int, deadline_s: float,
-                    poll_s: float = 0.002) -> tuple[dict[str, Any], float]:
+def _wait_completed(
+    svc: TimerService, n: int, deadline_s: float, poll_s: float = 0.002
+) -> tuple[dict[str, Any], float]:
     """Poll stats() until `completed` reaches n or time.monotonic() passes deadline_s;
     (the last stats, the monotonic time they were read)."""
     while True:
@@ -159,6 +163,7 @@ def _capacity_for(n: int) -> int:
 
 # -- a. schedule, per call --------------------------------------------------------------
 
+
 def svc_schedule_call(n: int) -> Figures:
     """Per-call schedule of n timers (delays 30-60 s) from one producer process, handles
     kept. The producer waits when its ring is full, so this is bounded by the
@@ -171,25 +176,28 @@ def svc_schedule_call(n: int) -> Figures:
     with _service(_capacity_for(n)) as svc, svc.client() as c:
         warm(c)
         payload = {"job": 12345, "try": 2, "queue": "default"}  # 3 fields, 29 bytes packed
-        fig[f"{S} Client.schedule, 3-field dict payload"] = \
-            schedule_call_rate(c, delays, payload)
+        fig[f"{S} Client.schedule, 3-field dict payload"] = schedule_call_rate(c, delays, payload)
     with HeapTimer() as ht:
         fig["heapq+thread schedule"] = _rate(
-            n, lambda: [ht.schedule(d / 1000, _noop) for d in delays])
+            n, lambda: [ht.schedule(d / 1000, _noop) for d in delays]
+        )
     with event_loop() as loop:
         fig["asyncio call_later"] = _rate(
-            n, lambda: [loop.call_later(d / 1000, _noop) for d in delays])
+            n, lambda: [loop.call_later(d / 1000, _noop) for d in delays]
+        )
     s = sched_scheduler()
     fig["sched enter"] = _rate(n, lambda: [s.enter(d / 1000, 0, _noop) for d in delays])
-    fig["ratio: Client.schedule / heapq+thread"] = \
+    fig["ratio: Client.schedule / heapq+thread"] = (
         fig[f"{S} Client.schedule"] / fig["heapq+thread schedule"]
+    )
     if use_redis:
         m = min(n, REDIS_CALL_N)
         members = _redis_members(m)
         with RedisDelayQueue() as q:
             zadd = q.schedule
             fig[f"{R} ZADD"] = _rate(
-                m, lambda: [zadd(d / 1000, k) for d, k in zip(delays, members, strict=True)])
+                m, lambda: [zadd(d / 1000, k) for d, k in zip(delays, members, strict=True)]
+            )
         fig[f"{R} timers (per call)"] = float(m)
     return fig
 
@@ -204,6 +212,7 @@ def schedule_call_rate(c: Client, delays: list[float], payload: Any = None) -> f
 
 
 # -- b. schedule_many -------------------------------------------------------------------
+
 
 def batch_delays(n: int) -> tuple[np.ndarray, list[np.ndarray]]:
     """W1's batch: 5n delays (30-60 s) and their schedule_many batches of up to 100k."""
@@ -234,12 +243,12 @@ def svc_schedule_many(n: int) -> Figures:
     chunks_s = [(d / 1000).tolist() for d in chunks]
     with HeapTimer() as ht:
         fig["heapq+thread schedule_many"] = _rate(
-            total, lambda: [ht.schedule_many(d, _noop) for d in chunks_s])
+            total, lambda: [ht.schedule_many(d, _noop) for d in chunks_s]
+        )
     loop = asyncio_loop()
     few = (delays[:n] / 1000).tolist()
     try:
-        fig["asyncio call_later loop"] = _rate(
-            n, lambda: [loop.call_later(d, _noop) for d in few])
+        fig["asyncio call_later loop"] = _rate(n, lambda: [loop.call_later(d, _noop) for d in few])
     finally:
         loop.close()
     s = sched_scheduler()
@@ -250,14 +259,18 @@ def svc_schedule_many(n: int) -> Figures:
         ds = (delays[:m] / 1000).tolist()
         with RedisDelayQueue() as q:
             fig[f"{R} ZADD pipelined"] = _rate(
-                m, lambda: _each(lambda i: q.schedule_many(ds[i : i + batch],
-                                                           members[i : i + batch]),
-                                 list(range(0, m, batch))))
+                m,
+                lambda: _each(
+                    lambda i: q.schedule_many(ds[i : i + batch], members[i : i + batch]),
+                    list(range(0, m, batch)),
+                ),
+            )
         fig[f"{R} timers (batch)"] = float(m)
     return fig
 
 
 # -- c. two producer processes ----------------------------------------------------------
+
 
 def _producer(name: str, n: int, seed: int, barrier: Any, out: Any) -> None:
     """A producer process: connect, wait at the barrier, schedule n timers per call."""
@@ -289,8 +302,10 @@ def _collect(out: Any, procs: list[Any], timeout_s: float) -> list[tuple]:
             pass
         dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
         if dead or time.monotonic() > end:
-            raise RuntimeError(f"producer processes failed (exit codes {dead}) or timed out "
-                               f"after {timeout_s} s; see stderr")
+            raise RuntimeError(
+                f"producer processes failed (exit codes {dead}) or timed out "
+                f"after {timeout_s} s; see stderr"
+            )
     return results
 
 
@@ -316,7 +331,7 @@ def _threads(k: int, work: Callable[[int], None]) -> tuple[float, float]:
 
 
 def producer_counts(spec: str = "1,2,nproc") -> list[int]:
-    """"1,2,nproc" -> [1, 2, os.cpu_count()], sorted, duplicates dropped."""
+    """ "1,2,nproc" -> [1, 2, os.cpu_count()], sorted, duplicates dropped."""
     ks = set()
     for x in (x.strip() for x in spec.split(",")):
         if not x:
@@ -349,8 +364,10 @@ def _service_producers(svc: TimerService, k: int, n: int) -> tuple[float, float]
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(k)
     out = ctx.Queue()
-    procs = [ctx.Process(target=_producer, args=(svc.name, n, 10 + i, barrier, out),
-                         daemon=True) for i in range(k)]
+    procs = [
+        ctx.Process(target=_producer, args=(svc.name, n, 10 + i, barrier, out), daemon=True)
+        for i in range(k)
+    ]
     ok = False
     try:
         for p in procs:
@@ -390,21 +407,24 @@ def svc_producers(n: int, ks: list[int] | None = None) -> Figures:
             fig[f"{S} {k} producer processes"] = agg
             fig[f"{S} {k} producers, per producer (mean)"] = each
             # what linking costs the coordinator: the CPU the producers cannot have
-            fig[f"{S} {k} producers, coordinator CPU us per timer"] = \
+            fig[f"{S} {k} producers, coordinator CPU us per timer"] = (
                 (sum(coordinator.cpu_times()[:2]) - before) * 1e6 / (k * n)
+            )
     m = max(1, n // 2)
     for k in ks:
         delays = [(_far_delays(m, 10 + i) / 1000).tolist() for i in range(k)]
         fig[f"heapq+thread {k} threads"] = _heap_threads(k, m, delays)
         fig[f"asyncio {k} threads (call_soon_threadsafe)"] = _asyncio_threads(k, delays)
     if 1 in ks and 2 in ks:
-        fig["ratio: 2 producers / 1 producer"] = \
+        fig["ratio: 2 producers / 1 producer"] = (
             fig[f"{S} 2 producer processes"] / fig[f"{S} 1 producer processes"]
+        )
     return fig
 
 
 def _heap_threads(k: int, m: int, delays: list[list[float]]) -> float:
     with HeapTimer() as ht:
+
         def heap_work(i: int) -> None:
             sched = ht.schedule
             [sched(d, _noop) for d in delays[i]]
@@ -448,6 +468,7 @@ def _asyncio_threads(k: int, delays: list[list[float]]) -> float:
 
 # -- d. cancel --------------------------------------------------------------------------
 
+
 def svc_cancel(n: int) -> Figures:
     """Cancel n pending timers (delays 30-60 s) per call with Client.cancel(handle), and
     another n with one cancel_many; every cancel must return True. Baselines cancel the
@@ -465,8 +486,10 @@ def svc_cancel(n: int) -> Figures:
         res: list[np.ndarray] = []
         fig[f"{S} Client.cancel_many"] = _rate(n, lambda: res.append(c.cancel_many(many)))
         if not all(ok) or not res[0].all():
-            raise RuntimeError(f"cancel returned False for {ok.count(False)} per-call and "
-                               f"{int((~res[0]).sum())} batch handles of pending timers")
+            raise RuntimeError(
+                f"cancel returned False for {ok.count(False)} per-call and "
+                f"{int((~res[0]).sum())} batch handles of pending timers"
+            )
     ds = (d / 1000).tolist()
     with HeapTimer() as ht:
         entries = [ht.schedule(x, _noop) for x in ds]
@@ -474,7 +497,8 @@ def svc_cancel(n: int) -> Figures:
     with event_loop() as loop:
         handles = [loop.call_later(x, _noop) for x in ds]
         fig["asyncio TimerHandle.cancel"] = _rate(
-            n, lambda: _each(asyncio.TimerHandle.cancel, handles))
+            n, lambda: _each(asyncio.TimerHandle.cancel, handles)
+        )
     fig["sched cancel"] = sched_cancel_rate(ds)
     if use_redis:
         m = min(n, REDIS_CALL_N)
@@ -492,8 +516,9 @@ def svc_cancel(n: int) -> Figures:
                 raise RuntimeError("redis ZREM did not remove every pending member")
         fig[f"{R} timers (per call)"] = float(m)
         fig[f"{R} timers (batch)"] = float(mb)
-    fig["ratio: Client.cancel / asyncio TimerHandle.cancel"] = \
+    fig["ratio: Client.cancel / asyncio TimerHandle.cancel"] = (
         fig[f"{S} Client.cancel"] / fig["asyncio TimerHandle.cancel"]
+    )
     return fig
 
 
@@ -519,6 +544,7 @@ def sched_cancel_rate(delays_s: list[float]) -> float:
 
 # -- e. memory --------------------------------------------------------------------------
 
+
 def svc_memory(n: int) -> Figures:
     """Bytes per pending timer at the default capacity (1 M): the whole segment
     (os.path.getsize of /dev/shm/shmwheel.<name>) over capacity, and the wheel + side
@@ -540,8 +566,7 @@ def svc_memory(n: int) -> Figures:
         fig[f"{S} wheel+side / capacity"] = (words["wheel"] + words["side"]) * 8 / cap
         more = L.segment_layout(dataclasses.replace(svc.config, capacity=cap + 1024))["total"]
         fig[f"{S} segment bytes per added timer"] = (more - off["total"]) * 8 / 1024
-        fig[f"{S} payload arena / capacity"] = \
-            (off["total"] - off["arena_meta"]) * 8 / cap
+        fig[f"{S} payload arena / capacity"] = (off["total"] - off["arena_meta"]) * 8 / cap
         fig[f"{S} segment bytes"] = float(size)
 
     m = TRACE_N
@@ -615,8 +640,12 @@ def _margin_ms(n: int) -> int:
 
 def _check_margin(deadlines_s: list[float], who: str) -> None:
     if time.monotonic() > min(deadlines_s):
-        print(f"bench: lateness: {who} finished scheduling after its first deadline; its "
-              f"figures include scheduling time", file=sys.stderr, flush=True)
+        print(
+            f"bench: lateness: {who} finished scheduling after its first deadline; its "
+            f"figures include scheduling time",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _spread_ms(n: int) -> float:
@@ -626,11 +655,13 @@ def _spread_ms(n: int) -> float:
 
 def _percentiles(late_ms: np.ndarray, label: str) -> Figures:
     lateness_samples.setdefault(label, []).append(late_ms)
-    return {f"p50: {label}": float(np.percentile(late_ms, 50)),
-            f"p99: {label}": float(np.percentile(late_ms, 99)),
-            f"p99.9: {label}": float(np.percentile(late_ms, 99.9)),
-            f"max: {label}": float(late_ms.max()),
-            f"early: {label}": float((late_ms < 0).sum())}
+    return {
+        f"p50: {label}": float(np.percentile(late_ms, 50)),
+        f"p99: {label}": float(np.percentile(late_ms, 99)),
+        f"p99.9: {label}": float(np.percentile(late_ms, 99.9)),
+        f"max: {label}": float(late_ms.max()),
+        f"early: {label}": float((late_ms < 0).sum()),
+    }
 
 
 def svc_lateness(n: int) -> Figures:
@@ -662,8 +693,12 @@ def svc_lateness(n: int) -> Figures:
         fig[f"completed: {label}"] = float(st["completed"])
         lateness_hists.append([int(x) for x in st["lateness_histogram"]])
         if st["completed"] < n:
-            print(f"bench: lateness: only {st['completed']} of {n} timers completed in the "
-                  f"bounded wait", file=sys.stderr, flush=True)
+            print(
+                f"bench: lateness: only {st['completed']} of {n} timers completed in the "
+                f"bounded wait",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def targets() -> list[float]:
         """Absolute deadlines (s) rounded up to a whole ms, from now."""
@@ -741,8 +776,12 @@ def _redis_lateness(n: int, offsets: np.ndarray) -> Figures:
         dl = [math.ceil(now + x) / 1000 for x in offsets.tolist()]
         q.schedule_many_at(dl, _redis_members(n))
         if time.time() > min(dl):
-            print("bench: lateness: redis finished scheduling after its first deadline; "
-                  "its figures include scheduling time", file=sys.stderr, flush=True)
+            print(
+                "bench: lateness: redis finished scheduling after its first deadline; "
+                "its figures include scheduling time",
+                file=sys.stderr,
+                flush=True,
+            )
         end = max(dl) + 10
         while count[0] < n and time.time() < end:
             q.check()
@@ -754,6 +793,7 @@ def _redis_lateness(n: int, offsets: np.ndarray) -> Figures:
 
 
 # -- g. fired -> executed ---------------------------------------------------------------
+
 
 def svc_fire(n: int) -> Figures:
     """n no-op timers all due at one deadline (schedule_many, deadline after scheduling
@@ -776,21 +816,28 @@ def svc_fire(n: int) -> Figures:
         fig[f"{S} fired->executed"] = st["completed"] / (t1 - due / 1000)
         fig[f"{S} executors"] = float(execs)
         if st["completed"] < n:
-            print(f"bench: fire: only {st['completed']} of {n} timers completed in the "
-                  f"bounded wait", file=sys.stderr, flush=True)
+            print(
+                f"bench: fire: only {st['completed']} of {n} timers completed in the bounded wait",
+                file=sys.stderr,
+                flush=True,
+            )
 
     m = min(n, POOL_N)
     with ProcessPoolExecutor(max_workers=execs, mp_context=mp.get_context("spawn")) as pool:
         wait_futures([pool.submit(noop_task, None) for _ in range(execs * 4)])
         fig["ProcessPoolExecutor.submit"] = _rate(
-            m, lambda: wait_futures([pool.submit(noop_task, None) for _ in range(m)]))
+            m, lambda: wait_futures([pool.submit(noop_task, None) for _ in range(m)])
+        )
 
     p = min(n, POOL_MAP_N)
     with mp.get_context("spawn").Pool(execs) as mpool:
         list(mpool.imap_unordered(noop_task, [None] * (execs * 4)))
         fig["multiprocessing.Pool.imap_unordered"] = _rate(
-            p, lambda: list(mpool.imap_unordered(noop_task, itertools.repeat(None, p),
-                                                 chunksize=POOL_CHUNK)))
+            p,
+            lambda: list(
+                mpool.imap_unordered(noop_task, itertools.repeat(None, p), chunksize=POOL_CHUNK)
+            ),
+        )
 
     margin_s = 0.05 + n * 6e-6
     with HeapTimer() as ht:
@@ -890,10 +937,11 @@ def svc_scale(n: int, levels: list[int] | None = None) -> Figures:
             sched = c.schedule
             hs: list = []
             fig[f"{S} schedule @ {level_label(lvl)}"] = 1e6 / _rate(
-                k, lambda: hs.extend([sched("noop", delay_ms=d) for d in ops_list]))  # noqa: B023
+                k,
+                lambda: hs.extend([sched("noop", delay_ms=d) for d in ops_list]),  # noqa: B023
+            )
             cancel = c.cancel
-            fig[f"{S} cancel @ {level_label(lvl)}"] = 1e6 / _rate(
-                k, lambda: _each(cancel, hs))  # noqa: B023
+            fig[f"{S} cancel @ {level_label(lvl)}"] = 1e6 / _rate(k, lambda: _each(cancel, hs))  # noqa: B023
     fill_s = (fill / 1000).tolist()
     ops_s = (ops / 1000).tolist()
     with HeapTimer() as ht:
@@ -903,14 +951,19 @@ def svc_scale(n: int, levels: list[int] | None = None) -> Figures:
             have = lvl
             es: list = []
             fig[f"heapq+thread schedule @ {level_label(lvl)}"] = 1e6 / _rate(
-                k, lambda: es.extend([ht.schedule(d, _noop) for d in ops_s]))  # noqa: B023
+                k,
+                lambda: es.extend([ht.schedule(d, _noop) for d in ops_s]),  # noqa: B023
+            )
             fig[f"heapq+thread cancel @ {level_label(lvl)}"] = 1e6 / _rate(
-                k, lambda: _each(ht.cancel, es))  # noqa: B023
+                k,
+                lambda: _each(ht.cancel, es),  # noqa: B023
+            )
     del fill_s
     return fig
 
 
 # -- start-up ------------------------------------------------------------------------------
+
 
 def svc_startup(n: int) -> Figures:
     """What a user waits for before the first timer: ``import shmwheel`` in a fresh
@@ -919,20 +972,29 @@ def svc_startup(n: int) -> Figures:
     ``TimerService.start()`` of a 1M-capacity service (the default) until every process
     is ready, and its stop(). Peer: ``import asyncio`` in a fresh interpreter, and
     starting a ProcessPoolExecutor with as many workers and running one no-op in each."""
-    code = ("import time; t = time.perf_counter(); import {mod}; "
-            "print(time.perf_counter() - t)")
+    code = "import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
 
     def import_s(mod: str) -> float:
-        runs = [float(subprocess.run([sys.executable, "-c", code.format(mod=mod)],
-                                     capture_output=True, text=True, check=True).stdout)
-                for _ in range(5)]
+        runs = [
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", code.format(mod=mod)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
+            for _ in range(5)
+        ]
         return sorted(runs)[2]
 
-    fig: Figures = {"import shmwheel": import_s("shmwheel") * 1000,
-                    "import asyncio": import_s("asyncio") * 1000,
-                    # names load on first use (PEP 562): what the service layer costs
-                    "import shmwheel + first use of TimerService":
-                        import_s("shmwheel; shmwheel.TimerService") * 1000}
+    fig: Figures = {
+        "import shmwheel": import_s("shmwheel") * 1000,
+        "import asyncio": import_s("asyncio") * 1000,
+        # names load on first use (PEP 562): what the service layer costs
+        "import shmwheel + first use of TimerService": import_s("shmwheel; shmwheel.TimerService")
+        * 1000,
+    }
     t0 = time.perf_counter()
     svc = TimerService(tasks=TASKS)
     svc.start()

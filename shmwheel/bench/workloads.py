@@ -44,12 +44,15 @@ def _rate(n: int, fn: Callable[[], object]) -> float:
 
 # -- wheel core vs heapq -----------------------------------------------------------------
 
+
 def core_schedule_batch(n: int) -> Figures:
     d = _deadlines(n)
     core = WheelCore(1, 4096, 0, n, growable=False)
     items = list(zip(d.tolist(), range(n), strict=True))
-    return {"shmwheel core insert_many": _rate(n, lambda: core.insert_many(d)),
-            "heapq heapify": _rate(n, lambda: heapq.heapify(list(items)))}
+    return {
+        "shmwheel core insert_many": _rate(n, lambda: core.insert_many(d)),
+        "heapq heapify": _rate(n, lambda: heapq.heapify(list(items))),
+    }
 
 
 def core_schedule_call(n: int) -> Figures:
@@ -90,9 +93,11 @@ def core_cancel(n: int) -> Figures:
         for e in entries:
             e[2] = None
 
-    return {"shmwheel core cancel_many": _rate(n, lambda: batch.cancel_many(hb)),
-            "shmwheel core cancel": _rate(n, wheel_one),
-            "heapq lazy cancel": _rate(n, lazy)}
+    return {
+        "shmwheel core cancel_many": _rate(n, lambda: batch.cancel_many(hb)),
+        "shmwheel core cancel": _rate(n, wheel_one),
+        "heapq lazy cancel": _rate(n, lazy),
+    }
 
 
 def core_expire(n: int) -> Figures:
@@ -151,11 +156,13 @@ def core_memory(n: int) -> Figures:
     figures["heapq entry"] = traced(lambda: [[x, i, None] for i, x in enumerate(d)])
     with event_loop() as loop:
         figures["asyncio call_later"] = traced(
-            lambda: [loop.call_later(x / 1000, _noop) for x in d])
+            lambda: [loop.call_later(x / 1000, _noop) for x in d]
+        )
     return figures
 
 
 # -- in-process timers ---------------------------------------------------------------
+
 
 def _noop() -> None:
     pass
@@ -192,8 +199,11 @@ def timer_schedule_cancel(n: int) -> Figures:
 
     systems: list[tuple[str, Callable[[], list], Callable[[Any], None]]] = [
         ("shmwheel SystemTimer", add_tasks, TimerTask.cancel),
-        ("asyncio call_later", lambda: [loop.call_later(x / 1000, _noop) for x in delays],
-         lambda h: h.cancel()),
+        (
+            "asyncio call_later",
+            lambda: [loop.call_later(x / 1000, _noop) for x in delays],
+            lambda h: h.cancel(),
+        ),
         ("heapq+thread", lambda: [ht.schedule(x / 1000, _noop) for x in delays], ht.cancel),
     ]
     fig: Figures = {}
@@ -289,11 +299,17 @@ def kernel_choice(n: int) -> Figures:
     child), on the same n entries: what numba buys."""
     warm_up()
     code = _INTERPRETED.format(n=n)
-    compiled = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
-                                         capture_output=True, text=True).stdout)
+    compiled = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        ).stdout
+    )
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    interp = json.loads(subprocess.run([sys.executable, "-c", code], check=True, env=env,
-                                       capture_output=True, text=True).stdout)
+    interp = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True
+        ).stdout
+    )
     names = ("insert_many", "cancel_many", "cascade+advance")
     fig: Figures = {}
     for name, a, b in zip(names, compiled, interp, strict=True):

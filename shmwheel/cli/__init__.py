@@ -39,13 +39,21 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     parser = argparse.ArgumentParser(
-        prog="shmwheel", description="Run and watch shmwheel timer services.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="shmwheel",
+        description="Run and watch shmwheel timer services.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"shmwheel {__version__}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-level", type=str.upper, choices=LEVELS, metavar="LEVEL",
-                        help="logging level on stderr: DEBUG, INFO, WARNING, ERROR "
-                        "(default INFO for run and clean, WARNING otherwise)")
+    common.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        metavar="LEVEL",
+        help="logging level on stderr: DEBUG, INFO, WARNING, ERROR "
+        "(default INFO for run and clean, WARNING otherwise)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (run, status, top, segments):
         module.register(sub, common)
@@ -56,8 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def setup_logging(level: str, command: str) -> None:
     """Log records of `level` and above to stderr (``run`` with timestamps)."""
-    fmt = "%(asctime)s %(name)s %(levelname)s: %(message)s" if command == "run" else \
-        f"shmwheel {command}: %(levelname)s: %(message)s"
+    fmt = (
+        "%(asctime)s %(name)s %(levelname)s: %(message)s"
+        if command == "run"
+        else f"shmwheel {command}: %(levelname)s: %(message)s"
+    )
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
 
 

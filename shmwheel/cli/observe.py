@@ -53,16 +53,20 @@ def attach(name: str) -> ServiceMemory:
         mem = L.ServiceMemory.attach(name)
     except LayoutError as e:
         if not path.exists():
-            raise CommandError(f"no service {name!r} on this host (no {path}); "
-                               f"`shmwheel ls` lists the services there are") from None
+            raise CommandError(
+                f"no service {name!r} on this host (no {path}); "
+                f"`shmwheel ls` lists the services there are"
+            ) from None
         raise CommandError(f"cannot read service {name!r}: {e}") from None
     except (posix_ipc.Error, OSError) as e:
         raise CommandError(f"cannot open service {name!r} ({path}): {e}") from None
     owner = int(mem.header[L.W_OWNER])
     if not shm.pid_alive(owner):
         mem.close()
-        raise CommandError(f"service {name!r} is not running: its owner process (pid {owner}) "
-                           f"is gone; `shmwheel clean` removes what it left in {shm.SHM_DIR}")
+        raise CommandError(
+            f"service {name!r} is not running: its owner process (pid {owner}) "
+            f"is gone; `shmwheel clean` removes what it left in {shm.SHM_DIR}"
+        )
     if mem.header[L.W_STOPPING]:
         mem.close()
         raise CommandError(f"service {name!r} is stopping")
@@ -118,8 +122,10 @@ class ProcessHealth:
             return {"cpu_percent": None, "rss_bytes": None}
         try:
             with p.oneshot():
-                return {"cpu_percent": round(p.cpu_percent(None), 1),
-                        "rss_bytes": int(p.memory_info().rss)}
+                return {
+                    "cpu_percent": round(p.cpu_percent(None), 1),
+                    "rss_bytes": int(p.memory_info().rss),
+                }
         except psutil.Error:
             self._procs.pop(pid, None)
             return {"cpu_percent": None, "rss_bytes": None}
@@ -129,8 +135,12 @@ def process_pids(mem: ServiceMemory) -> list[int]:
     """The supervisor's pid and every service process's recorded pid."""
     from ..segment import layout as L
 
-    return [int(mem.header[L.W_OWNER]), int(mem.header[L.W_PID_COORDINATOR]),
-            int(mem.header[L.W_PID_REAPER]), *(int(p) for p in mem.exec_table[:, L.X_PID])]
+    return [
+        int(mem.header[L.W_OWNER]),
+        int(mem.header[L.W_PID_COORDINATOR]),
+        int(mem.header[L.W_PID_REAPER]),
+        *(int(p) for p in mem.exec_table[:, L.X_PID]),
+    ]
 
 
 def snapshot(mem: ServiceMemory, health: ProcessHealth) -> dict[str, Any]:
@@ -148,31 +158,50 @@ def snapshot(mem: ServiceMemory, health: ProcessHealth) -> dict[str, Any]:
     st = read_stats(mem)
     owner = int(mem.header[L.W_OWNER])
     processes: dict[str, dict[str, Any]] = {
-        "supervisor": {"pid": owner, "alive": shm.pid_alive(owner)}}
+        "supervisor": {"pid": owner, "alive": shm.pid_alive(owner)}
+    }
     processes.update(st["processes"])
     restarts = st.get("restarts") or {}
     for role, row in processes.items():
-        row.update(health.sample(row["pid"]) if row["alive"] else
-                   {"cpu_percent": None, "rss_bytes": None})
+        row.update(
+            health.sample(row["pid"]) if row["alive"] else {"cpu_percent": None, "rss_bytes": None}
+        )
         row["restarts"] = restarts.get(role)
     claimed = np.flatnonzero(mem.ring_table[:, L.RT_STATE] != L.RING_FREE)
-    producer = [{"ring": int(i), "pid": int(mem.ring_table[i, L.RT_PID]),
-                 "pending": mem.producer[i].pending(), "capacity": mem.producer[i].capacity}
-                for i in claimed]
-    dispatch = [{"executor": i, "pending": r.pending(), "capacity": r.capacity}
-                for i, r in enumerate(mem.dispatch)]
+    producer = [
+        {
+            "ring": int(i),
+            "pid": int(mem.ring_table[i, L.RT_PID]),
+            "pending": mem.producer[i].pending(),
+            "capacity": mem.producer[i].capacity,
+        }
+        for i in claimed
+    ]
+    dispatch = [
+        {"executor": i, "pending": r.pending(), "capacity": r.capacity}
+        for i, r in enumerate(mem.dispatch)
+    ]
     cfg = mem.config
-    st.update({
-        "service": mem.service, "owner_pid": owner, "time": time.time(),
-        "config": {"capacity": cfg.capacity, "executors": cfg.executors,
-                   "tick_ms": cfg.tick_ms, "wheel_size": cfg.wheel_size,
-                   "max_clients": cfg.max_clients, "ring_capacity": cfg.ring_capacity,
-                   "dispatch_capacity": cfg.dispatch_capacity,
-                   "tasks": {n: spec for n, spec in cfg.tasks},
-                   "journal": cfg.journal_dir or None},
-        "processes": processes,
-        "rings": {"producer": producer, "dispatch": dispatch},
-    })
+    st.update(
+        {
+            "service": mem.service,
+            "owner_pid": owner,
+            "time": time.time(),
+            "config": {
+                "capacity": cfg.capacity,
+                "executors": cfg.executors,
+                "tick_ms": cfg.tick_ms,
+                "wheel_size": cfg.wheel_size,
+                "max_clients": cfg.max_clients,
+                "ring_capacity": cfg.ring_capacity,
+                "dispatch_capacity": cfg.dispatch_capacity,
+                "tasks": {n: spec for n, spec in cfg.tasks},
+                "journal": cfg.journal_dir or None,
+            },
+            "processes": processes,
+            "rings": {"producer": producer, "dispatch": dispatch},
+        }
+    )
     return st
 
 

@@ -52,11 +52,22 @@ Exit status: 0 after a clean stop, 1 if the service cannot start, 2 for bad argu
 
 # option -> accepted types (TimerService checks the values themselves)
 OPTIONS: dict[str, tuple[type, ...]] = {
-    "name": (str,), "capacity": (int,), "executors": (int,), "journal": (str,),
-    "log_level": (str,), "tasks": (dict,), "tick_ms": (int,), "wheel_size": (int,),
-    "max_clients": (int,), "ring_capacity": (int,), "dispatch_capacity": (int,),
-    "arena_bytes": (int,), "journal_fsync": (str,), "journal_fsync_ms": (int,),
-    "journal_segment_bytes": (int,), "journal_keep_hours": (int, float),
+    "name": (str,),
+    "capacity": (int,),
+    "executors": (int,),
+    "journal": (str,),
+    "log_level": (str,),
+    "tasks": (dict,),
+    "tick_ms": (int,),
+    "wheel_size": (int,),
+    "max_clients": (int,),
+    "ring_capacity": (int,),
+    "dispatch_capacity": (int,),
+    "arena_bytes": (int,),
+    "journal_fsync": (str,),
+    "journal_fsync_ms": (int,),
+    "journal_segment_bytes": (int,),
+    "journal_keep_hours": (int, float),
 }
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -73,20 +84,39 @@ def task_arg(text: str) -> tuple[str, str]:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``run`` subcommand to `sub`."""
-    p = sub.add_parser("run", parents=[common], help="run a service in the foreground",
-                       description=fill("Start a timer service and keep it running until SIGTERM "
-                       "or SIGINT (Ctrl-C), then stop it cleanly: no process and no shared "
-                       "memory is left behind."), epilog=EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", nargs="+", action="extend", type=task_arg, default=[],
-                   metavar="NAME=module:function", help="tasks executors may run, by name")
+    p = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run a service in the foreground",
+        description=fill(
+            "Start a timer service and keep it running until SIGTERM "
+            "or SIGINT (Ctrl-C), then stop it cleanly: no process and no shared "
+            "memory is left behind."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        action="extend",
+        type=task_arg,
+        default=[],
+        metavar="NAME=module:function",
+        help="tasks executors may run, by name",
+    )
     p.add_argument("--name", type=service_name, help="service name (default: s<pid>-<hex>)")
     p.add_argument("--capacity", type=int, help="timer slots (default 1,000,000)")
     p.add_argument("--executors", type=int, help="executor processes (default nproc - 1)")
     p.add_argument("--journal", metavar="DIR", help="journal directory (docs/journal.md)")
     p.add_argument("--config", type=Path, metavar="FILE", help="TOML file of options")
-    p.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="how long stopping may take before processes are killed (default 10)")
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long stopping may take before processes are killed (default 10)",
+    )
     p.set_defaults(execute=execute, default_log_level="INFO")
 
 
@@ -104,17 +134,22 @@ def load_config(path: Path) -> dict[str, Any]:
         option = key.replace("-", "_")
         types = OPTIONS.get(option)
         if types is None:
-            raise CommandError(f"config {path}: unknown option {key!r} (known: "
-                               f"{', '.join(sorted(OPTIONS))})", 2)
+            raise CommandError(
+                f"config {path}: unknown option {key!r} (known: {', '.join(sorted(OPTIONS))})", 2
+            )
         if isinstance(value, bool) or not isinstance(value, types):
-            raise CommandError(f"config {path}: {key} must be a "
-                               f"{' or '.join(t.__name__ for t in types)}, got {value!r}", 2)
+            raise CommandError(
+                f"config {path}: {key} must be a "
+                f"{' or '.join(t.__name__ for t in types)}, got {value!r}",
+                2,
+            )
         config[option] = value
     tasks = config.get("tasks", {})
     for name, spec in tasks.items():
         if not isinstance(spec, str) or ":" not in spec:
-            raise CommandError(f"config {path}: tasks.{name} must be \"module:function\", "
-                               f"got {spec!r}", 2)
+            raise CommandError(
+                f'config {path}: tasks.{name} must be "module:function", got {spec!r}', 2
+            )
     if "name" in config:
         try:
             service_name(config["name"])
@@ -132,8 +167,9 @@ def options(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     tasks = dict(config.pop("tasks", {}))
     tasks.update(args.tasks)
     if not tasks:
-        raise CommandError("no tasks: give --tasks NAME=module:function ... or a [tasks] "
-                           "table in --config", 2)
+        raise CommandError(
+            "no tasks: give --tasks NAME=module:function ... or a [tasks] table in --config", 2
+        )
     for flag in ("name", "capacity", "executors", "journal"):
         value = getattr(args, flag)
         if value is not None:
@@ -215,15 +251,24 @@ def execute(args: argparse.Namespace) -> int:
 
 def _serve(svc: Any, stopper: _Stopper, stop_timeout: float) -> None:
     cfg = svc.config
-    print(f"service {svc.name} running; connect with shmwheel.connect({svc.name!r})",
-          flush=True)
-    log.info("service %s started: capacity %d, %d executors, tasks %s%s", svc.name,
-             cfg.capacity, cfg.executors, ", ".join(f"{n}={s}" for n, s in cfg.tasks),
-             f", journal {svc.journal.directory}" if svc.journal else "")
+    print(f"service {svc.name} running; connect with shmwheel.connect({svc.name!r})", flush=True)
+    log.info(
+        "service %s started: capacity %d, %d executors, tasks %s%s",
+        svc.name,
+        cfg.capacity,
+        cfg.executors,
+        ", ".join(f"{n}={s}" for n, s in cfg.tasks),
+        f", journal {svc.journal.directory}" if svc.journal else "",
+    )
     rec = svc.recovery
     if rec.get("recovered") or rec.get("salvaged"):
-        log.info("service %s: re-armed %d timers from its journal (%d salvaged from a dead "
-                 "service's memory)", svc.name, rec.get("recovered", 0), rec.get("salvaged", 0))
+        log.info(
+            "service %s: re-armed %d timers from its journal (%d salvaged from a dead "
+            "service's memory)",
+            svc.name,
+            rec.get("recovered", 0),
+            rec.get("salvaged", 0),
+        )
     while not stopper.signum:
         time.sleep(0.1)
     try:
@@ -231,9 +276,15 @@ def _serve(svc: Any, stopper: _Stopper, stop_timeout: float) -> None:
     except Exception:  # the figures are only for the log line: stop regardless
         log.exception("service %s: cannot read its figures", svc.name)
         st = dict.fromkeys(("scheduled", "completed", "task_errors", "pending"), -1)
-    log.info("%s: stopping service %s (%d scheduled, %d completed, %d task errors; %d pending "
-             "%s)", signal.Signals(stopper.signum).name, svc.name, st["scheduled"],
-             st["completed"], st["task_errors"], st["pending"],
-             "kept in the journal" if svc.journal else "dropped")
+    log.info(
+        "%s: stopping service %s (%d scheduled, %d completed, %d task errors; %d pending %s)",
+        signal.Signals(stopper.signum).name,
+        svc.name,
+        st["scheduled"],
+        st["completed"],
+        st["task_errors"],
+        st["pending"],
+        "kept in the journal" if svc.journal else "dropped",
+    )
     svc.stop(stop_timeout)
     log.info("service %s stopped", svc.name)

@@ -53,18 +53,30 @@ class ServiceInfo:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``ls`` and ``clean`` subcommands to `sub`."""
-    p = sub.add_parser("ls", parents=[common], help="list this user's services on this host",
-                       description=fill("List the services of this user on this host, from their "
-                       "shared-memory segments, with their owner pid and liveness."),
-                       epilog=LS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "ls",
+        parents=[common],
+        help="list this user's services on this host",
+        description=fill(
+            "List the services of this user on this host, from their "
+            "shared-memory segments, with their owner pid and liveness."
+        ),
+        epilog=LS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(execute=execute_ls, default_log_level="WARNING")
-    p = sub.add_parser("clean", parents=[common], help="remove what dead services left",
-                       description=fill("Unlink the segments and semaphores of services whose "
-                       "owner process is gone."), epilog=CLEAN_EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dry-run", "-n", action="store_true",
-                   help="only list what would be removed")
+    p = sub.add_parser(
+        "clean",
+        parents=[common],
+        help="remove what dead services left",
+        description=fill(
+            "Unlink the segments and semaphores of services whose owner process is gone."
+        ),
+        epilog=CLEAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dry-run", "-n", action="store_true", help="only list what would be removed")
     p.set_defaults(execute=execute_clean, default_log_level="INFO")
 
 
@@ -78,7 +90,7 @@ def scan() -> list[ServiceInfo]:
 
     found = []
     for path in sorted(shm.SHM_DIR.glob(shm.PREFIX + "*")):
-        name = path.name[len(shm.PREFIX):]
+        name = path.name[len(shm.PREFIX) :]
         try:
             shm.check_name(name)
             st = path.stat()
@@ -100,10 +112,18 @@ def scan() -> list[ServiceInfo]:
             stopping = bool(seg.words[L.W_STOPPING])
         finally:
             seg.close()
-        state = "stale" if owner > 0 and not shm.pid_alive(owner) else \
-            "stopping" if stopping else "running"
-        found.append(ServiceInfo(name, owner, state, st.st_size, cfg.capacity, cfg.executors,
-                                 cfg.journal_dir or None))
+        state = (
+            "stale"
+            if owner > 0 and not shm.pid_alive(owner)
+            else "stopping"
+            if stopping
+            else "running"
+        )
+        found.append(
+            ServiceInfo(
+                name, owner, state, st.st_size, cfg.capacity, cfg.executors, cfg.journal_dir or None
+            )
+        )
     return found
 
 
@@ -113,7 +133,7 @@ def orphan_semaphores() -> list[str]:
 
     out = []
     for path in sorted(shm.SHM_DIR.glob("sem." + shm.PREFIX + "*")):
-        service = path.name[len("sem." + shm.PREFIX):].rsplit(".", 1)[0]
+        service = path.name[len("sem." + shm.PREFIX) :].rsplit(".", 1)[0]
         try:
             mine = path.stat().st_uid == os.getuid()
         except OSError:
@@ -133,12 +153,16 @@ def execute_ls(args: argparse.Namespace) -> int:
     if not services:
         log.info("no shmwheel services of this user on this host")
         return 0
-    print(f"{'NAME':<32} {'OWNER':>8} {'STATE':<10} {'SIZE':>10} {'CAPACITY':>10} "
-          f"{'EXEC':>4}  JOURNAL")
+    print(
+        f"{'NAME':<32} {'OWNER':>8} {'STATE':<10} {'SIZE':>10} {'CAPACITY':>10} "
+        f"{'EXEC':>4}  JOURNAL"
+    )
     for s in services:
-        print(f"{s.name:<32} {s.owner_pid or '-':>8} {s.state:<10} {fmt_bytes(s.size_bytes):>10} "
-              f"{s.capacity if s.capacity is not None else '-':>10} "
-              f"{s.executors if s.executors is not None else '-':>4}  {s.journal or '-'}")
+        print(
+            f"{s.name:<32} {s.owner_pid or '-':>8} {s.state:<10} {fmt_bytes(s.size_bytes):>10} "
+            f"{s.capacity if s.capacity is not None else '-':>10} "
+            f"{s.executors if s.executors is not None else '-':>4}  {s.journal or '-'}"
+        )
     for s in services:
         if s.problem:
             log.warning("%s: %s", s.name, s.problem)
@@ -155,8 +179,10 @@ def execute_clean(args: argparse.Namespace) -> int:
     orphans = orphan_semaphores()
     if args.dry_run:
         for s in stale:
-            print(f"would remove {s.name} (owner pid {s.owner_pid} is gone"
-                  f"{'; its journal ' + s.journal + ' gets what it held' if s.journal else ''})")
+            print(
+                f"would remove {s.name} (owner pid {s.owner_pid} is gone"
+                f"{'; its journal ' + s.journal + ' gets what it held' if s.journal else ''})"
+            )
         for sem in orphans:
             print(f"would remove semaphore {sem} (its segment is gone)")
         if not stale and not orphans:
@@ -170,8 +196,11 @@ def execute_clean(args: argparse.Namespace) -> int:
             print(f"removed semaphore {sem}")
     for s in stale:
         if s.name not in removed and (shm.SHM_DIR / (shm.PREFIX + s.name)).exists():
-            log.warning("kept %s: its journal %s is in use (the service starting on it "
-                        "salvages it)", s.name, s.journal)
+            log.warning(
+                "kept %s: its journal %s is in use (the service starting on it salvages it)",
+                s.name,
+                s.journal,
+            )
     if not removed and not orphans:
         log.info("nothing to clean")
     return 0

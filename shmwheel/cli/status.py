@@ -30,22 +30,47 @@ exit status: 0, or 1 when the service is not there (no segment, or its owner is 
 Restarts are counted only inside the supervisor, so they show as '-' here.
 """
 
-COUNTERS = ("pending", "scheduled", "fired", "cancelled", "completed", "task_errors",
-            "crashed", "rearmed", "early", "retired", "ring_garbage", "ring_stale", "repairs",
-            "clients")
+COUNTERS = (
+    "pending",
+    "scheduled",
+    "fired",
+    "cancelled",
+    "completed",
+    "task_errors",
+    "crashed",
+    "rearmed",
+    "early",
+    "retired",
+    "ring_garbage",
+    "ring_stale",
+    "repairs",
+    "clients",
+)
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``status`` subcommand to `sub`."""
-    p = sub.add_parser("status", parents=[common], help="one-shot figures of a running service",
-                       description=fill("Print the figures of a running service once: counters, "
-                       "lateness percentiles, processes (pid, alive, CPU, memory) and the "
-                       "journal when it has one."), epilog=EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="one-shot figures of a running service",
+        description=fill(
+            "Print the figures of a running service once: counters, "
+            "lateness percentiles, processes (pid, alive, CPU, memory) and the "
+            "journal when it has one."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("name", type=service_name, metavar="NAME", help="the service's name")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--sample", type=float, default=0.25, metavar="SECONDS",
-                   help="interval over which CPU%% is measured (default 0.25)")
+    p.add_argument(
+        "--sample",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="interval over which CPU%% is measured (default 0.25)",
+    )
     p.set_defaults(execute=execute, default_log_level="WARNING")
 
 
@@ -64,32 +89,49 @@ def read(name: str, sample_s: float) -> dict[str, Any]:
 def render(st: dict[str, Any]) -> str:
     """The snapshot as aligned text."""
     cfg = st["config"]
-    lines = [f"service      {st['service']}",
-             f"state        running, supervisor pid {st['owner_pid']}",
-             f"config       capacity {cfg['capacity']:,}, {cfg['executors']} executors, "
-             f"tick {cfg['tick_ms']} ms, tasks {', '.join(cfg['tasks'])}"]
+    lines = [
+        f"service      {st['service']}",
+        f"state        running, supervisor pid {st['owner_pid']}",
+        f"config       capacity {cfg['capacity']:,}, {cfg['executors']} executors, "
+        f"tick {cfg['tick_ms']} ms, tasks {', '.join(cfg['tasks'])}",
+    ]
     for key in COUNTERS:
         lines.append(f"{key.replace('_', ' '):<12} {st[key]:,}")
     late = st["lateness_ms"]
-    lines.append("lateness     " + "  ".join(f"{k} {fmt_ms(v)}" for k, v in late.items())
-                 + f"  ({st['lateness_samples']:,} runs)")
-    lines += ["", f"{'process':<12} {'pid':>8} {'alive':>6} {'restarts':>9} {'cpu%':>6} "
-              f"{'rss':>10}"]
+    lines.append(
+        "lateness     "
+        + "  ".join(f"{k} {fmt_ms(v)}" for k, v in late.items())
+        + f"  ({st['lateness_samples']:,} runs)"
+    )
+    lines += [
+        "",
+        f"{'process':<12} {'pid':>8} {'alive':>6} {'restarts':>9} {'cpu%':>6} {'rss':>10}",
+    ]
     for role, p in st["processes"].items():
-        lines.append(f"{role:<12} {p['pid']:>8} {'yes' if p['alive'] else 'NO':>6} "
-                     f"{fmt_opt(p['restarts']):>9} {fmt_opt(p['cpu_percent'], '.1f'):>6} "
-                     f"{fmt_bytes(p['rss_bytes']):>10}")
+        lines.append(
+            f"{role:<12} {p['pid']:>8} {'yes' if p['alive'] else 'NO':>6} "
+            f"{fmt_opt(p['restarts']):>9} {fmt_opt(p['cpu_percent'], '.1f'):>6} "
+            f"{fmt_bytes(p['rss_bytes']):>10}"
+        )
     rings = st["rings"]["producer"]
     if rings:
-        lines += ["", "client rings " + ", ".join(
-            f"#{r['ring']} pid {r['pid']}: {r['pending']}/{r['capacity']}" for r in rings)]
+        lines += [
+            "",
+            "client rings "
+            + ", ".join(
+                f"#{r['ring']} pid {r['pid']}: {r['pending']}/{r['capacity']}" for r in rings
+            ),
+        ]
     j = st.get("journal")
     if j:
-        lines += ["", f"journal      {j['directory']}",
-                  f"             {fmt_bytes(j['disk_bytes'])} on disk in {j['segments']} "
-                  f"segment(s), {fmt_bytes(j['bytes_written'])} written this epoch, "
-                  f"{j['syncs']:,} syncs (fsync {j['fsync']}), epoch {j['epoch']}, "
-                  f"{j['recovered']:,} timers recovered at start"]
+        lines += [
+            "",
+            f"journal      {j['directory']}",
+            f"             {fmt_bytes(j['disk_bytes'])} on disk in {j['segments']} "
+            f"segment(s), {fmt_bytes(j['bytes_written'])} written this epoch, "
+            f"{j['syncs']:,} syncs (fsync {j['fsync']}), epoch {j['epoch']}, "
+            f"{j['recovered']:,} timers recovered at start",
+        ]
     return "\n".join(lines)
 
 

@@ -47,14 +47,25 @@ RATES = ("scheduled", "fired", "completed", "cancelled", "task_errors", "crashed
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``top`` subcommand to `sub`."""
-    p = sub.add_parser("top", parents=[common], help="live view of a running service",
-                       description=fill("A live terminal view of a running service: rates, "
-                                        "pending, lateness, ring fill and process health."),
-                       epilog=EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "top",
+        parents=[common],
+        help="live view of a running service",
+        description=fill(
+            "A live terminal view of a running service: rates, "
+            "pending, lateness, ring fill and process health."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("name", type=service_name, metavar="NAME", help="the service's name")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                   help="seconds between redraws (default 1)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between redraws (default 1)",
+    )
     p.set_defaults(execute=execute, default_log_level="WARNING")
 
 
@@ -112,10 +123,13 @@ def render(st: dict[str, Any], rate: dict[str, float | None], interval: float) -
 
     style: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False}
     cfg = st["config"]
-    title = Text.assemble(("shmwheel top ", "bold"), (st["service"], "bold cyan"),
-                          f"  supervisor pid {st['owner_pid']}  capacity {cfg['capacity']:,}"
-                          f"  {cfg['executors']} executors  {st['clients']} clients"
-                          f"  every {interval:g} s, q quits")
+    title = Text.assemble(
+        ("shmwheel top ", "bold"),
+        (st["service"], "bold cyan"),
+        f"  supervisor pid {st['owner_pid']}  capacity {cfg['capacity']:,}"
+        f"  {cfg['executors']} executors  {st['clients']} clients"
+        f"  every {interval:g} s, q quits",
+    )
     timers = Table(title="timers", title_justify="left", **style)
     timers.add_column("counter")
     timers.add_column("total", justify="right")
@@ -135,11 +149,17 @@ def render(st: dict[str, Any], rate: dict[str, float | None], interval: float) -
     rings.add_column("pending/capacity", justify="right")
     rings.add_column("fill", justify="right")
     for r in st["rings"]["producer"]:
-        rings.add_row(f"client #{r['ring']} pid {r['pid']}", f"{r['pending']}/{r['capacity']}",
-                      f"{100 * r['pending'] / r['capacity']:.0f}%")
+        rings.add_row(
+            f"client #{r['ring']} pid {r['pid']}",
+            f"{r['pending']}/{r['capacity']}",
+            f"{100 * r['pending'] / r['capacity']:.0f}%",
+        )
     for r in st["rings"]["dispatch"]:
-        rings.add_row(f"dispatch exec{r['executor']}", f"{r['pending']}/{r['capacity']}",
-                      f"{100 * r['pending'] / r['capacity']:.0f}%")
+        rings.add_row(
+            f"dispatch exec{r['executor']}",
+            f"{r['pending']}/{r['capacity']}",
+            f"{100 * r['pending'] / r['capacity']:.0f}%",
+        )
     procs = Table(title="processes", title_justify="left", **style)
     procs.add_column("role", no_wrap=True)
     procs.add_column("pid", justify="right")
@@ -148,17 +168,26 @@ def render(st: dict[str, Any], rate: dict[str, float | None], interval: float) -
     procs.add_column("rss", justify="right", no_wrap=True)
     procs.add_column("restarts", justify="right")
     for role, p in st["processes"].items():
-        procs.add_row(role, str(p["pid"]), "yes" if p["alive"] else "[bold red]NO[/]",
-                      fmt_opt(p["cpu_percent"], ".1f"), fmt_bytes(p["rss_bytes"]),
-                      fmt_opt(p["restarts"]))
+        procs.add_row(
+            role,
+            str(p["pid"]),
+            "yes" if p["alive"] else "[bold red]NO[/]",
+            fmt_opt(p["cpu_percent"], ".1f"),
+            fmt_bytes(p["rss_bytes"]),
+            fmt_opt(p["restarts"]),
+        )
     counts = Table.grid(padding=(0, 3))
     counts.add_row(timers, late)
     # side by side as far as the terminal is wide, else one under the other
     parts: list[RenderableType] = [title, Columns([counts, procs, rings], padding=(1, 3))]
     j = st.get("journal")
     if j:
-        parts.append(Text(f"journal {j['directory']}: {fmt_bytes(j['disk_bytes'])} on disk, "
-                          f"{j['segments']} segment(s), fsync {j['fsync']}, epoch {j['epoch']}"))
+        parts.append(
+            Text(
+                f"journal {j['directory']}: {fmt_bytes(j['disk_bytes'])} on disk, "
+                f"{j['segments']} segment(s), fsync {j['fsync']}, epoch {j['epoch']}"
+            )
+        )
     return Group(*parts)
 
 
@@ -174,8 +203,12 @@ def execute(args: argparse.Namespace) -> int:
     console = Console()
     prev: dict[str, Any] | None = None
     try:
-        with keys() as fd, Live(console=console, screen=console.is_terminal,
-                                auto_refresh=False, transient=False) as live:
+        with (
+            keys() as fd,
+            Live(
+                console=console, screen=console.is_terminal, auto_refresh=False, transient=False
+            ) as live,
+        ):
             while True:
                 gone = gone_reason(mem)
                 if gone is not None:

@@ -36,9 +36,9 @@ import numpy as np
 
 import shmwheel
 
-MAX_PAYLOAD = 4096        # the service's hard maximum, in msgpack-encoded bytes
-SLICE_S = 0.01            # with a rate, one call schedules at most this much time's worth
-FULL_BACKOFF_S = 0.005    # wait between retries when the service is full
+MAX_PAYLOAD = 4096  # the service's hard maximum, in msgpack-encoded bytes
+SLICE_S = 0.01  # with a rate, one call schedules at most this much time's worth
+FULL_BACKOFF_S = 0.005  # wait between retries when the service is full
 STANDALONE_TASKS = {
     "noop": "shmwheel.examples.tasks:noop",
     "log": "shmwheel.examples.tasks:log_fire",
@@ -51,14 +51,15 @@ def make_payload(size: int) -> Any:
     if size <= 1:
         return None
     if size <= 257:
-        return bytes(size - 2)           # bin8: 2-byte header
+        return bytes(size - 2)  # bin8: 2-byte header
     if size == 258:
-        return [bytes(255)]              # fixarray(1) + bin8 of 255 bytes
-    return bytes(size - 3)               # bin16: 3-byte header
+        return [bytes(255)]  # fixarray(1) + bin8 of 255 bytes
+    return bytes(size - 3)  # bin16: 3-byte header
 
 
-def make_delays(rng: np.random.Generator, n: int, lo: float, hi: float,
-                distribution: str) -> np.ndarray:
+def make_delays(
+    rng: np.random.Generator, n: int, lo: float, hi: float, distribution: str
+) -> np.ndarray:
     """n delays (ms) in [lo, hi]. "exponential" is an exponential of scale (hi - lo) / 3
     truncated to [lo, hi] (inverse CDF, no pile-up at hi): mostly short, a long tail."""
     if hi == lo:
@@ -70,10 +71,20 @@ def make_delays(rng: np.random.Generator, n: int, lo: float, hi: float,
     return lo - scale * np.log1p(-u * (1 - math.exp(-(hi - lo) / scale)))
 
 
-def check_args(*, rate: float, count: int, delay_ms: tuple[float, float], distribution: str,
-               payload_size: int, cancel_fraction: float, cancel_at: float, batch: int,
-               max_seconds: float) -> None:
+def check_args(
+    *,
+    rate: float,
+    count: int,
+    delay_ms: tuple[float, float],
+    distribution: str,
+    payload_size: int,
+    cancel_fraction: float,
+    cancel_at: float,
+    batch: int,
+    max_seconds: float,
+) -> None:
     """ValueError naming the argument and what to change."""
+
     def finite(x: object) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -81,36 +92,57 @@ def check_args(*, rate: float, count: int, delay_ms: tuple[float, float], distri
         raise ValueError(f"rate must be >= 0 timers/s (0: as fast as possible), got {rate!r}")
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count must be an integer >= 0, got {count!r}")
-    if (not isinstance(delay_ms, (tuple, list)) or len(delay_ms) != 2
-            or not all(finite(d) for d in delay_ms)):
+    if (
+        not isinstance(delay_ms, (tuple, list))
+        or len(delay_ms) != 2
+        or not all(finite(d) for d in delay_ms)
+    ):
         raise ValueError(f"delay_ms must be (min, max) in ms, got {delay_ms!r}")
     lo, hi = delay_ms
     if lo < 0 or hi < lo:
         raise ValueError(f"delay_ms must satisfy 0 <= min <= max, got {delay_ms!r}")
     if distribution not in ("uniform", "exponential"):
         raise ValueError(f"distribution must be 'uniform' or 'exponential', got {distribution!r}")
-    if isinstance(payload_size, bool) or not isinstance(payload_size, int) \
-            or not 0 <= payload_size <= MAX_PAYLOAD:
-        raise ValueError(f"payload_size must be 0..{MAX_PAYLOAD} encoded bytes (the service's "
-                         f"maximum), got {payload_size!r}")
+    if (
+        isinstance(payload_size, bool)
+        or not isinstance(payload_size, int)
+        or not 0 <= payload_size <= MAX_PAYLOAD
+    ):
+        raise ValueError(
+            f"payload_size must be 0..{MAX_PAYLOAD} encoded bytes (the service's "
+            f"maximum), got {payload_size!r}"
+        )
     if not finite(cancel_fraction) or not 0 <= cancel_fraction <= 1:
         raise ValueError(f"cancel_fraction must be in [0, 1], got {cancel_fraction!r}")
     if not finite(cancel_at) or cancel_at < 0:
-        raise ValueError(f"cancel_at must be >= 0 (a fraction of each timer's delay), "
-                         f"got {cancel_at!r}")
+        raise ValueError(
+            f"cancel_at must be >= 0 (a fraction of each timer's delay), got {cancel_at!r}"
+        )
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     if not finite(max_seconds) or max_seconds <= 0:
         raise ValueError(f"max_seconds must be > 0, got {max_seconds!r}")
 
 
-def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
-        delay_ms: tuple[float, float] = (10.0, 1000.0), distribution: str = "uniform",
-        payload_size: int = 0, cancel_fraction: float = 0.0, cancel_at: float = 0.0,
-        task: str = "noop", seed: int | None = None, batch: int = 256,
-        max_seconds: float = 300.0, full_timeout_s: float = 10.0,
-        progress: Callable[[dict[str, Any]], None] | None = None, progress_s: float = 1.0,
-        stop: threading.Event | None = None) -> dict[str, Any]:
+def run(
+    client: shmwheel.Client,
+    *,
+    rate: float = 0.0,
+    count: int = 10_000,
+    delay_ms: tuple[float, float] = (10.0, 1000.0),
+    distribution: str = "uniform",
+    payload_size: int = 0,
+    cancel_fraction: float = 0.0,
+    cancel_at: float = 0.0,
+    task: str = "noop",
+    seed: int | None = None,
+    batch: int = 256,
+    max_seconds: float = 300.0,
+    full_timeout_s: float = 10.0,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    progress_s: float = 1.0,
+    stop: threading.Event | None = None,
+) -> dict[str, Any]:
     """Schedule `count` timers of `task` through `client` and return the figures.
 
     rate: timers per second (0: as fast as possible). delay_ms: (min, max) ms, drawn from
@@ -126,9 +158,17 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
     then has ``stopped`` set to the reason. `progress` is called with the running figures
     about every `progress_s` seconds.
     """
-    check_args(rate=rate, count=count, delay_ms=delay_ms, distribution=distribution,
-               payload_size=payload_size, cancel_fraction=cancel_fraction, cancel_at=cancel_at,
-               batch=batch, max_seconds=max_seconds)
+    check_args(
+        rate=rate,
+        count=count,
+        delay_ms=delay_ms,
+        distribution=distribution,
+        payload_size=payload_size,
+        cancel_fraction=cancel_fraction,
+        cancel_at=cancel_at,
+        batch=batch,
+        max_seconds=max_seconds,
+    )
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
@@ -137,12 +177,22 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
     if rate > 0:
         batch = max(1, min(batch, int(rate * SLICE_S)))
     figures: dict[str, Any] = {
-        "scheduled": 0, "cancelled_true": 0, "cancel_false": 0, "full_retries": 0,
-        "elapsed_s": 0.0, "schedule_s": 0.0, "rate": 0.0, "target_rate": rate,
-        "count": count, "task": task, "batch": batch, "seed": seed,
-        "last_deadline_ms": 0, "stopped": None,
+        "scheduled": 0,
+        "cancelled_true": 0,
+        "cancel_false": 0,
+        "full_retries": 0,
+        "elapsed_s": 0.0,
+        "schedule_s": 0.0,
+        "rate": 0.0,
+        "target_rate": rate,
+        "count": count,
+        "task": task,
+        "batch": batch,
+        "seed": seed,
+        "last_deadline_ms": 0,
+        "stopped": None,
     }
-    later: list[tuple[float, int]] = []   # (monotonic s, handle id) of deferred cancels
+    later: list[tuple[float, int]] = []  # (monotonic s, handle id) of deferred cancels
     t0 = time.monotonic()
     end = t0 + max_seconds
     next_report = t0 + progress_s
@@ -175,8 +225,7 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
             figures["elapsed_s"] = now - t0
             progress({**figures, "phase": phase, "cancels_waiting": len(later)})
 
-    def schedule_batch(delays: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray, shmwheel.Full | None]:
+    def schedule_batch(delays: np.ndarray) -> tuple[np.ndarray, np.ndarray, shmwheel.Full | None]:
         """(ids, deadlines, error) of the timers accepted for delays[:len(ids)], retrying
         while the service is full. Fewer than all only when stopped (figures["stopped"]
         set, error None) or after `full_timeout_s` of Full (error: the last Full)."""
@@ -185,8 +234,9 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
         deadlines: list[np.ndarray] = []
         left = delays
 
-        def result(error: shmwheel.Full | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, shmwheel.Full | None]:
+        def result(
+            error: shmwheel.Full | None = None,
+        ) -> tuple[np.ndarray, np.ndarray, shmwheel.Full | None]:
             if not ids:
                 return np.empty(0, np.int64), np.empty(0, np.int64), error
             return np.concatenate(ids), np.concatenate(deadlines), error
@@ -198,8 +248,9 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
                     ids.append(np.array([h.id], np.int64))
                     deadlines.append(np.array([h.deadline_ms], np.int64))
                 else:
-                    hs = client.schedule_many(task, left,
-                                              None if payload is None else [payload] * len(left))
+                    hs = client.schedule_many(
+                        task, left, None if payload is None else [payload] * len(left)
+                    )
                     ids.append(hs.ids)
                     deadlines.append(hs.deadlines_ms)
                 return result()
@@ -212,7 +263,7 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
                 if isinstance(accepted, shmwheel.TimerHandles) and len(accepted):
                     ids.append(accepted.ids)
                     deadlines.append(accepted.deadlines_ms)
-                    left = left[len(accepted):]
+                    left = left[len(accepted) :]
                 if time.monotonic() > give_up:
                     return result(e)
                 figures["full_retries"] += 1
@@ -255,9 +306,11 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
                 for t, h in zip(at.tolist(), ids[pick].tolist(), strict=True):
                     heapq.heappush(later, (t, h))
         if error is not None:
-            raise shmwheel.Full(f"still full after retrying for {full_timeout_s} s, with "
-                                f"{done} of {count} timers already scheduled: "
-                                f"{error}") from error
+            raise shmwheel.Full(
+                f"still full after retrying for {full_timeout_s} s, with "
+                f"{done} of {count} timers already scheduled: "
+                f"{error}"
+            ) from error
     figures["schedule_s"] = time.monotonic() - t0
     while later:
         now = time.monotonic()
@@ -273,9 +326,12 @@ def run(client: shmwheel.Client, *, rate: float = 0.0, count: int = 10_000,
     return figures
 
 
-def wait_settled(svc: shmwheel.TimerService, timeout_s: float,
-                 progress: Callable[[dict[str, Any]], None] | None = None,
-                 stop: threading.Event | None = None) -> tuple[bool, dict[str, Any]]:
+def wait_settled(
+    svc: shmwheel.TimerService,
+    timeout_s: float,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[bool, dict[str, Any]]:
     """Poll svc.stats() until every scheduled timer has fired or been cancelled and every
     fired one has an outcome; (settled, last stats). Bounded by timeout_s."""
     end = time.monotonic() + timeout_s
@@ -283,8 +339,11 @@ def wait_settled(svc: shmwheel.TimerService, timeout_s: float,
     while True:
         s = svc.stats()
         outcomes = s["completed"] + s["task_errors"] + s["crashed"]
-        if s["pending"] == 0 and s["fired"] + s["cancelled"] >= s["scheduled"] \
-                and outcomes >= s["fired"]:
+        if (
+            s["pending"] == 0
+            and s["fired"] + s["cancelled"] >= s["scheduled"]
+            and outcomes >= s["fired"]
+        ):
             return True, s
         now = time.monotonic()
         if now > end or (stop is not None and stop.is_set()):
@@ -302,12 +361,14 @@ def _delay_range(text: str) -> tuple[float, float]:
         values = [float(p) for p in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected MIN,MAX or one value in ms, got {text!r}") from None
+            f"expected MIN,MAX or one value in ms, got {text!r}"
+        ) from None
     if len(values) == 1:
         values *= 2
     if len(values) != 2 or not all(math.isfinite(v) for v in values):
         raise argparse.ArgumentTypeError(
-            f"expected MIN,MAX or one value in ms, got {text!r}") from None
+            f"expected MIN,MAX or one value in ms, got {text!r}"
+        ) from None
     if values[0] < 0 or values[1] < values[0]:
         raise argparse.ArgumentTypeError(f"need 0 <= MIN <= MAX, got {text!r}")
     return values[0], values[1]
@@ -316,42 +377,89 @@ def _delay_range(text: str) -> tuple[float, float]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m shmwheel.examples.producer",
-        description="Schedule (and cancel) timers on a shmwheel service and report figures.")
+        description="Schedule (and cancel) timers on a shmwheel service and report figures.",
+    )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--service", metavar="NAME", help="connect to this running service")
-    where.add_argument("--standalone", action="store_true",
-                       help="start a TimerService, run, wait for the timers, print stats, stop")
+    where.add_argument(
+        "--standalone",
+        action="store_true",
+        help="start a TimerService, run, wait for the timers, print stats, stop",
+    )
     p.add_argument("--count", type=int, default=10_000, help="timers to schedule (10000)")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="timers per second; 0 = as fast as possible (0)")
-    p.add_argument("--delay-ms", type=_delay_range, default=(10.0, 1000.0), metavar="MIN,MAX",
-                   help="delay range in ms, or one value (10,1000)")
-    p.add_argument("--distribution", choices=("uniform", "exponential"), default="uniform",
-                   help="delay distribution over MIN..MAX (uniform)")
-    p.add_argument("--payload-size", type=int, default=0, metavar="BYTES",
-                   help=f"msgpack-encoded payload bytes, 0..{MAX_PAYLOAD}; 0 = None (0)")
-    p.add_argument("--cancel-fraction", type=float, default=0.0,
-                   help="share of timers to cancel, 0..1 (0)")
-    p.add_argument("--cancel-at", type=float, default=0.0, metavar="F",
-                   help="cancel each chosen timer F x its delay after scheduling it: 0 at "
-                        "once, 1 at its deadline (racing the fire), >1 after (0)")
+    p.add_argument(
+        "--rate", type=float, default=0.0, help="timers per second; 0 = as fast as possible (0)"
+    )
+    p.add_argument(
+        "--delay-ms",
+        type=_delay_range,
+        default=(10.0, 1000.0),
+        metavar="MIN,MAX",
+        help="delay range in ms, or one value (10,1000)",
+    )
+    p.add_argument(
+        "--distribution",
+        choices=("uniform", "exponential"),
+        default="uniform",
+        help="delay distribution over MIN..MAX (uniform)",
+    )
+    p.add_argument(
+        "--payload-size",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help=f"msgpack-encoded payload bytes, 0..{MAX_PAYLOAD}; 0 = None (0)",
+    )
+    p.add_argument(
+        "--cancel-fraction", type=float, default=0.0, help="share of timers to cancel, 0..1 (0)"
+    )
+    p.add_argument(
+        "--cancel-at",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="cancel each chosen timer F x its delay after scheduling it: 0 at "
+        "once, 1 at its deadline (racing the fire), >1 after (0)",
+    )
     p.add_argument("--task", default="noop", help="registered task name (noop)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: random, "
-                   "printed with the figures)")
-    p.add_argument("--batch", type=int, default=256,
-                   help="timers per call: 1 uses schedule(), more schedule_many() (256)")
-    p.add_argument("--max-seconds", type=float, default=300.0,
-                   help="stop scheduling and cancelling after this long; with "
-                        "--standalone this also bounds the wait for the timers (300)")
-    p.add_argument("--wait-timeout", type=float, default=None, metavar="S",
-                   help="--standalone: how long to wait for the timers after the last one "
-                        "is due (default 30)")
-    p.add_argument("--name", default=None,
-                   help="--standalone: the service's name (default: generated)")
-    p.add_argument("--capacity", type=int, default=None,
-                   help="--standalone: max pending timers (1000000)")
-    p.add_argument("--executors", type=int, default=None,
-                   help="--standalone: executor processes (default: nproc - 1)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed (default: random, printed with the figures)",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=256,
+        help="timers per call: 1 uses schedule(), more schedule_many() (256)",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=300.0,
+        help="stop scheduling and cancelling after this long; with "
+        "--standalone this also bounds the wait for the timers (300)",
+    )
+    p.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="--standalone: how long to wait for the timers after the last one is due (default 30)",
+    )
+    p.add_argument(
+        "--name", default=None, help="--standalone: the service's name (default: generated)"
+    )
+    p.add_argument(
+        "--capacity", type=int, default=None, help="--standalone: max pending timers (1000000)"
+    )
+    p.add_argument(
+        "--executors",
+        type=int,
+        default=None,
+        help="--standalone: executor processes (default: nproc - 1)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
@@ -360,36 +468,50 @@ def parser() -> argparse.ArgumentParser:
 def _progress_line(f: dict[str, Any]) -> None:
     if "phase" in f:
         rate = f["scheduled"] / f["elapsed_s"] if f["elapsed_s"] else 0.0
-        msg = (f"{f['phase']}: {f['scheduled']}/{f['count']} scheduled ({rate:,.0f}/s), "
-               f"cancelled {f['cancelled_true']} (false {f['cancel_false']}), "
-               f"{f['cancels_waiting']} cancels waiting, full retries {f['full_retries']}")
+        msg = (
+            f"{f['phase']}: {f['scheduled']}/{f['count']} scheduled ({rate:,.0f}/s), "
+            f"cancelled {f['cancelled_true']} (false {f['cancel_false']}), "
+            f"{f['cancels_waiting']} cancels waiting, full retries {f['full_retries']}"
+        )
     else:  # service stats while waiting
-        msg = (f"waiting: pending {f['pending']}, fired {f['fired']}, "
-               f"completed {f['completed']}, cancelled {f['cancelled']}")
+        msg = (
+            f"waiting: pending {f['pending']}, fired {f['fired']}, "
+            f"completed {f['completed']}, cancelled {f['cancelled']}"
+        )
     print(f"producer: {msg}", file=sys.stderr, flush=True)
 
 
 def _print_human(figures: dict[str, Any], stats: dict[str, Any] | None) -> None:
     f = figures
-    print(f"scheduled       {f['scheduled']} of {f['count']} ({f['task']}, batch {f['batch']}, "
-          f"seed {f['seed']})")
-    print(f"cancelled       {f['cancelled_true']} True, {f['cancel_false']} False"
-          + (f", {f['cancels_skipped']} not attempted" if f["cancels_skipped"] else ""))
+    print(
+        f"scheduled       {f['scheduled']} of {f['count']} ({f['task']}, batch {f['batch']}, "
+        f"seed {f['seed']})"
+    )
+    print(
+        f"cancelled       {f['cancelled_true']} True, {f['cancel_false']} False"
+        + (f", {f['cancels_skipped']} not attempted" if f["cancels_skipped"] else "")
+    )
     target = f"target {f['target_rate']:,.0f}/s" if f["target_rate"] else "no target"
-    print(f"rate            {f['rate']:,.0f} timers/s ({target}); scheduling took "
-          f"{f['schedule_s']:.3f} s, all {f['elapsed_s']:.3f} s")
+    print(
+        f"rate            {f['rate']:,.0f} timers/s ({target}); scheduling took "
+        f"{f['schedule_s']:.3f} s, all {f['elapsed_s']:.3f} s"
+    )
     if f["full_retries"]:
         print(f"full retries    {f['full_retries']}")
     if f["stopped"]:
         print(f"stopped early   {f['stopped']}")
     if stats is not None:
         late = stats["lateness_ms"]
-        print(f"service         scheduled {stats['scheduled']}, fired {stats['fired']}, "
-              f"cancelled {stats['cancelled']}, completed {stats['completed']}, "
-              f"errors {stats['task_errors']}, crashed {stats['crashed']}, "
-              f"pending {stats['pending']}, early {stats['early']}")
-        print(f"lateness ms     p50 {late['p50']:.3f}  p99 {late['p99']:.3f}  "
-              f"p999 {late['p999']:.3f}  max {late['max']:.3f}")
+        print(
+            f"service         scheduled {stats['scheduled']}, fired {stats['fired']}, "
+            f"cancelled {stats['cancelled']}, completed {stats['completed']}, "
+            f"errors {stats['task_errors']}, crashed {stats['crashed']}, "
+            f"pending {stats['pending']}, early {stats['early']}"
+        )
+        print(
+            f"lateness ms     p50 {late['p50']:.3f}  p99 {late['p99']:.3f}  "
+            f"p999 {late['p999']:.3f}  max {late['max']:.3f}"
+        )
         if stats.get("restarts"):
             print(f"restarts        {stats['restarts']}")
 
@@ -397,19 +519,33 @@ def _print_human(figures: dict[str, Any], stats: dict[str, Any] | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     a = p.parse_args(argv)
-    for flag, value in (("--wait-timeout", a.wait_timeout), ("--name", a.name),
-                        ("--capacity", a.capacity), ("--executors", a.executors)):
+    for flag, value in (
+        ("--wait-timeout", a.wait_timeout),
+        ("--name", a.name),
+        ("--capacity", a.capacity),
+        ("--executors", a.executors),
+    ):
         if value is not None and not a.standalone:
             p.error(f"{flag} only applies with --standalone")
     try:
-        check_args(rate=a.rate, count=a.count, delay_ms=a.delay_ms, distribution=a.distribution,
-                   payload_size=a.payload_size, cancel_fraction=a.cancel_fraction,
-                   cancel_at=a.cancel_at, batch=a.batch, max_seconds=a.max_seconds)
+        check_args(
+            rate=a.rate,
+            count=a.count,
+            delay_ms=a.delay_ms,
+            distribution=a.distribution,
+            payload_size=a.payload_size,
+            cancel_fraction=a.cancel_fraction,
+            cancel_at=a.cancel_at,
+            batch=a.batch,
+            max_seconds=a.max_seconds,
+        )
         if a.wait_timeout is not None and not a.wait_timeout >= 0:
             raise ValueError(f"wait_timeout must be >= 0, got {a.wait_timeout}")
         if a.standalone and a.task not in STANDALONE_TASKS:
-            raise ValueError(f"task must be one of {', '.join(STANDALONE_TASKS)} with "
-                             f"--standalone, got {a.task!r}")
+            raise ValueError(
+                f"task must be one of {', '.join(STANDALONE_TASKS)} with "
+                f"--standalone, got {a.task!r}"
+            )
     except ValueError as e:  # name the flag, not the parameter: "--payload-size must be ..."
         p.error(re.sub(r"^(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(e)))
 
@@ -432,9 +568,12 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         if a.standalone:
-            svc = shmwheel.TimerService(a.name, tasks=STANDALONE_TASKS,
-                                        capacity=a.capacity or 1_000_000,
-                                        executors=a.executors)
+            svc = shmwheel.TimerService(
+                a.name,
+                tasks=STANDALONE_TASKS,
+                capacity=a.capacity or 1_000_000,
+                executors=a.executors,
+            )
             if not a.quiet:
                 print(f"producer: starting service {svc.name}", file=sys.stderr, flush=True)
             svc.start()
@@ -443,13 +582,25 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 client = shmwheel.connect(a.service)
             except shmwheel.ShmwheelError as e:
-                raise shmwheel.ShmwheelError(f"cannot connect to service {a.service!r}: {e}") \
-                    from None
-        figures = run(client, rate=a.rate, count=a.count, delay_ms=a.delay_ms,
-                      distribution=a.distribution, payload_size=a.payload_size,
-                      cancel_fraction=a.cancel_fraction, cancel_at=a.cancel_at, task=a.task,
-                      seed=a.seed, batch=a.batch, max_seconds=a.max_seconds,
-                      progress=progress, stop=stop)
+                raise shmwheel.ShmwheelError(
+                    f"cannot connect to service {a.service!r}: {e}"
+                ) from None
+        figures = run(
+            client,
+            rate=a.rate,
+            count=a.count,
+            delay_ms=a.delay_ms,
+            distribution=a.distribution,
+            payload_size=a.payload_size,
+            cancel_fraction=a.cancel_fraction,
+            cancel_at=a.cancel_at,
+            task=a.task,
+            seed=a.seed,
+            batch=a.batch,
+            max_seconds=a.max_seconds,
+            progress=progress,
+            stop=stop,
+        )
         if figures["stopped"]:
             code = 130 if stop.is_set() else 1
         if svc is not None and stop.is_set():
@@ -460,8 +611,11 @@ def main(argv: list[str] | None = None) -> int:
             timeout = min(timeout, max(0.0, a.max_seconds - figures["elapsed_s"]))
             settled, stats = wait_settled(svc, timeout, progress, stop)
             if not settled:
-                print(f"producer: timers not all settled after {timeout:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"producer: timers not all settled after {timeout:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 code = 1
         if a.json:
             print(json.dumps({"producer": figures, "service": stats}, default=float))
@@ -485,8 +639,11 @@ def main(argv: list[str] | None = None) -> int:
             if client is not None:
                 client.close()
         except Exception as e:  # noqa: BLE001 - e.g. the service was stopped under us
-            print(f"producer: closing the client: {type(e).__name__}: {e}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"producer: closing the client: {type(e).__name__}: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
         finally:
             if svc is not None:
                 svc.stop()

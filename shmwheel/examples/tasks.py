@@ -20,8 +20,11 @@ def log_fire(payload: Any) -> None:
     """Print what fired and how late (ms) it ran."""
     ctx = shmwheel.context()
     late = time.monotonic_ns() / 1e6 - ctx.deadline_ms
-    print(f"timer {ctx.id:#x} key={ctx.key!r} attempt={ctx.attempt} payload={payload!r} "
-          f"late={late:.3f} ms", flush=True)
+    print(
+        f"timer {ctx.id:#x} key={ctx.key!r} attempt={ctx.attempt} payload={payload!r} "
+        f"late={late:.3f} ms",
+        flush=True,
+    )
 
 
 def append_line(payload: Any) -> None:

@@ -15,5 +15,17 @@ from .format import FIELDS, KIND_NAMES, OUTCOMES, as_dict, segment_files
 from .reader import Reject, Segment, read, read_segment, records
 from .writer import JournalInUse, JournalOptions
 
-__all__ = ["FIELDS", "KIND_NAMES", "OUTCOMES", "JournalInUse", "JournalOptions", "Reject",
-           "Segment", "as_dict", "read", "read_segment", "records", "segment_files"]
+__all__ = [
+    "FIELDS",
+    "KIND_NAMES",
+    "OUTCOMES",
+    "JournalInUse",
+    "JournalOptions",
+    "Reject",
+    "Segment",
+    "as_dict",
+    "read",
+    "read_segment",
+    "records",
+    "segment_files",
+]

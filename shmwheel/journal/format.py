@@ -28,32 +28,64 @@ MAX_BODY = N.J_MAX_BODY
 SUFFIX = ".shwj"
 
 # record kinds (journal.h)
-HEADER, SCHEDULED, CANCELLED, FIRED, OUTCOME = (N.J_HEADER, N.J_SCHEDULED, N.J_CANCELLED,
-                                                N.J_FIRED, N.J_OUTCOME)
+HEADER, SCHEDULED, CANCELLED, FIRED, OUTCOME = (
+    N.J_HEADER,
+    N.J_SCHEDULED,
+    N.J_CANCELLED,
+    N.J_FIRED,
+    N.J_OUTCOME,
+)
 WATCHED, COMPLETED, EXPIRED = N.J_WATCHED, N.J_COMPLETED, N.J_EXPIRED
 
 #: the fields of each kind, in order, after the kind code itself
 FIELDS: dict[int, tuple[str, ...]] = {
-    HEADER: ("version", "role", "pid", "service", "epoch", "seq", "mono_us", "wall_us",
-             "boot_id", "tasks", "next_gen", "tick_ms"),
-    SCHEDULED: ("id", "t_us", "deadline_ms", "task", "producer", "flags", "period_ms", "run",
-                "blob"),
+    HEADER: (
+        "version",
+        "role",
+        "pid",
+        "service",
+        "epoch",
+        "seq",
+        "mono_us",
+        "wall_us",
+        "boot_id",
+        "tasks",
+        "next_gen",
+        "tick_ms",
+    ),
+    SCHEDULED: (
+        "id",
+        "t_us",
+        "deadline_ms",
+        "task",
+        "producer",
+        "flags",
+        "period_ms",
+        "run",
+        "blob",
+    ),
     CANCELLED: ("id", "t_us"),
     FIRED: ("id", "t_us", "run", "deadline_ms"),
     OUTCOME: ("id", "t_us", "run", "outcome", "duration_us", "next_deadline_ms"),
-    WATCHED: ("id", "t_us", "deadline_ms", "required", "keys", "on_complete", "on_expire",
-              "blob"),
+    WATCHED: ("id", "t_us", "deadline_ms", "required", "keys", "on_complete", "on_expire", "blob"),
     COMPLETED: ("id", "t_us"),
     EXPIRED: ("id", "t_us"),
 }
-KIND_NAMES = {HEADER: "header", SCHEDULED: "scheduled", CANCELLED: "cancelled",
-              FIRED: "fired", OUTCOME: "outcome", WATCHED: "watched",
-              COMPLETED: "completed", EXPIRED: "expired"}
+KIND_NAMES = {
+    HEADER: "header",
+    SCHEDULED: "scheduled",
+    CANCELLED: "cancelled",
+    FIRED: "fired",
+    OUTCOME: "outcome",
+    WATCHED: "watched",
+    COMPLETED: "completed",
+    EXPIRED: "expired",
+}
 ARITY = {k: 1 + len(f) for k, f in FIELDS.items()}
 
 # SCHEDULED flags: the slot's own (contract.h) and the journal's
-FLAG_KEY = N.FLAG_KEY            # the blob is msgpack [key, payload]
-FLAG_REPEAT = N.FLAG_REPEAT      # period_ms > 0: the timer re-arms after each run
+FLAG_KEY = N.FLAG_KEY  # the blob is msgpack [key, payload]
+FLAG_REPEAT = N.FLAG_REPEAT  # period_ms > 0: the timer re-arms after each run
 FLAG_RECOVERED = N.J_FLAG_RECOVERED  # written by a recovery: the timer was scheduled before
 
 # OUTCOME codes (contract.h)
@@ -96,8 +128,10 @@ def segment_files(directory: str | os.PathLike[str]) -> list[str]:
 def body(kind: int, *fields: Any) -> bytes:
     """A record body (the rare kinds; the native core writes the frequent ones)."""
     if len(fields) != len(FIELDS[kind]):
-        raise ValueError(f"a {KIND_NAMES[kind]} record has {len(FIELDS[kind])} fields "
-                         f"({', '.join(FIELDS[kind])}), got {len(fields)}")
+        raise ValueError(
+            f"a {KIND_NAMES[kind]} record has {len(FIELDS[kind])} fields "
+            f"({', '.join(FIELDS[kind])}), got {len(fields)}"
+        )
     blob: bytes = msgpack.packb([kind, *fields])  # msgpack ships no type hints
     return blob
 

@@ -25,6 +25,7 @@ from . import format as F
 
 log = logging.getLogger("shmwheel.journal")
 
+
 @dataclass(frozen=True)
 class Reject:
     """A part of a segment file that was not read as a record."""
@@ -64,17 +65,20 @@ class Segment:
                     kind = row[2]
                     n = len(F.FIELDS[kind])
                     if kind == F.SCHEDULED:
-                        rec = [kind, *row[3: 3 + n - 1], data[row[11]: row[11] + row[12]]]
+                        rec = [kind, *row[3 : 3 + n - 1], data[row[11] : row[11] + row[12]]]
                     else:
-                        rec = [kind, *row[3: 3 + n]]
+                        rec = [kind, *row[3 : 3 + n]]
                 out.append(rec)
             self._records = out
         return self._records
 
 
 SCAN_WORDS = 14
-_END = {1: "torn: the file ends inside a frame", 2: "torn: the file ends inside a record",
-        3: "bad frame length; the rest of the file is unreadable"}
+_END = {
+    1: "torn: the file ends inside a frame",
+    2: "torn: the file ends inside a record",
+    3: "bad frame length; the rest of the file is unreadable",
+}
 
 
 def read_header(path: str) -> dict[str, Any] | None:
@@ -97,8 +101,13 @@ def read_segment(path: str, limit: int = -1) -> Segment:
             seg.rejects.append(Reject(path, 0, "not a shmwheel journal segment (bad magic)"))
         return seg
     if data[7] != F.VERSION:
-        seg.rejects.append(Reject(path, 7, f"unknown format version {data[7]} (this "
-                                           f"shmwheel reads version {F.VERSION})"))
+        seg.rejects.append(
+            Reject(
+                path,
+                7,
+                f"unknown format version {data[7]} (this shmwheel reads version {F.VERSION})",
+            )
+        )
         return seg
     out = np.empty((max(16, min(1 << 16, len(data) // 12)), SCAN_WORDS), np.int64)
     parts, at = [], len(F.MAGIC)
@@ -127,8 +136,13 @@ def read_segment(path: str, limit: int = -1) -> Segment:
         seg.rejects.append(Reject(path, at, _END[end]))
     rows = rows[keep]
     if seg.header is None and len(rows):
-        seg.rejects.append(Reject(path, int(rows[0, 0]), f"{len(rows)} records before the "
-                                                         f"segment's header (none read)"))
+        seg.rejects.append(
+            Reject(
+                path,
+                int(rows[0, 0]),
+                f"{len(rows)} records before the segment's header (none read)",
+            )
+        )
         rows = rows[:0]
     seg.rows = rows
     return seg
@@ -137,14 +151,15 @@ def read_segment(path: str, limit: int = -1) -> Segment:
 def _decode(data: bytes, off: int, seg: Segment) -> list[Any] | None:
     """A record the scanner left to Python (a header, a purgatory record, or a body it
     did not understand), or None with a reject."""
-    n = int.from_bytes(data[off: off + 4], "little")
+    n = int.from_bytes(data[off : off + 4], "little")
     try:
-        rec = msgpack.unpackb(data[off + F.FRAME_BYTES: off + F.FRAME_BYTES + n])
+        rec = msgpack.unpackb(data[off + F.FRAME_BYTES : off + F.FRAME_BYTES + n])
     except Exception as e:  # noqa: BLE001 (msgpack raises several kinds on garbage)
         seg.rejects.append(Reject(seg.path, off, f"bad msgpack body: {e}"))
         return None
-    if type(rec) is not list or not rec or F.ARITY.get(rec[0]) != len(rec) or \
-            rec[0] in _NATIVE:  # a native kind the scanner could not decode: malformed
+    if (
+        type(rec) is not list or not rec or F.ARITY.get(rec[0]) != len(rec) or rec[0] in _NATIVE
+    ):  # a native kind the scanner could not decode: malformed
         seg.rejects.append(Reject(seg.path, off, "not a record of a known kind and arity"))
         return None
     return rec
@@ -159,8 +174,9 @@ def read(directory: str | os.PathLike[str]) -> Iterator[Segment]:
         yield read_segment(path)
 
 
-def records(directory: str | os.PathLike[str],
-            rejects: list[Reject] | None = None) -> Iterator[dict[str, Any]]:
+def records(
+    directory: str | os.PathLike[str], rejects: list[Reject] | None = None
+) -> Iterator[dict[str, Any]]:
     """Every record of a journal as a dict (``kind`` and the fields of format.FIELDS),
     oldest segment first; rejects are appended to `rejects` (or logged)."""
     for seg in read(directory):

@@ -69,13 +69,13 @@ class Pending:
 
 @dataclass
 class JournalState:
-    epoch: int = 0            # the latest epoch found (0: an empty journal)
-    next_gen: int = 0         # every slot's generation starts here in the next epoch
-    service: str = ""         # the latest epoch's service name
+    epoch: int = 0  # the latest epoch found (0: an empty journal)
+    next_gen: int = 0  # every slot's generation starts here in the next epoch
+    service: str = ""  # the latest epoch's service name
     pending: Pending = field(default_factory=Pending)
     rejects: list[Reject] = field(default_factory=list)
     records: int = 0
-    timers: int = 0           # distinct ids scheduled
+    timers: int = 0  # distinct ids scheduled
     segments: int = 0
 
 
@@ -89,9 +89,9 @@ def _clock_offset_ms(header: dict[str, Any], boot: str) -> int:
 
 
 # columns of a reader row (reader.Segment.rows): field k of a record is column 3 + k
-_ID, _RUN_S, _DL_S, _TASK, _FLAGS, _PERIOD = 3, 10, 5, 6, 8, 9   # scheduled
-_RUN_O, _NEXT_O = 5, 8                                           # outcome
-_RUN_F, _DL_F = 5, 6                                             # fired
+_ID, _RUN_S, _DL_S, _TASK, _FLAGS, _PERIOD = 3, 10, 5, 6, 8, 9  # scheduled
+_RUN_O, _NEXT_O = 5, 8  # outcome
+_RUN_F, _DL_F = 5, 6  # fired
 _BLOB_OFF, _BLOB_LEN, _WORD = 11, 12, 13
 
 
@@ -122,25 +122,45 @@ def scan(directory: str) -> JournalState:
         kind = rows[:, 2]
         s = rows[kind == F.SCHEDULED]
         if len(s):
-            tmap = np.array([names.setdefault(t, len(names)) for t in h["tasks"]] + [-1],
-                            np.int64)
+            tmap = np.array([names.setdefault(t, len(names)) for t in h["tasks"]] + [-1], np.int64)
             task = tmap[np.clip(s[:, _TASK], -1, len(tmap) - 1)]
             inline = (s[:, _BLOB_LEN] <= C.INLINE_MAX) & (s[:, _PERIOD] <= 0)
             words = np.where(inline, s[:, _WORD], 0)  # the scanner read them
             ref = np.where(inline, -1, len(blobs) + np.cumsum(~inline) - 1)
-            blobs.extend(seg.data[o: o + n] for o, n in s[~inline][:, _BLOB_OFF: _BLOB_OFF + 2]
-                         .tolist())
-            sched.append(np.column_stack([s[:, _ID], s[:, _RUN_S], s[:, _DL_S] + off, task,
-                                          s[:, _FLAGS], s[:, _PERIOD], s[:, _BLOB_LEN],
-                                          words, ref, np.full(len(s), si)]))
+            blobs.extend(
+                seg.data[o : o + n] for o, n in s[~inline][:, _BLOB_OFF : _BLOB_OFF + 2].tolist()
+            )
+            sched.append(
+                np.column_stack(
+                    [
+                        s[:, _ID],
+                        s[:, _RUN_S],
+                        s[:, _DL_S] + off,
+                        task,
+                        s[:, _FLAGS],
+                        s[:, _PERIOD],
+                        s[:, _BLOB_LEN],
+                        words,
+                        ref,
+                        np.full(len(s), si),
+                    ]
+                )
+            )
         o = rows[kind == F.OUTCOME]
         final = o[:, _NEXT_O] < 0
-        done.extend([rows[(kind == F.CANCELLED) | (kind == F.COMPLETED) |
-                          (kind == F.EXPIRED), _ID], o[final, _ID]])
+        done.extend(
+            [
+                rows[(kind == F.CANCELLED) | (kind == F.COMPLETED) | (kind == F.EXPIRED), _ID],
+                o[final, _ID],
+            ]
+        )
         f = rows[kind == F.FIRED]
-        prog.extend([np.column_stack([o[~final, _ID], o[~final, _RUN_O] + 1,
-                                      o[~final, _NEXT_O] + off]),
-                     np.column_stack([f[:, _ID], f[:, _RUN_F], f[:, _DL_F] + off])])
+        prog.extend(
+            [
+                np.column_stack([o[~final, _ID], o[~final, _RUN_O] + 1, o[~final, _NEXT_O] + off]),
+                np.column_stack([f[:, _ID], f[:, _RUN_F], f[:, _DL_F] + off]),
+            ]
+        )
     st.pending.names = list(names)
     if not sched:
         st.next_gen = max_gen + 1
@@ -154,8 +174,11 @@ def scan(directory: str) -> JournalState:
     S = S[~np.isin(S[:, 0], np.concatenate(done))]
     unknown = S[:, 3] < 0
     for tid in S[unknown, 0].tolist():
-        st.rejects.append(Reject(directory, 0, f"timer {tid:#x} names a task id its "
-                                               f"segment's header does not list"))
+        st.rejects.append(
+            Reject(
+                directory, 0, f"timer {tid:#x} names a task id its segment's header does not list"
+            )
+        )
     S = S[~unknown]
     # two pending ids in one slot: the newer generation proves the older was freed (its
     # final record is missing: a journal that lost a record). Keep the newer.
@@ -164,8 +187,13 @@ def scan(directory: str) -> JournalState:
     S, slot_of = S[order], slot_of[order]
     newest = np.r_[slot_of[1:] != slot_of[:-1], True][: len(S)]
     for tid in S[~newest, 0].tolist():
-        st.rejects.append(Reject(directory, 0, f"timer {tid:#x} has no final record but "
-                                               f"its slot was used again: not re-armed"))
+        st.rejects.append(
+            Reject(
+                directory,
+                0,
+                f"timer {tid:#x} has no final record but its slot was used again: not re-armed",
+            )
+        )
     S = S[newest]
     P = np.concatenate(prog)
     if len(P) and len(S):  # the furthest run of each id, if it is past its schedule's
@@ -201,37 +229,48 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
         return ids
     slots = C.handle_slot(ids)
     if int(slots.max()) >= cap:
-        raise RecoveryError(f"the journal has pending timers in slots up to "
-                            f"{int(slots.max())}, but this service's capacity is {cap}: "
-                            f"start it with capacity >= {int(slots.max()) + 1}")
+        raise RecoveryError(
+            f"the journal has pending timers in slots up to "
+            f"{int(slots.max())}, but this service's capacity is {cap}: "
+            f"start it with capacity >= {int(slots.max()) + 1}"
+        )
     used = {p.names[i] for i in np.flatnonzero(np.bincount(p.tasks)).tolist()}
     unknown = sorted(used - set(mem.task_ids))
     if unknown:
-        raise RecoveryError(f"the journal has pending timers of tasks this service does not "
-                            f"register: {', '.join(map(repr, unknown))}; register them (or "
-                            f"start with another journal directory)")
+        raise RecoveryError(
+            f"the journal has pending timers of tasks this service does not "
+            f"register: {', '.join(map(repr, unknown))}; register them (or "
+            f"start with another journal directory)"
+        )
     if np.any(np.diff(np.sort(slots)) == 0):
-        raise RecoveryError("the journal names two pending timers in one slot: it is "
-                            "corrupt (see the rejects logged above)")
+        raise RecoveryError(
+            "the journal names two pending timers in one slot: it is "
+            "corrupt (see the rejects logged above)"
+        )
     tmap = np.array([mem.task_ids.get(name, 0) for name in p.names], np.int64)
     metas: np.ndarray = C.meta_make(tmap[p.tasks], p.flags & C.FLAG_KEY, 0, p.lengths, NO_RING)
     words = p.words.copy()
     for i, blob in p.blobs.items():  # payloads that need an arena block
         slot, period = int(slots[i]), int(p.periods[i])
-        data = (np.array([period, p.runs[i]], np.int64).tobytes() + blob) if period > 0 \
-            else blob
+        data = (np.array([period, p.runs[i]], np.int64).tobytes() + blob) if period > 0 else blob
         for c in range(C.ARENA_CLASSES):
             if len(data) <= C.ARENA_CLASS_BYTES[c]:
                 b = tables.arena_alloc(c, slot)
                 if b >= 0:
                     break
         else:
-            raise RecoveryError("the payload arena cannot hold the journal's pending "
-                                "payloads: start the service with a larger arena_bytes")
+            raise RecoveryError(
+                "the payload arena cannot hold the journal's pending "
+                "payloads: start the service with a larger arena_bytes"
+            )
         mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
-        metas[i] = C.meta_make(int(tmap[p.tasks[i]]), (int(p.flags[i]) & C.FLAG_KEY) |
-                               C.FLAG_ARENA | (C.FLAG_REPEAT if period > 0 else 0), c,
-                               len(blob), NO_RING)
+        metas[i] = C.meta_make(
+            int(tmap[p.tasks[i]]),
+            (int(p.flags[i]) & C.FLAG_KEY) | C.FLAG_ARENA | (C.FLAG_REPEAT if period > 0 else 0),
+            c,
+            len(blob),
+            NO_RING,
+        )
         words[i] = b
     side = mem.side.reshape(-1, C.SIDE_WORDS)
     side[slots, C.S_META] = metas
@@ -243,15 +282,27 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     return ids
 
 
-def compact(mem: L.ServiceMemory, handles: np.ndarray, opts: JournalOptions,
-            st: JournalState) -> int:
+def compact(
+    mem: L.ServiceMemory, handles: np.ndarray, opts: JournalOptions, st: JournalState
+) -> int:
     """Record the re-armed timers in the new epoch's first segment, synced; then apply
     the retention to earlier epochs' segments. Returns the segments deleted."""
-    writer = SegmentWriter(JournalOptions(opts.directory, "always" if opts.fsync != "none"
-                                          else "none", opts.fsync_ms, opts.segment_bytes,
-                                          opts.keep_hours, opts.epoch),
-                           "recovery", mem.service, list(mem.task_names),
-                           mem.config.tick_ms, st.next_gen, seq_source=lambda: 0)
+    writer = SegmentWriter(
+        JournalOptions(
+            opts.directory,
+            "always" if opts.fsync != "none" else "none",
+            opts.fsync_ms,
+            opts.segment_bytes,
+            opts.keep_hours,
+            opts.epoch,
+        ),
+        "recovery",
+        mem.service,
+        list(mem.task_names),
+        mem.config.tick_ms,
+        st.next_gen,
+        seq_source=lambda: 0,
+    )
     tables = mem.bind_tables()
     tables.set_journal(writer.buffer)
     try:
@@ -289,8 +340,9 @@ def salvage(service: str, directory: str, epoch: int) -> int:
     except (ShmwheelError, OSError, posix_ipc.Error, ValueError):
         return 0  # gone (the usual case after a reboot), or not a segment we can read
     cfg = mem.config
-    if os.path.abspath(cfg.journal_dir or "/nonexistent") != os.path.abspath(directory) or \
-            shm.pid_alive(int(mem.header[L.W_OWNER])):
+    if os.path.abspath(cfg.journal_dir or "/nonexistent") != os.path.abspath(
+        directory
+    ) or shm.pid_alive(int(mem.header[L.W_OWNER])):
         mem.close()  # another journal's service, or a live one: not ours to touch
         return 0
     written = 0
@@ -307,8 +359,13 @@ def salvage(service: str, directory: str, epoch: int) -> int:
                 st = C.gs_state(gs)
                 slots = np.flatnonzero((st == C.ST_CANCELLED) | (st == C.ST_STOPPING))
                 for slot in slots.tolist():
-                    writer.append(F.body(F.CANCELLED, int(C.gs_handle(int(gs[slot]), slot)),
-                                         time.monotonic_ns() // 1000))
+                    writer.append(
+                        F.body(
+                            F.CANCELLED,
+                            int(C.gs_handle(int(gs[slot]), slot)),
+                            time.monotonic_ns() // 1000,
+                        )
+                    )
                 written += len(slots)
             writer.flush()
         finally:
@@ -317,8 +374,12 @@ def salvage(service: str, directory: str, epoch: int) -> int:
     finally:
         mem.close()
         shm.unlink_service(service)
-    log.warning("journal %s: salvaged %d records from the dead service %s's shared memory",
-                directory, written, service)
+    log.warning(
+        "journal %s: salvaged %d records from the dead service %s's shared memory",
+        directory,
+        written,
+        service,
+    )
     return written
 
 
@@ -339,8 +400,7 @@ def salvage_stale(service: str) -> bool:
     except JournalInUse:
         return False
     except OSError as e:  # not ours to write: leave the segment to its journal's owner
-        log.warning("journal %s: cannot salvage the dead service %s: %s", directory,
-                    service, e)
+        log.warning("journal %s: cannot salvage the dead service %s: %s", directory, service, e)
         return True
     try:
         salvage(service, directory, epoch)
@@ -374,10 +434,10 @@ def _salvage_rings(mem: L.ServiceMemory) -> int:
 class Plan:
     """What ``prepare`` found, for ``finish`` once the new segment exists."""
 
-    fd: int                   # the journal's lock (keep open while the service lives)
+    fd: int  # the journal's lock (keep open while the service lives)
     state: JournalState
     salvaged: int
-    started: float            # perf_counter() at the start of recovery
+    started: float  # perf_counter() at the start of recovery
 
 
 def prepare(opts: JournalOptions, service: str) -> Plan:
@@ -406,13 +466,29 @@ def finish(mem: L.ServiceMemory, plan: Plan, opts: JournalOptions) -> dict[str, 
     st = plan.state
     handles = install(mem, st)
     deleted = compact(mem, handles, opts, st) if st.epoch else 0
-    summary = {"epoch": opts.epoch, "recovered": len(handles), "salvaged": plan.salvaged,
-               "records_read": st.records, "timers_seen": st.timers,
-               "segments_read": st.segments, "segments_deleted": deleted,
-               "rejects": len(st.rejects), "seconds": time.perf_counter() - plan.started}
+    summary = {
+        "epoch": opts.epoch,
+        "recovered": len(handles),
+        "salvaged": plan.salvaged,
+        "records_read": st.records,
+        "timers_seen": st.timers,
+        "segments_read": st.segments,
+        "segments_deleted": deleted,
+        "rejects": len(st.rejects),
+        "seconds": time.perf_counter() - plan.started,
+    }
     if st.epoch:
-        log.info("journal %s: epoch %d re-armed %d timers of %d seen (%d records in %d "
-                 "segments, %d rejected, %d salvaged) in %.2f s", opts.directory, opts.epoch,
-                 len(handles), st.timers, st.records, st.segments, len(st.rejects),
-                 plan.salvaged, summary["seconds"])
+        log.info(
+            "journal %s: epoch %d re-armed %d timers of %d seen (%d records in %d "
+            "segments, %d rejected, %d salvaged) in %.2f s",
+            opts.directory,
+            opts.epoch,
+            len(handles),
+            st.timers,
+            st.records,
+            st.segments,
+            len(st.rejects),
+            plan.salvaged,
+            summary["seconds"],
+        )
     return summary

@@ -43,7 +43,7 @@ from .writer import JournalOptions, SegmentWriter
 
 log = logging.getLogger("shmwheel.journal")
 
-PASS_S = 1.0             # how often the coordinator looks
+PASS_S = 1.0  # how often the coordinator looks
 CARRY_RECORD_BYTES = 48  # about what a carried SCHEDULED record takes
 
 
@@ -58,8 +58,11 @@ class Retention:
         self.deleted = 0
         for path in F.segment_files(opts.directory):  # a restarted coordinator's map
             name = F.SegmentName.parse(os.path.basename(path))
-            if name is None or name.epoch != opts.epoch or name.role not in (
-                    "coordinator", "recovery"):
+            if (
+                name is None
+                or name.epoch != opts.epoch
+                or name.role not in ("coordinator", "recovery")
+            ):
                 continue
             h = read_header(path)
             if h is not None:
@@ -93,8 +96,10 @@ class Retention:
         while low < cur:
             if live[low % w] <= 0:
                 low += 1
-            elif (live[low % w] * CARRY_RECORD_BYTES <= self.opts.segment_bytes // 10
-                  or cur - low >= w // 2):  # mostly dead, or the counters' window filling
+            elif (
+                live[low % w] * CARRY_RECORD_BYTES <= self.opts.segment_bytes // 10
+                or cur - low >= w // 2
+            ):  # mostly dead, or the counters' window filling
                 with mem.locked():
                     carried += mem.bind_tables().journal_carry(low)
             else:
@@ -132,8 +137,12 @@ class ReaperFiles:
         mark = int(mem.header[L.W_JSEQ])
         for path in F.segment_files(opts.directory):  # a dead predecessor's segments
             name = F.SegmentName.parse(os.path.basename(path))
-            if name is not None and name.epoch == opts.epoch and name.role == "reaper" \
-                    and not shm.pid_alive(name.pid):
+            if (
+                name is not None
+                and name.epoch == opts.epoch
+                and name.role == "reaper"
+                and not shm.pid_alive(name.pid)
+            ):
                 self.closed.append((path, mark))
 
     def opened(self, seq: int, path: str) -> None:

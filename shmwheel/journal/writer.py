@@ -55,15 +55,17 @@ class JournalOptions:
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
-            raise ValueError(f"journal_fsync must be one of {', '.join(FSYNC_POLICIES)}, "
-                             f"got {self.fsync!r}")
-        for what, v, low in (("journal_fsync_ms", self.fsync_ms, 1),
-                             ("journal_segment_bytes", self.segment_bytes, 1 << 16)):
+            raise ValueError(
+                f"journal_fsync must be one of {', '.join(FSYNC_POLICIES)}, got {self.fsync!r}"
+            )
+        for what, v, low in (
+            ("journal_fsync_ms", self.fsync_ms, 1),
+            ("journal_segment_bytes", self.segment_bytes, 1 << 16),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"{what} must be an integer >= {low}, got {v!r}")
         if not isinstance(self.keep_hours, (int, float)) or not self.keep_hours >= 0:
-            raise ValueError(f"journal_keep_hours must be a number >= 0, got "
-                             f"{self.keep_hours!r}")
+            raise ValueError(f"journal_keep_hours must be a number >= 0, got {self.keep_hours!r}")
 
 
 def claim(directory: str, service: str) -> int:
@@ -88,9 +90,11 @@ def claim(directory: str, service: str) -> int:
                 time.sleep(0.01)
                 continue
             os.close(fd)
-        raise JournalInUse(f"journal {directory} is being written by another service "
-                           f"({holder}): stop it first, or give this service another "
-                           f"journal directory") from None
+        raise JournalInUse(
+            f"journal {directory} is being written by another service "
+            f"({holder}): stop it first, or give this service another "
+            f"journal directory"
+        ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"service {service}, supervisor pid {os.getpid()}\n".encode(), 0)
     return fd
@@ -99,11 +103,18 @@ def claim(directory: str, service: str) -> int:
 class SegmentWriter:
     """Appends framed records to this process's segment files."""
 
-    def __init__(self, opts: JournalOptions, role: str, service: str,
-                 tasks: list[str], tick_ms: int, next_gen: int = 0,
-                 counters: np.ndarray | None = None,
-                 seq_source: Callable[[], int] | None = None,
-                 on_open: Callable[[int, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        opts: JournalOptions,
+        role: str,
+        service: str,
+        tasks: list[str],
+        tick_ms: int,
+        next_gen: int = 0,
+        counters: np.ndarray | None = None,
+        seq_source: Callable[[], int] | None = None,
+        on_open: Callable[[int, str], None] | None = None,
+    ) -> None:
         """`seq_source` numbers the segments (default 1, 2, ... for this writer; the
         coordinator's come from the segment header, so that a restarted coordinator goes
         on counting); `on_open(seq, path)` is told of each new segment."""
@@ -130,8 +141,9 @@ class SegmentWriter:
         self._thread: threading.Thread | None = None
         self._open()
         if opts.fsync == "interval":
-            self._thread = threading.Thread(target=self._sync_loop, daemon=True,
-                                            name="shmwheel-journal-sync")
+            self._thread = threading.Thread(
+                target=self._sync_loop, daemon=True, name="shmwheel-journal-sync"
+            )
             self._thread.start()
 
     # -- files ----------------------------------------------------------------------
@@ -144,10 +156,23 @@ class SegmentWriter:
         if self._seq_source is not None:
             self._seq = self._seq_source()
         header = N.JournalBuffer()
-        header.append(F.body(F.HEADER, F.VERSION, F.ROLE_CODES[self.role], os.getpid(),
-                             self.service, self.opts.epoch, self._seq,
-                             time.monotonic_ns() // 1000, wall_us, F.boot_id(), self.tasks,
-                             self.next_gen, self.tick_ms))
+        header.append(
+            F.body(
+                F.HEADER,
+                F.VERSION,
+                F.ROLE_CODES[self.role],
+                os.getpid(),
+                self.service,
+                self.opts.epoch,
+                self._seq,
+                time.monotonic_ns() // 1000,
+                wall_us,
+                F.boot_id(),
+                self.tasks,
+                self.next_gen,
+                self.tick_ms,
+            )
+        )
         data = F.MAGIC + bytes(memoryview(header))
         _write_all(fd, data)
         if self.opts.fsync != "none":  # the file and its name survive a host crash
@@ -228,7 +253,7 @@ class SegmentWriter:
 def _write_all(fd: int, data: bytes | N.JournalBuffer) -> None:
     view = memoryview(data)
     while len(view):
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _sync_dir(directory: str) -> None:
@@ -239,24 +264,41 @@ def _sync_dir(directory: str) -> None:
         os.close(fd)
 
 
-
 def options_of(cfg: ServiceConfig) -> JournalOptions | None:
     """The journal options a service's config records (None: no journal)."""
     if not cfg.journal_dir:
         return None
-    return JournalOptions(cfg.journal_dir, cfg.journal_fsync, cfg.journal_fsync_ms,
-                          cfg.journal_segment_bytes, cfg.journal_keep_hours, cfg.journal_epoch)
+    return JournalOptions(
+        cfg.journal_dir,
+        cfg.journal_fsync,
+        cfg.journal_fsync_ms,
+        cfg.journal_segment_bytes,
+        cfg.journal_keep_hours,
+        cfg.journal_epoch,
+    )
 
 
-def service_writer(mem: ServiceMemory, role: str, row: int,
-                   seq_source: Callable[[], int] | None = None,
-                   on_open: Callable[[int, str], None] | None = None) -> SegmentWriter | None:
+def service_writer(
+    mem: ServiceMemory,
+    role: str,
+    row: int,
+    seq_source: Callable[[], int] | None = None,
+    on_open: Callable[[int, str], None] | None = None,
+) -> SegmentWriter | None:
     """The writer of a service process (coordinator, reaper) attached to `mem`, with its
     buffer set on the process's tables; None when the service has no journal."""
     opts = options_of(mem.config)
     if opts is None:
         return None
-    w = SegmentWriter(opts, role, mem.service, list(mem.task_names), mem.config.tick_ms,
-                      counters=mem.counters[row], seq_source=seq_source, on_open=on_open)
+    w = SegmentWriter(
+        opts,
+        role,
+        mem.service,
+        list(mem.task_names),
+        mem.config.tick_ms,
+        counters=mem.counters[row],
+        seq_source=seq_source,
+        on_open=on_open,
+    )
     mem.bind_tables().set_journal(w.buffer)
     return w

@@ -34,8 +34,9 @@ class ManualClock:
 class MockTimer(SystemTimer):
     """SystemTimer on a ManualClock whose tasks run inline during ``advance_clock``."""
 
-    def __init__(self, clock: ManualClock | None = None, tick_ms: int = 1,
-                 wheel_size: int = 20) -> None:
+    def __init__(
+        self, clock: ManualClock | None = None, tick_ms: int = 1, wheel_size: int = 20
+    ) -> None:
         self.clock = clock or ManualClock()
         self._inline_runs = 0
         super().__init__("mock", tick_ms, wheel_size, self.clock.ms, clock_ns=self.clock)

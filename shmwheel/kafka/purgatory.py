@@ -130,9 +130,14 @@ class DelayedOperationPurgatory:
     """Kafka's purgatory: operations watched by keys, completed by key checks or expired by
     the timer, whose expiry thread (Kafka's ExpiredOperationReaper) loops ``advance_clock(200)``."""
 
-    def __init__(self, name: str, timer: SystemTimer | None = None,
-                 purge_interval: int = 1000, reaper_enabled: bool = True,
-                 timer_enabled: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        timer: SystemTimer | None = None,
+        purge_interval: int = 1000,
+        reaper_enabled: bool = True,
+        timer_enabled: bool = True,
+    ) -> None:
         self.name = name
         self.timeout_timer = timer if timer is not None else SystemTimer(name)
         self.purge_interval = purge_interval
@@ -143,16 +148,18 @@ class DelayedOperationPurgatory:
         self._shutdown = threading.Event()
         self._expiry_thread: threading.Thread | None = None
         if reaper_enabled:
-            self._expiry_thread = threading.Thread(target=self._expire_loop, daemon=True,
-                                            name=f"ExpirationReaper-{name}")
+            self._expiry_thread = threading.Thread(
+                target=self._expire_loop, daemon=True, name=f"ExpirationReaper-{name}"
+            )
             self._expiry_thread.start()
 
     def _shard(self, key: Hashable) -> _WatcherList:
         return self._shards[hash(key) % SHARDS]
 
     # -- the two entry points --------------------------------------------------------
-    def try_complete_else_watch(self, operation: DelayedOperation,
-                                watch_keys: Sequence[Hashable]) -> bool:
+    def try_complete_else_watch(
+        self, operation: DelayedOperation, watch_keys: Sequence[Hashable]
+    ) -> bool:
         """Complete the operation now if it can; otherwise watch it on every key and add it
         to the timer. True iff this call completed it."""
         if not watch_keys:
@@ -198,8 +205,7 @@ class DelayedOperationPurgatory:
         with wl.lock:
             wl.by_key.setdefault(key, []).append(operation)
 
-    def _drop(self, key: Hashable, watchers: list[DelayedOperation] | None,
-              ids: set[int]) -> int:
+    def _drop(self, key: Hashable, watchers: list[DelayedOperation] | None, ids: set[int]) -> int:
         """Remove the given operations from a key's list; forget the key once it is empty."""
         if watchers is None or not ids:
             return 0

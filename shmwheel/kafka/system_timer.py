@@ -75,10 +75,16 @@ class TaskRunner:
 class SystemTimer:
     """Kafka's SystemTimer over the array wheel; see the module docstring for invariants."""
 
-    def __init__(self, name: str, tick_ms: int = 1, wheel_size: int = 20,
-                 start_ms: int | None = None, *,
-                 clock_ns: Callable[[], int] = time.monotonic_ns,
-                 cascade_budget: int = 4096) -> None:
+    def __init__(
+        self,
+        name: str,
+        tick_ms: int = 1,
+        wheel_size: int = 20,
+        start_ms: int | None = None,
+        *,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        cascade_budget: int = 4096,
+    ) -> None:
         self.name = name
         self._clock_ns = clock_ns
         start = self._now_ms() if start_ms is None else start_ms

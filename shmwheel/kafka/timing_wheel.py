@@ -74,8 +74,10 @@ class TimerTaskEntry:
             remover(self)
 
     def __repr__(self) -> str:
-        return (f"TimerTaskEntry({type(self.timer_task).__name__}, "
-                f"expiration_ms={self.expiration_ms}, cancelled={self.cancelled})")
+        return (
+            f"TimerTaskEntry({type(self.timer_task).__name__}, "
+            f"expiration_ms={self.expiration_ms}, cancelled={self.cancelled})"
+        )
 
 
 class TimingWheel:
@@ -88,10 +90,22 @@ class TimingWheel:
     ValueError.
     """
 
-    def __init__(self, tick_ms: int, wheel_size: int, start_ms: int, *,
-                 capacity: int = 1024, max_range_ms: int | None = None) -> None:
-        self.core = WheelCore(tick_ms, wheel_size, start_ms, capacity,
-                              max_range=DEFAULT_RANGE if max_range_ms is None else max_range_ms)
+    def __init__(
+        self,
+        tick_ms: int,
+        wheel_size: int,
+        start_ms: int,
+        *,
+        capacity: int = 1024,
+        max_range_ms: int | None = None,
+    ) -> None:
+        self.core = WheelCore(
+            tick_ms,
+            wheel_size,
+            start_ms,
+            capacity,
+            max_range=DEFAULT_RANGE if max_range_ms is None else max_range_ms,
+        )
         self.tick_ms = tick_ms
         self.wheel_size = wheel_size
         self.start_ms = self.core.current_time

@@ -19,49 +19,90 @@ from .. import _native as N
 H_MAGIC, H_VERSION, H_CAPACITY, H_LEVELS = N.H_MAGIC, N.H_VERSION, N.H_CAPACITY, N.H_LEVELS
 H_WHEEL, H_SLOTS, H_WORDS, H_TICK, H_NOW = N.H_WHEEL, N.H_SLOTS, N.H_WORDS, N.H_TICK, N.H_NOW
 H_FREE, H_PENDING, H_OFF_TICKS, H_OFF_BEXP = N.H_FREE, N.H_PENDING, N.H_OFF_TICKS, N.H_OFF_BEXP
-H_OFF_BITS, H_OFF_NODES, H_TOTAL, H_SENTINELS = (N.H_OFF_BITS, N.H_OFF_NODES, N.H_TOTAL,
-                                                 N.H_SENTINELS)
-WHEEL_HEADER_WORDS, WHEEL_MAGIC, WHEEL_LAYOUT_VERSION = (N.WHEEL_HEADER_WORDS, N.WHEEL_MAGIC,
-                                                         N.WHEEL_LAYOUT_VERSION)
-NODE_WORDS, F_NEXT, F_PREV, F_DEADLINE, F_GS = (N.NODE_WORDS, N.F_NEXT, N.F_PREV, N.F_DEADLINE,
-                                                N.F_GS)
+H_OFF_BITS, H_OFF_NODES, H_TOTAL, H_SENTINELS = (
+    N.H_OFF_BITS,
+    N.H_OFF_NODES,
+    N.H_TOTAL,
+    N.H_SENTINELS,
+)
+WHEEL_HEADER_WORDS, WHEEL_MAGIC, WHEEL_LAYOUT_VERSION = (
+    N.WHEEL_HEADER_WORDS,
+    N.WHEEL_MAGIC,
+    N.WHEEL_LAYOUT_VERSION,
+)
+NODE_WORDS, F_NEXT, F_PREV, F_DEADLINE, F_GS = (
+    N.NODE_WORDS,
+    N.F_NEXT,
+    N.F_PREV,
+    N.F_DEADLINE,
+    N.F_GS,
+)
 NO_TIME, NEVER = N.NO_TIME, N.NEVER
-INS_ALREADY_DUE, INS_OUT_OF_RANGE, INS_NO_SLOT = (N.INS_ALREADY_DUE, N.INS_OUT_OF_RANGE,
-                                                  N.INS_NO_SLOT)
+INS_ALREADY_DUE, INS_OUT_OF_RANGE, INS_NO_SLOT = (
+    N.INS_ALREADY_DUE,
+    N.INS_OUT_OF_RANGE,
+    N.INS_NO_SLOT,
+)
 
 # -- slot states -------------------------------------------------------------------------
 ST_FREE, ST_PENDING, ST_FIRING, ST_RESERVED = N.ST_FREE, N.ST_PENDING, N.ST_FIRING, N.ST_RESERVED
 ST_SUBMITTED, ST_CANCELLED, ST_STOPPING = N.ST_SUBMITTED, N.ST_CANCELLED, N.ST_STOPPING
 ST_COUNT = N.ST_COUNT
-STATE_NAMES = {ST_FREE: "FREE", ST_PENDING: "PENDING", ST_FIRING: "FIRING",
-               ST_RESERVED: "RESERVED", ST_SUBMITTED: "SUBMITTED", ST_CANCELLED: "CANCELLED",
-               ST_STOPPING: "STOPPING"}
+STATE_NAMES = {
+    ST_FREE: "FREE",
+    ST_PENDING: "PENDING",
+    ST_FIRING: "FIRING",
+    ST_RESERVED: "RESERVED",
+    ST_SUBMITTED: "SUBMITTED",
+    ST_CANCELLED: "CANCELLED",
+    ST_STOPPING: "STOPPING",
+}
 CANCEL_LOST, CANCEL_WON, CANCEL_STOPPED = N.CANCEL_LOST, N.CANCEL_WON, N.CANCEL_STOPPED
 
 # -- side records, payloads, arena ---------------------------------------------------------
 SIDE_WORDS, S_META, S_PAYLOAD = N.SIDE_WORDS, N.S_META, N.S_PAYLOAD
 FLAG_KEY, FLAG_ARENA, FLAG_REPEAT = N.FLAG_KEY, N.FLAG_ARENA, N.FLAG_REPEAT
-REPEAT_HEADER, INLINE_MAX, NIL_INLINE, MAX_PAYLOAD = (N.REPEAT_HEADER, N.INLINE_MAX,
-                                                      N.NIL_INLINE, N.MAX_PAYLOAD)
+REPEAT_HEADER, INLINE_MAX, NIL_INLINE, MAX_PAYLOAD = (
+    N.REPEAT_HEADER,
+    N.INLINE_MAX,
+    N.NIL_INLINE,
+    N.MAX_PAYLOAD,
+)
 ARENA_CLASSES = N.ARENA_CLASSES
 ARENA_CLASS_BYTES = tuple(64 << (2 * c) for c in range(ARENA_CLASSES))
 assert ARENA_CLASS_BYTES[-1] == MAX_PAYLOAD, "contract.h's ARENA_CLASS_BYTES changed"
 A_CLASS_WORDS, A_NBLOCKS, A_FREE = N.A_CLASS_WORDS, N.A_NBLOCKS, N.A_FREE
-A_OFF_NEXT, A_OFF_OWNER, A_DATA, A_BLOCK_WORDS = (N.A_OFF_NEXT, N.A_OFF_OWNER, N.A_DATA,
-                                                  N.A_BLOCK_WORDS)
+A_OFF_NEXT, A_OFF_OWNER, A_DATA, A_BLOCK_WORDS = (
+    N.A_OFF_NEXT,
+    N.A_OFF_OWNER,
+    N.A_DATA,
+    N.A_BLOCK_WORDS,
+)
 
 # -- rings, records, outcomes, counters, histogram ------------------------------------------
 RING_HEAD, RING_TAIL, RING_HEADER_WORDS = N.RING_HEAD, N.RING_TAIL, N.RING_HEADER_WORDS
-PRODUCER_RECORD, DISPATCH_RECORD, RESULT_RECORD = (N.PRODUCER_RECORD, N.DISPATCH_RECORD,
-                                                   N.RESULT_RECORD)
+PRODUCER_RECORD, DISPATCH_RECORD, RESULT_RECORD = (
+    N.PRODUCER_RECORD,
+    N.DISPATCH_RECORD,
+    N.RESULT_RECORD,
+)
 CHECK_SUBMIT, CHECK_CANCEL = N.CHECK_SUBMIT, N.CHECK_CANCEL
 OUTCOME_OK, OUTCOME_ERROR, OUTCOME_CRASHED = N.OUTCOME_OK, N.OUTCOME_ERROR, N.OUTCOME_CRASHED
 COUNTER_WORDS = N.COUNTER_WORDS
-C_SCHEDULED, C_FIRED, C_CANCELLED, C_COMPLETED = (N.C_SCHEDULED, N.C_FIRED, N.C_CANCELLED,
-                                                  N.C_COMPLETED)
+C_SCHEDULED, C_FIRED, C_CANCELLED, C_COMPLETED = (
+    N.C_SCHEDULED,
+    N.C_FIRED,
+    N.C_CANCELLED,
+    N.C_COMPLETED,
+)
 C_ERRORS, C_CRASHED, C_GARBAGE, C_STALE = N.C_ERRORS, N.C_CRASHED, N.C_GARBAGE, N.C_STALE
-C_REARMED, C_EARLY, C_LINKED, C_FREED, C_RETIRED = (N.C_REARMED, N.C_EARLY, N.C_LINKED,
-                                                    N.C_FREED, N.C_RETIRED)
+C_REARMED, C_EARLY, C_LINKED, C_FREED, C_RETIRED = (
+    N.C_REARMED,
+    N.C_EARLY,
+    N.C_LINKED,
+    N.C_FREED,
+    N.C_RETIRED,
+)
 C_JOURNAL_BYTES, C_JOURNAL_SYNCS = N.C_JOURNAL_BYTES, N.C_JOURNAL_SYNCS
 JOURNAL_WINDOW = N.JOURNAL_WINDOW
 HIST_BUCKETS, HIST_PER_OCTAVE = N.HIST_BUCKETS, N.HIST_PER_OCTAVE
@@ -106,17 +147,23 @@ def gs_handle(gs: Words, slot: Words) -> Words:
 @overload
 def meta_make(task: int, flags: int, cls: int, length: int, ring: int) -> int: ...
 @overload
-def meta_make(task: NDArray[np.int64], flags: NDArray[np.int64] | int,
-              cls: NDArray[np.int64] | int, length: NDArray[np.int64] | int,
-              ring: NDArray[np.int64] | int) -> NDArray[np.int64]: ...
+def meta_make(
+    task: NDArray[np.int64],
+    flags: NDArray[np.int64] | int,
+    cls: NDArray[np.int64] | int,
+    length: NDArray[np.int64] | int,
+    ring: NDArray[np.int64] | int,
+) -> NDArray[np.int64]: ...
 def meta_make(task: Any, flags: Any, cls: Any, length: Any, ring: Any) -> Any:
     """A side record's meta word (contract.h's META_MAKE); with an array of tasks, the
     array of meta words (the other fields are ints or arrays, broadcast)."""
-    return (((task & N.META_TASK_MASK) << N.META_TASK_SHIFT)
-            | ((flags & N.META_FLAGS_MASK) << N.META_FLAGS_SHIFT)
-            | ((cls & N.META_CLASS_MASK) << N.META_CLASS_SHIFT)
-            | ((length & N.META_LEN_MASK) << N.META_LEN_SHIFT)
-            | ((ring & N.META_RING_MASK) << N.META_RING_SHIFT))
+    return (
+        ((task & N.META_TASK_MASK) << N.META_TASK_SHIFT)
+        | ((flags & N.META_FLAGS_MASK) << N.META_FLAGS_SHIFT)
+        | ((cls & N.META_CLASS_MASK) << N.META_CLASS_SHIFT)
+        | ((length & N.META_LEN_MASK) << N.META_LEN_SHIFT)
+        | ((ring & N.META_RING_MASK) << N.META_RING_SHIFT)
+    )
 
 
 def meta_task(m: Words) -> Words:

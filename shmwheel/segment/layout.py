@@ -44,19 +44,19 @@ META_BYTES = 16384
 W_MAGIC = 0
 W_VERSION = 1
 W_TOTAL = 2
-W_OWNER = 3          # pid of the supervisor (embedding process)
+W_OWNER = 3  # pid of the supervisor (embedding process)
 W_META_LEN = 4
-W_DIRTY = 5          # set while a lock holder is mid-update
+W_DIRTY = 5  # set while a lock holder is mid-update
 W_STOPPING = 6
 W_COORD_SLEEPING = 7
 W_REAPER_WAKE_AT = 8  # the time (ms) the reaper is sleeping until
-W_READY = 9          # bit per service role that finished starting
+W_READY = 9  # bit per service role that finished starting
 W_REPAIRS = 10
 W_PID_COORDINATOR = 11  # written by each service process when it starts
 W_PID_REAPER = 12
-W_RECOVERED = 13     # timers re-armed from the journal when the service started
-W_JSEQ = 14          # the journal's next coordinator segment number (the coordinator's)
-W_JLOW = 15          # the oldest coordinator segment still holding a live timer
+W_RECOVERED = 13  # timers re-armed from the journal when the service started
+W_JSEQ = 14  # the journal's next coordinator segment number (the coordinator's)
+W_JLOW = 15  # the oldest coordinator segment still holding a live timer
 
 READY_COORDINATOR = 1
 READY_REAPER = 2
@@ -77,7 +77,7 @@ RING_CLOSING = 2
 
 # executor table row
 EXEC_ROW = 8
-X_STARTED = 0   # dispatch sequence number the executor is running (-1 none)
+X_STARTED = 0  # dispatch sequence number the executor is running (-1 none)
 X_SLEEPING = 1
 X_PID = 2
 
@@ -90,7 +90,8 @@ def check_architecture() -> None:
         raise RuntimeError(
             f"shmwheel's service has only been tested on x86-64; this machine is "
             f"{platform.machine()!r}. Its rings and state words use C11 acquire/release "
-            f"atomics, so other architectures should work, but nothing has shown it yet")
+            f"atomics, so other architectures should work, but nothing has shown it yet"
+        )
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,9 @@ def arena_meta_words(cfg: ServiceConfig) -> int:
 
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
     """Word offset of each region of a service segment, and 'total' (words)."""
-    arena_data = sum(n * size for n, size in
-                     zip(cfg.arena_blocks, C.ARENA_CLASS_BYTES, strict=True)) // 8
+    arena_data = (
+        sum(n * size for n, size in zip(cfg.arena_blocks, C.ARENA_CLASS_BYTES, strict=True)) // 8
+    )
     sizes = [
         ("meta", META_BYTES // 8),
         ("counters", (FIXED_ROWS + cfg.executors + cfg.max_clients) * C.COUNTER_WORDS),
@@ -182,12 +184,14 @@ class ServiceMemory:
         self.config = cfg
         off = segment_layout(cfg)
         if seg.size < off["total"] * 8:
-            raise LayoutError(f"segment {seg.name} has {seg.size} bytes, layout needs "
-                              f"{off['total'] * 8}")
+            raise LayoutError(
+                f"segment {seg.name} has {seg.size} bytes, layout needs {off['total'] * 8}"
+            )
         v = seg.view
         self.header = v(0, HEADER_WORDS)
-        self.counters = v(off["counters"], (FIXED_ROWS + cfg.executors + cfg.max_clients)
-                          * C.COUNTER_WORDS).reshape(-1, C.COUNTER_WORDS)
+        self.counters = v(
+            off["counters"], (FIXED_ROWS + cfg.executors + cfg.max_clients) * C.COUNTER_WORDS
+        ).reshape(-1, C.COUNTER_WORDS)
         self.hist = v(off["hist"], cfg.executors * C.HIST_BUCKETS).reshape(-1, C.HIST_BUCKETS)
         self.ring_table = v(off["ring_table"], cfg.max_clients * RING_ROW).reshape(-1, RING_ROW)
         self.exec_table = v(off["exec_table"], cfg.executors * EXEC_ROW).reshape(-1, EXEC_ROW)
@@ -198,12 +202,15 @@ class ServiceMemory:
         self.arena_words = v(off["arena_data"], off["anchors"] - off["arena_data"])
         self.anchors = v(off["anchors"], off["live"] - off["anchors"])  # int32 pairs
         self.live = v(off["live"], off["total"] - off["live"])
-        self.producer = self._rings(off["producer"], cfg.max_clients, cfg.ring_capacity,
-                                    C.PRODUCER_RECORD)
-        self.dispatch = self._rings(off["dispatch"], cfg.executors, cfg.dispatch_capacity,
-                                    C.DISPATCH_RECORD)
-        self.results = self._rings(off["results"], cfg.executors, cfg.dispatch_capacity,
-                                   C.RESULT_RECORD)
+        self.producer = self._rings(
+            off["producer"], cfg.max_clients, cfg.ring_capacity, C.PRODUCER_RECORD
+        )
+        self.dispatch = self._rings(
+            off["dispatch"], cfg.executors, cfg.dispatch_capacity, C.DISPATCH_RECORD
+        )
+        self.results = self._rings(
+            off["results"], cfg.executors, cfg.dispatch_capacity, C.RESULT_RECORD
+        )
         self.task_names = [t[0] for t in cfg.tasks]
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
         self._sems: dict[str, posix_ipc.Semaphore] = {}
@@ -221,8 +228,9 @@ class ServiceMemory:
     def nodes(self) -> np.ndarray:
         """The entry records as a (capacity, NODE_WORDS) view."""
         start = int(self.wheel[C.H_OFF_NODES]) + int(self.wheel[C.H_SENTINELS]) * C.NODE_WORDS
-        return self.wheel[start: start + self.config.capacity * C.NODE_WORDS] \
-            .reshape(-1, C.NODE_WORDS)
+        return self.wheel[start : start + self.config.capacity * C.NODE_WORDS].reshape(
+            -1, C.NODE_WORDS
+        )
 
     def _rings(self, start: int, count: int, capacity: int, record: int) -> list[Ring]:
         n = C.ring_words(capacity, record)
@@ -230,17 +238,21 @@ class ServiceMemory:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def create(cls, service: str, cfg: ServiceConfig, owner_pid: int,
-               start_ms: int, local: bool = False) -> ServiceMemory:
+    def create(
+        cls, service: str, cfg: ServiceConfig, owner_pid: int, start_ms: int, local: bool = False
+    ) -> ServiceMemory:
         """Format a new segment; with ``local`` in this process's memory (no name in
         /dev/shm: the state machine's tests)."""
         blob = cfg.meta_blob()
         if len(blob) > META_BYTES:
-            raise ValueError(f"the task registry is too large for the segment header "
-                             f"({len(blob)} bytes > {META_BYTES}): register fewer tasks")
+            raise ValueError(
+                f"the task registry is too large for the segment header "
+                f"({len(blob)} bytes > {META_BYTES}): register fewer tasks"
+            )
         off = segment_layout(cfg)
-        seg = (shm.LocalSegment if local else shm.Segment)(shm.segment_name(service),
-                                                           off["total"] * 8)
+        seg = (shm.LocalSegment if local else shm.Segment)(
+            shm.segment_name(service), off["total"] * 8
+        )
         try:
             h = seg.words
             h[W_MAGIC] = C.as_int64(MAGIC)
@@ -248,7 +260,7 @@ class ServiceMemory:
             h[W_TOTAL] = off["total"] * 8
             h[W_OWNER] = owner_pid
             h[W_META_LEN] = len(blob)
-            seg.bytes[off["meta"] * 8: off["meta"] * 8 + len(blob)] = np.frombuffer(blob, np.uint8)
+            seg.bytes[off["meta"] * 8 : off["meta"] * 8 + len(blob)] = np.frombuffer(blob, np.uint8)
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)
             a = mem.arena
@@ -294,16 +306,23 @@ class ServiceMemory:
         relinked = tables.rebuild()
         self.counters[ROW_LOCKED, C.C_RETIRED] += tables.take_retired()
         self.header[W_REPAIRS] += 1
-        log.warning("service %s: a lock holder died mid-update; rebuilt the wheel from the "
-                    "slot states (%d timers relinked)", self.service, relinked)
+        log.warning(
+            "service %s: a lock holder died mid-update; rebuilt the wheel from the "
+            "slot states (%d timers relinked)",
+            self.service,
+            relinked,
+        )
         t = time.perf_counter()
         try:  # the rebuild must leave every invariant true: check them all, now
             verify(self)
         except AssertionError as e:
             log.error("service %s: after the repair, verify() found: %s", self.service, e)
         else:
-            log.info("service %s: verify() after the repair passed (%.1f ms)", self.service,
-                     (time.perf_counter() - t) * 1000)
+            log.info(
+                "service %s: verify() after the repair passed (%.1f ms)",
+                self.service,
+                (time.perf_counter() - t) * 1000,
+            )
 
     # -- semaphores -----------------------------------------------------------------
     def semaphore(self, role: str) -> posix_ipc.Semaphore:
@@ -338,7 +357,7 @@ class ServiceMemory:
         starts is read from the arena header, the same word the native core uses."""
         size = C.ARENA_CLASS_BYTES[cls_]
         start = int(self.arena[cls_ * C.A_CLASS_WORDS + C.A_DATA]) * 8 + block * size
-        return self.arena_words.view(np.uint8)[start: start + size]
+        return self.arena_words.view(np.uint8)[start : start + size]
 
 
 def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:
@@ -360,23 +379,29 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
     if seg.size < HEADER_WORDS * 8 + META_BYTES:
         raise LayoutError(f"segment {seg.name} is too small to be a shmwheel service")
     if h[W_MAGIC] != C.as_int64(MAGIC):
-        raise LayoutError(f"segment {seg.name} is not a shmwheel service "
-                          f"(magic {int(h[W_MAGIC]) & (2**64 - 1):#x})")
+        raise LayoutError(
+            f"segment {seg.name} is not a shmwheel service "
+            f"(magic {int(h[W_MAGIC]) & (2**64 - 1):#x})"
+        )
     if h[W_VERSION] != LAYOUT_VERSION:
-        raise LayoutError(f"segment {seg.name} has layout version {int(h[W_VERSION])}; "
-                          f"this shmwheel reads version {LAYOUT_VERSION}")
+        raise LayoutError(
+            f"segment {seg.name} has layout version {int(h[W_VERSION])}; "
+            f"this shmwheel reads version {LAYOUT_VERSION}"
+        )
     n = int(h[W_META_LEN])
     if not 0 < n <= META_BYTES:
         raise LayoutError(f"segment {seg.name} has a corrupt header (meta length {n})")
     start = HEADER_WORDS * 8
     try:
-        cfg = ServiceConfig.from_blob(bytes(seg.bytes[start: start + n]))
+        cfg = ServiceConfig.from_blob(bytes(seg.bytes[start : start + n]))
     except Exception as e:
         raise LayoutError(f"segment {seg.name} has an unreadable config: {e}") from e
     total = segment_layout(cfg)["total"] * 8
     if int(h[W_TOTAL]) != total or seg.size < int(h[W_TOTAL]):
-        raise LayoutError(f"segment {seg.name}: header size {int(h[W_TOTAL])} does not match "
-                          f"its layout ({total}) or the segment ({seg.size})")
+        raise LayoutError(
+            f"segment {seg.name}: header size {int(h[W_TOTAL])} does not match "
+            f"its layout ({total}) or the segment ({seg.size})"
+        )
     return cfg
 
 

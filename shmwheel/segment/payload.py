@@ -19,14 +19,18 @@ fast_pack = msgpack.Packer().pack  # the native schedule path's own (it checks t
 
 
 def _refuse(e: Exception) -> TypeError:
-    return TypeError(f"payload must be msgpack-encodable (None, bool, int, float, str, bytes, "
-                     f"list, dict of those): {e}")
+    return TypeError(
+        f"payload must be msgpack-encodable (None, bool, int, float, str, bytes, "
+        f"list, dict of those): {e}"
+    )
 
 
 def _check_size(blob: bytes) -> bytes:
     if len(blob) > C.MAX_PAYLOAD:
-        raise ValueError(f"payload encodes to {len(blob)} bytes; the maximum is "
-                         f"{C.MAX_PAYLOAD}: store large data elsewhere and pass a reference")
+        raise ValueError(
+            f"payload encodes to {len(blob)} bytes; the maximum is "
+            f"{C.MAX_PAYLOAD}: store large data elsewhere and pass a reference"
+        )
     return blob
 
 

@@ -28,7 +28,7 @@ class Ring:
         self.capacity = capacity
         self.mask = capacity - 1
         self.record = record
-        self.data = words[C.RING_HEADER_WORDS:].reshape(capacity, record)
+        self.data = words[C.RING_HEADER_WORDS :].reshape(capacity, record)
 
     @property
     def head(self) -> int:

@@ -149,8 +149,9 @@ class Locked:
 
     __slots__ = ("_dirty", "_fd", "_repair", "_thread_lock", "_words")
 
-    def __init__(self, seg: Segment, dirty_word: int, repair: Callable[[], None],
-                 use_flock: bool = True) -> None:
+    def __init__(
+        self, seg: Segment, dirty_word: int, repair: Callable[[], None], use_flock: bool = True
+    ) -> None:
         self._fd = seg.fd if use_flock else -1
         self._words = seg.words.data
         self._thread_lock = seg._thread_lock
@@ -209,11 +210,12 @@ def unlink_service(service: str) -> None:
     except posix_ipc.ExistentialError:
         pass
     for p in SHM_DIR.glob("sem." + PREFIX + service + ".*"):
-        unlink_semaphore("/" + p.name[len("sem."):])
+        unlink_semaphore("/" + p.name[len("sem.") :])
 
 
-def sweep_stale(owner_of: Callable[[Segment], int],
-                before_unlink: Callable[[str], bool] | None = None) -> list[str]:
+def sweep_stale(
+    owner_of: Callable[[Segment], int], before_unlink: Callable[[str], bool] | None = None
+) -> list[str]:
     """Unlink services whose segment's owner process is gone (the embedding process was
     killed). `owner_of` reads the owner pid from a segment's header; a segment that cannot
     be read as a service segment is left alone. `before_unlink(service)` runs first and
@@ -221,7 +223,7 @@ def sweep_stale(owner_of: Callable[[Segment], int],
     removed."""
     removed = []
     for p in SHM_DIR.glob(PREFIX + "*"):
-        service = p.name[len(PREFIX):]
+        service = p.name[len(PREFIX) :]
         if not _NAME.match(service):
             continue
         try:
@@ -241,10 +243,10 @@ def sweep_stale(owner_of: Callable[[Segment], int],
             removed.append(service)
     # semaphores whose segment is gone entirely
     for p in SHM_DIR.glob("sem." + PREFIX + "*"):
-        service = p.name[len("sem." + PREFIX):].rsplit(".", 1)[0]
+        service = p.name[len("sem." + PREFIX) :].rsplit(".", 1)[0]
         if not (SHM_DIR / (PREFIX + service)).exists() and service not in removed:
             try:
-                unlink_semaphore("/" + p.name[len("sem."):])
+                unlink_semaphore("/" + p.name[len("sem.") :])
             except posix_ipc.Error:
                 pass  # another user's
     return removed

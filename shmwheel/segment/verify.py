@@ -92,9 +92,9 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
     for where, handles in places:
         for h in handles.tolist():
             slot = C.handle_slot(h)
-            assert 0 <= slot < cfg.capacity and firing[slot] and \
-                C.gs_handle(int(gs[slot]), slot) == h, \
-                f"{where} holds {h:#x}, which names no FIRING slot of that generation"
+            assert (
+                0 <= slot < cfg.capacity and firing[slot] and C.gs_handle(int(gs[slot]), slot) == h
+            ), f"{where} holds {h:#x}, which names no FIRING slot of that generation"
             seen[slot] += 1
     twice = [s for s, k in seen.items() if k > 1]
     assert not twice, f"FIRING slots in two places at once: {twice[:10]}"
@@ -116,10 +116,10 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
             assert len(left) == 0, f"quiescent, yet {C.STATE_NAMES[state]} slots: {left[:10]}"
         c = mem.counters.sum(axis=0)
         outcomes = int(c[C.C_COMPLETED] + c[C.C_ERRORS] + c[C.C_CRASHED])
-        assert outcomes >= int(c[C.C_FIRED]), \
-            f"{int(c[C.C_FIRED])} fired, only {outcomes} outcomes"
-        assert int(c[C.C_CANCELLED]) == int(c[C.C_RETIRED]), \
+        assert outcomes >= int(c[C.C_FIRED]), f"{int(c[C.C_FIRED])} fired, only {outcomes} outcomes"
+        assert int(c[C.C_CANCELLED]) == int(c[C.C_RETIRED]), (
             f"{int(c[C.C_CANCELLED])} cancels won, {int(c[C.C_RETIRED])} retired"
+        )
 
 
 def _verify_arena(mem: ServiceMemory, st: np.ndarray, meta: np.ndarray) -> None:
@@ -130,28 +130,33 @@ def _verify_arena(mem: ServiceMemory, st: np.ndarray, meta: np.ndarray) -> None:
     for c in range(C.ARENA_CLASSES):
         base = c * C.A_CLASS_WORDS
         nblocks = int(a[base + C.A_NBLOCKS])
-        owner = a[int(a[base + C.A_OFF_OWNER]): int(a[base + C.A_OFF_OWNER]) + nblocks]
-        nxt = a[int(a[base + C.A_OFF_NEXT]): int(a[base + C.A_OFF_NEXT]) + nblocks]
+        owner = a[int(a[base + C.A_OFF_OWNER]) : int(a[base + C.A_OFF_OWNER]) + nblocks]
+        nxt = a[int(a[base + C.A_OFF_NEXT]) : int(a[base + C.A_OFF_NEXT]) + nblocks]
         free, b = set(), int(a[base + C.A_FREE])
         while b != -1:
             assert 0 <= b < nblocks and b not in free, f"class {c}: broken free stack at {b}"
             free.add(b)
             b = int(nxt[b])
         zero = set(np.flatnonzero(owner == 0).tolist())
-        assert free == zero, (f"class {c}: free stack and unowned blocks differ "
-                              f"({sorted(free ^ zero)[:10]})")
+        assert free == zero, (
+            f"class {c}: free stack and unowned blocks differ ({sorted(free ^ zero)[:10]})"
+        )
         rings = owner[owner < 0]
         assert ((-rings - 1) < cfg.max_clients).all(), f"class {c}: blocks of no client ring"
         for block in np.flatnonzero(owner > 0).tolist():
             slot = int(owner[block]) - 1
-            assert 0 <= slot < cfg.capacity and st[slot] != C.ST_FREE, \
+            assert 0 <= slot < cfg.capacity and st[slot] != C.ST_FREE, (
                 f"class {c} block {block} is owned by slot {slot}, which is free"
+            )
             if st[slot] != C.ST_RESERVED:
-                assert uses_arena[slot] and C.meta_class(int(meta[slot])) == c and \
-                    int(payload[slot]) == block, \
-                    f"class {c} block {block} is owned by slot {slot}, whose record says otherwise"
+                assert (
+                    uses_arena[slot]
+                    and C.meta_class(int(meta[slot])) == c
+                    and int(payload[slot]) == block
+                ), f"class {c} block {block} is owned by slot {slot}, whose record says otherwise"
         mine = np.flatnonzero(in_use & (C.meta_class(meta) == c))
         for slot in mine.tolist():
             block = int(payload[slot])
-            assert 0 <= block < nblocks and int(owner[block]) == slot + 1, \
+            assert 0 <= block < nblocks and int(owner[block]) == slot + 1, (
                 f"slot {slot} names class {c} block {block}, owned by {int(owner[block])}"
+            )

@@ -61,8 +61,10 @@ def _check_delay(value: object, what: str, limit: int) -> float:
     if v < 0:
         raise ValueError(f"{what} must be >= 0, got {value!r}")
     if v >= limit:
-        raise ValueError(f"{what}={value!r} is beyond the wheel's range ({limit} ms); "
-                         f"use a shorter delay or a larger tick_ms/wheel_size")
+        raise ValueError(
+            f"{what}={value!r} is beyond the wheel's range ({limit} ms); "
+            f"use a shorter delay or a larger tick_ms/wheel_size"
+        )
     return v
 
 
@@ -80,9 +82,23 @@ class Client(N.Producer):
         self._max_delay = cfg.geometry().span // 4
         row = L.FIXED_ROWS + cfg.executors + ring
         batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
-        self._bind(mem.wheel, mem.side, mem.arena, mem.arena_words, mem.producer[ring].words,
-                   mem.counters[row], mem.header, ring, L.W_COORD_SLEEPING, L.W_STOPPING,
-                   self._max_delay, batch, dict(mem.task_ids), P.fast_pack, TimerHandle)
+        self._bind(
+            mem.wheel,
+            mem.side,
+            mem.arena,
+            mem.arena_words,
+            mem.producer[ring].words,
+            mem.counters[row],
+            mem.header,
+            ring,
+            L.W_COORD_SLEEPING,
+            L.W_STOPPING,
+            self._max_delay,
+            batch,
+            dict(mem.task_ids),
+            P.fast_pack,
+            TimerHandle,
+        )
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -134,8 +150,10 @@ class Client(N.Producer):
         if self._closed:
             raise ShmwheelError("this client is closed; connect() again")
         if self._forked or os.getpid() != self._pid:
-            raise ShmwheelError("a Client cannot be used across fork(); call "
-                                "shmwheel.connect(name) in the child process")
+            raise ShmwheelError(
+                "a Client cannot be used across fork(); call "
+                "shmwheel.connect(name) in the child process"
+            )
         if self._mem.header[L.W_STOPPING]:
             raise ShmwheelError(f"service {self.name!r} is stopping")
 
@@ -159,12 +177,19 @@ class Client(N.Producer):
             if self._push(h, check):
                 return
         if check == C.CHECK_CANCEL:
-            log.warning("service %s: ring %d stayed full; timer %#x is cancelled and will be "
-                        "freed when its deadline comes", self.name, self.ring, h)
+            log.warning(
+                "service %s: ring %d stayed full; timer %#x is cancelled and will be "
+                "freed when its deadline comes",
+                self.name,
+                self.ring,
+                h,
+            )
             return
         self._take_back(h)
-        raise Full(f"producer ring of service {self.name!r} stayed full for {RING_WAIT_S} s: "
-                   f"is the coordinator running?")
+        raise Full(
+            f"producer ring of service {self.name!r} stayed full for {RING_WAIT_S} s: "
+            f"is the coordinator running?"
+        )
 
     def _take_back(self, h: int) -> None:
         """A written but unpublished slot is freed (unless a cancel won it meanwhile: then
@@ -180,8 +205,9 @@ class Client(N.Producer):
     def _task_id(self, task: str) -> int:
         tid = self._mem.task_ids.get(task) if isinstance(task, str) else None
         if tid is None:
-            raise ValueError(f"unknown task {task!r}; registered tasks: "
-                             f"{', '.join(self._mem.task_names)}")
+            raise ValueError(
+                f"unknown task {task!r}; registered tasks: {', '.join(self._mem.task_names)}"
+            )
         return tid
 
     def _deadline(self, delay_ms: float | None, deadline_ms: int | None) -> int:
@@ -192,11 +218,14 @@ class Client(N.Producer):
             d = _check_delay(delay_ms, "delay_ms", self._max_delay)
             return -(-(now_ns + math.ceil(d * 1e6)) // 1_000_000)
         if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, np.integer)):
-            raise TypeError(f"deadline_ms must be an int (monotonic ms), got "
-                            f"{type(deadline_ms).__name__}")
+            raise TypeError(
+                f"deadline_ms must be an int (monotonic ms), got {type(deadline_ms).__name__}"
+            )
         if deadline_ms - now_ns // 1_000_000 >= self._max_delay:
-            raise ValueError(f"deadline_ms={deadline_ms} is beyond the wheel's range "
-                             f"({self._max_delay} ms from now)")
+            raise ValueError(
+                f"deadline_ms={deadline_ms} is beyond the wheel's range "
+                f"({self._max_delay} ms from now)"
+            )
         return int(deadline_ms)
 
     # -- slots ------------------------------------------------------------------------
@@ -215,8 +244,10 @@ class Client(N.Producer):
             time.sleep(0.001)
             h = self._take()
         if h < 0:
-            raise Full(f"service {self.name!r} is full ({self._mem.config.capacity} timers): "
-                       f"cancel some, or start it with a larger capacity")
+            raise Full(
+                f"service {self.name!r} is full ({self._mem.config.capacity} timers): "
+                f"cancel some, or start it with a larger capacity"
+            )
         return h
 
     def _store_blob(self, slot: int, blob: bytes, every: int = 0) -> tuple[int, int, int]:
@@ -230,21 +261,37 @@ class Client(N.Producer):
             if b >= 0:
                 break
         else:
-            raise Full(f"the payload arena has no free block for {len(data)} bytes: use "
-                       f"smaller payloads or start the service with a larger arena_bytes")
+            raise Full(
+                f"the payload arena has no free block for {len(data)} bytes: use "
+                f"smaller payloads or start the service with a larger arena_bytes"
+            )
         self._mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
         return b, c, C.FLAG_ARENA | (C.FLAG_REPEAT if every else 0)
 
     # -- the API (schedule and cancel are the native Producer's) ------------------------
-    def _schedule_checked(self, task: str, payload: Any = None, *, delay_ms: float | None = None,
-                          deadline_ms: int | None = None, key: str | bytes | int | None = None,
-                          every_ms: float | None = None) -> TimerHandle:
+    def _schedule_checked(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        delay_ms: float | None = None,
+        deadline_ms: int | None = None,
+        key: str | bytes | int | None = None,
+        every_ms: float | None = None,
+    ) -> TimerHandle:
         """schedule() with argument shapes the native path does not take (Python checks
         the signature)."""
         return self._schedule_slow(task, payload, delay_ms, deadline_ms, key, every_ms)
 
-    def _schedule_slow(self, task: str, payload: Any, delay_ms: float | None,
-                       deadline_ms: int | None, key: Any, every_ms: float | None) -> TimerHandle:
+    def _schedule_slow(
+        self,
+        task: str,
+        payload: Any,
+        delay_ms: float | None,
+        deadline_ms: int | None,
+        key: Any,
+        every_ms: float | None,
+    ) -> TimerHandle:
         self._check()
         tid = self._task_id(task)
         deadline = self._deadline(delay_ms, deadline_ms)
@@ -255,8 +302,10 @@ class Client(N.Producer):
                 raise ValueError("every_ms must be > 0")
         blob, flags = P.encode(payload, key)
         if every and len(blob) + C.REPEAT_HEADER > C.MAX_PAYLOAD:
-            raise ValueError(f"a repeating timer's payload may encode to at most "
-                             f"{C.MAX_PAYLOAD - C.REPEAT_HEADER} bytes, got {len(blob)}")
+            raise ValueError(
+                f"a repeating timer's payload may encode to at most "
+                f"{C.MAX_PAYLOAD - C.REPEAT_HEADER} bytes, got {len(blob)}"
+            )
         h = self._take_one()
         slot = C.handle_slot(h)
         if not every and len(blob) <= C.INLINE_MAX:
@@ -277,8 +326,12 @@ class Client(N.Producer):
             self._bell()
         return TimerHandle(self, h, deadline)
 
-    def schedule_many(self, task: str, delays_ms: Sequence[float] | np.ndarray,
-                      payloads: Sequence[Any] | None = None) -> TimerHandles:
+    def schedule_many(
+        self,
+        task: str,
+        delays_ms: Sequence[float] | np.ndarray,
+        payloads: Sequence[Any] | None = None,
+    ) -> TimerHandles:
         """Schedule one timer per delay, all or none (Full if they do not all fit).
         Returns a ``TimerHandles`` sequence (ids and deadlines as arrays)."""
         self._check()
@@ -314,9 +367,11 @@ class Client(N.Producer):
         if done < n:
             for h in handles[done:].tolist():
                 self._take_back(h)
-            err = Full(f"producer ring of service {self.name!r} stayed full for {RING_WAIT_S} s "
-                       f"(is the coordinator running?): {done} of {n} timers were accepted "
-                       f"(their handles are in .accepted), the rest were not")
+            err = Full(
+                f"producer ring of service {self.name!r} stayed full for {RING_WAIT_S} s "
+                f"(is the coordinator running?): {done} of {n} timers were accepted "
+                f"(their handles are in .accepted), the rest were not"
+            )
             err.accepted = TimerHandles(self, handles[:done], deadlines[:done])
             raise err
         return TimerHandles(self, handles, deadlines)
@@ -335,8 +390,10 @@ class Client(N.Producer):
             time.sleep(0.001)
         if got < n:
             self._release_reserved(out[:got])
-            raise Full(f"service {self.name!r} has room for {got} more timers, not {n}: "
-                       f"cancel some, or start it with a larger capacity")
+            raise Full(
+                f"service {self.name!r} has room for {got} more timers, not {n}: "
+                f"cancel some, or start it with a larger capacity"
+            )
         return out
 
     def _release_reserved(self, handles: np.ndarray) -> None:
@@ -366,8 +423,14 @@ class Client(N.Producer):
             self._bell()
         return done
 
-    def _store_blobs(self, handles: np.ndarray, blobs: list[tuple[bytes, int]], tid: int,
-                     metas: np.ndarray, words: np.ndarray) -> None:
+    def _store_blobs(
+        self,
+        handles: np.ndarray,
+        blobs: list[tuple[bytes, int]],
+        tid: int,
+        metas: np.ndarray,
+        words: np.ndarray,
+    ) -> None:
         """Side-record words for encoded payloads, arena blocks taken under one lock; if a
         class runs out, the blocks already taken are returned before Full propagates."""
         slots = C.handle_slot(handles)
@@ -399,18 +462,29 @@ class Client(N.Producer):
         won: np.ndarray = out == C.CANCEL_WON
         return won
 
-    def watch(self, keys: Sequence[str | bytes | int], timeout_ms: float, *,
-              on_complete: str | None = None, on_expire: str | None = None,
-              payload: Any = None, required: int = 1) -> Any:
+    def watch(
+        self,
+        keys: Sequence[str | bytes | int],
+        timeout_ms: float,
+        *,
+        on_complete: str | None = None,
+        on_expire: str | None = None,
+        payload: Any = None,
+        required: int = 1,
+    ) -> Any:
         """Not built yet (raises NotImplementedError): the cross-process purgatory."""
-        raise NotImplementedError("the cross-process purgatory (Client.watch) is not built "
-                                  "yet; see docs/api.md. The in-process "
-                                  "DelayedOperationPurgatory works.")
+        raise NotImplementedError(
+            "the cross-process purgatory (Client.watch) is not built "
+            "yet; see docs/api.md. The in-process "
+            "DelayedOperationPurgatory works."
+        )
 
     def check_and_complete(self, key: str | bytes | int, amount: int = 1) -> int:
         """Not built yet (raises NotImplementedError): the cross-process purgatory."""
-        raise NotImplementedError("the cross-process purgatory (Client.check_and_complete) "
-                                  "is not built yet; see docs/api.md")
+        raise NotImplementedError(
+            "the cross-process purgatory (Client.check_and_complete) "
+            "is not built yet; see docs/api.md"
+        )
 
     def stats(self) -> dict[str, Any]:
         """The service's stats() as this process sees them in shared memory (no restart
@@ -432,8 +506,10 @@ def connect(name: str) -> Client:
         with mem.locked():
             free = np.flatnonzero(mem.ring_table[:, L.RT_STATE] == L.RING_FREE)
             if len(free) == 0:
-                raise ShmwheelError(f"all {mem.config.max_clients} client rings of service "
-                                    f"{name!r} are in use: close clients or raise max_clients")
+                raise ShmwheelError(
+                    f"all {mem.config.max_clients} client rings of service "
+                    f"{name!r} are in use: close clients or raise max_clients"
+                )
             ring = int(free[0])
             mem.ring_table[ring, L.RT_PID] = pid
             mem.ring_table[ring, L.RT_STATE] = L.RING_CLAIMED

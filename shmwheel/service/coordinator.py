@@ -42,9 +42,13 @@ class Coordinator(ServiceProcess):
         self.row = self.mem.counters[L.ROW_COORDINATOR]
         opts = options_of(self.mem.config)
         self.retention = Retention(self.mem, opts) if opts is not None else None
-        self.journal = service_writer(self.mem, "coordinator", L.ROW_COORDINATOR,
-                                      self.retention.next_seq if self.retention else None,
-                                      self.retention.opened if self.retention else None)
+        self.journal = service_writer(
+            self.mem,
+            "coordinator",
+            L.ROW_COORDINATOR,
+            self.retention.next_seq if self.retention else None,
+            self.retention.opened if self.retention else None,
+        )
 
     def drain(self, ring_index: int) -> int:
         """Apply one batch of a ring; returns the records consumed."""
@@ -93,8 +97,7 @@ class Coordinator(ServiceProcess):
             if self.journal is not None:  # cancelled slots whose records the ring lost
                 self.journal.flush()
             if not closing:
-                log.info("client ring %d: its process is gone; %d reserved slots freed", r,
-                         freed)
+                log.info("client ring %d: its process is gone; %d reserved slots freed", r, freed)
 
     def run(self) -> None:
         mem = self.mem
@@ -126,8 +129,7 @@ class Coordinator(ServiceProcess):
                     pass
             self.journal.close()
         if self.orphaned:  # the embedding process died: nobody else will clean up
-            log.warning("service %s: supervisor is gone; unlinking its shared memory",
-                        self.service)
+            log.warning("service %s: supervisor is gone; unlinking its shared memory", self.service)
             header[L.W_STOPPING] = 1
             shm.unlink_service(self.service)
 

@@ -40,13 +40,24 @@ class Executor(ServiceProcess):
             try:
                 tasks.append(resolve(spec))
             except Exception as e:  # reported as the error of each run of that task
-                tasks.append(_failed_import(
-                    ImportError(f"task {name!r} ({spec}) failed to import: {e!r}")))
-        self.native = N.Executor(mem.wheel, mem.side, mem.arena, mem.arena_words,
-                                 self.ring.words, self.results.words,
-                                 self.table[L.X_STARTED: L.X_STARTED + 1], self.row,
-                                 mem.hist[index], tasks, P.unpack, self._task_failed,
-                                 self._results_full)
+                tasks.append(
+                    _failed_import(ImportError(f"task {name!r} ({spec}) failed to import: {e!r}"))
+                )
+        self.native = N.Executor(
+            mem.wheel,
+            mem.side,
+            mem.arena,
+            mem.arena_words,
+            self.ring.words,
+            self.results.words,
+            self.table[L.X_STARTED : L.X_STARTED + 1],
+            self.row,
+            mem.hist[index],
+            tasks,
+            P.unpack,
+            self._task_failed,
+            self._results_full,
+        )
 
     def _task_failed(self, handle: int, tid: int, exc: BaseException) -> None:
         names = self.mem.task_names
@@ -62,8 +73,7 @@ class Executor(ServiceProcess):
     def recover(self) -> None:
         handle = recover_rings(self.mem, self.index, self._results_full)
         if handle is not None:
-            log.warning("timer %#x was running when executor %d died: crashed", handle,
-                        self.index)
+            log.warning("timer %#x was running when executor %d died: crashed", handle, self.index)
 
     def run(self) -> None:
         self.table[L.X_PID] = os.getpid()
@@ -83,8 +93,9 @@ class Executor(ServiceProcess):
             table[L.X_SLEEPING] = 0
 
 
-def recover_rings(mem: L.ServiceMemory, index: int,
-                  wait: Callable[[], bool] = lambda: False) -> int | None:
+def recover_rings(
+    mem: L.ServiceMemory, index: int, wait: Callable[[], bool] = lambda: False
+) -> int | None:
     """Finish what a dead executor on rings `index` left: skip what it reported, report
     the record it was running as crashed (its handle is returned). `wait` is called while
     the result ring is full; when it gives up (False), the record stays as it was, for
@@ -111,6 +122,7 @@ def recover_rings(mem: L.ServiceMemory, index: int,
 def _failed_import(error: Exception) -> Callable[[Any], Any]:
     def task(payload: Any) -> None:
         raise error
+
     return task
 
 

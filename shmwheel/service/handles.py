@@ -29,8 +29,10 @@ class TimerHandle(N.Handle):
         return hash(self.id)
 
     def __repr__(self) -> str:
-        return (f"TimerHandle(id={self.id:#x}, slot={C.handle_slot(self.id)}, "
-                f"deadline_ms={self.deadline_ms})")
+        return (
+            f"TimerHandle(id={self.id:#x}, slot={C.handle_slot(self.id)}, "
+            f"deadline_ms={self.deadline_ms})"
+        )
 
     # the futures-like side of API.md section 2 is not built yet: say so, clearly
     def done(self) -> bool:
@@ -53,9 +55,11 @@ class TimerHandle(N.Handle):
         raise NotImplementedError(_NO_OUTCOMES)
 
 
-_NO_OUTCOMES = ("a timer's outcome does not reach the client yet (done/result/callbacks/await "
-                "are not built; see docs/api.md): cancel() returns whether it will run, and "
-                "stats() counts outcomes")
+_NO_OUTCOMES = (
+    "a timer's outcome does not reach the client yet (done/result/callbacks/await "
+    "are not built; see docs/api.md): cancel() returns whether it will run, and "
+    "stats() counts outcomes"
+)
 
 
 class TimerHandles(Sequence[TimerHandle]):

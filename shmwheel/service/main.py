@@ -20,8 +20,11 @@ import sys
 def _configure_logging(role: str, service: str) -> None:
     level = os.environ.get("SHMWHEEL_LOG_LEVEL", "INFO")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        f"%(asctime)s shmwheel[{service}] {role} {os.getpid()} %(levelname)s: %(message)s"))
+    handler.setFormatter(
+        logging.Formatter(
+            f"%(asctime)s shmwheel[{service}] {role} {os.getpid()} %(levelname)s: %(message)s"
+        )
+    )
     root = logging.getLogger("shmwheel")
     root.addHandler(handler)
     root.setLevel(level if level.isdigit() is False else int(level))
@@ -30,8 +33,9 @@ def _configure_logging(role: str, service: str) -> None:
 
 def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] not in ("coordinator", "reaper", "executor"):
-        raise SystemExit("usage: python -m shmwheel.service.main "
-                         "{coordinator|reaper|executor} SERVICE [INDEX]")
+        raise SystemExit(
+            "usage: python -m shmwheel.service.main {coordinator|reaper|executor} SERVICE [INDEX]"
+        )
     role, service = argv[1], argv[2]
     index = int(argv[3]) if len(argv) > 3 else 0
     _configure_logging(role if role != "executor" else f"exec{index}", service)
@@ -46,4 +50,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the first moment: the supervisor
-    main(sys.argv)                                # decides when service processes stop
+    main(sys.argv)  # decides when service processes stop

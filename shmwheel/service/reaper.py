@@ -49,8 +49,12 @@ class Reaper(ServiceProcess):
         self.backlog = np.empty(0, np.int64)  # fired handles not yet in a dispatch ring
         opts = options_of(self.mem.config)
         self.retention = ReaperFiles(self.mem, opts) if opts is not None else None
-        self.journal = service_writer(self.mem, "reaper", L.ROW_REAPER,
-                                      on_open=self.retention.opened if self.retention else None)
+        self.journal = service_writer(
+            self.mem,
+            "reaper",
+            L.ROW_REAPER,
+            on_open=self.retention.opened if self.retention else None,
+        )
 
     # -- outcomes ---------------------------------------------------------------------
     def settle(self) -> int:
@@ -135,8 +139,9 @@ class Reaper(ServiceProcess):
             orphans = V.firing_nowhere(self.mem)
         if len(orphans):
             self.backlog = orphans
-            log.warning("recovered %d fired timers a previous reaper had not dispatched",
-                        len(orphans))
+            log.warning(
+                "recovered %d fired timers a previous reaper had not dispatched", len(orphans)
+            )
         return len(orphans)
 
     def run(self) -> None:

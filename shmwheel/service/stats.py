@@ -24,15 +24,17 @@ def percentile_ms(hist: np.ndarray, q: float) -> float:
 
 def lateness_summary(hist: np.ndarray) -> dict[str, float]:
     """p50 / p99 / p999 / max (ms, bucket upper edges) of a lateness histogram."""
-    late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99),
-                                                        ("999", 0.999))}
+    late = {f"p{k}": percentile_ms(hist, q) for k, q in (("50", 0.5), ("99", 0.99), ("999", 0.999))}
     nz = np.flatnonzero(hist)
     late["max"] = 0.0 if len(nz) == 0 else 2 ** (int(nz[-1]) / C.HIST_PER_OCTAVE) / 1000.0
     return late
 
 
-def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]] | None = None,
-               restarts: Mapping[str, int] | None = None) -> dict[str, Any]:
+def read_stats(
+    mem: L.ServiceMemory,
+    procs: Mapping[str, subprocess.Popen[bytes]] | None = None,
+    restarts: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """The service's figures from its shared counters; any attached process can call this
     (the supervisor adds its restart counts and its view of its children)."""
     c = mem.counters.sum(axis=0)
@@ -43,8 +45,10 @@ def read_stats(mem: L.ServiceMemory, procs: Mapping[str, subprocess.Popen[bytes]
     pending = max(0, int(mem.wheel[C.H_PENDING]) + backlog - unretired)
     late = lateness_summary(hist)
     processes = {}
-    pids = {"coordinator": int(mem.header[L.W_PID_COORDINATOR]),
-            "reaper": int(mem.header[L.W_PID_REAPER])}
+    pids = {
+        "coordinator": int(mem.header[L.W_PID_COORDINATOR]),
+        "reaper": int(mem.header[L.W_PID_REAPER]),
+    }
     pids.update({f"exec{i}": int(pid) for i, pid in enumerate(mem.exec_table[:, L.X_PID])})
     for role, pid in pids.items():
         p = (procs or {}).get(role)
@@ -92,8 +96,13 @@ def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
                     disk += e.stat().st_size
     except OSError:
         pass
-    return {"directory": directory, "epoch": mem.config.journal_epoch,
-            "fsync": mem.config.journal_fsync, "bytes_written": int(c[C.C_JOURNAL_BYTES]),
-            "syncs": int(c[C.C_JOURNAL_SYNCS]), "disk_bytes": disk, "segments": segments,
-            "recovered": int(mem.header[L.W_RECOVERED])}
-
+    return {
+        "directory": directory,
+        "epoch": mem.config.journal_epoch,
+        "fsync": mem.config.journal_fsync,
+        "bytes_written": int(c[C.C_JOURNAL_BYTES]),
+        "syncs": int(c[C.C_JOURNAL_SYNCS]),
+        "disk_bytes": disk,
+        "segments": segments,
+        "recovered": int(mem.header[L.W_RECOVERED]),
+    }

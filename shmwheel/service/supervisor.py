@@ -47,41 +47,57 @@ def _pow2(n: int) -> int:
 class TimerService:
     """A multiprocess timer service over shared memory (see docs/quickstart.md)."""
 
-    def __init__(self, name: str | None = None, *,
-                 tasks: Mapping[str, str | Callable[..., Any]],
-                 capacity: int = 1_000_000,
-                 executors: int | None = None,
-                 tick_ms: int = 1, wheel_size: int = 64,
-                 journal: str | os.PathLike[str] | None = None,
-                 max_clients: int = 32,
-                 ring_capacity: int = 16384,
-                 dispatch_capacity: int = 8192,
-                 arena_bytes: int | None = None,
-                 journal_fsync: str = "interval",
-                 journal_fsync_ms: int = 100,
-                 journal_segment_bytes: int = 64 << 20,
-                 journal_keep_hours: float = 0.0) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        tasks: Mapping[str, str | Callable[..., Any]],
+        capacity: int = 1_000_000,
+        executors: int | None = None,
+        tick_ms: int = 1,
+        wheel_size: int = 64,
+        journal: str | os.PathLike[str] | None = None,
+        max_clients: int = 32,
+        ring_capacity: int = 16384,
+        dispatch_capacity: int = 8192,
+        arena_bytes: int | None = None,
+        journal_fsync: str = "interval",
+        journal_fsync_ms: int = 100,
+        journal_segment_bytes: int = 64 << 20,
+        journal_keep_hours: float = 0.0,
+    ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
         self.journal: JournalOptions | None = None
         if journal is not None:
             if not isinstance(journal, (str, os.PathLike)) or not os.fspath(journal):
                 raise ValueError(f"journal must be a directory path, got {journal!r}")
-            self.journal = JournalOptions(os.path.abspath(os.fspath(journal)), journal_fsync,
-                                          journal_fsync_ms, journal_segment_bytes,
-                                          journal_keep_hours)
-        self.name = shm.check_name(name) if name is not None else \
-            f"s{os.getpid()}-{secrets.token_hex(4)}"
+            self.journal = JournalOptions(
+                os.path.abspath(os.fspath(journal)),
+                journal_fsync,
+                journal_fsync_ms,
+                journal_segment_bytes,
+                journal_keep_hours,
+            )
+        self.name = (
+            shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
+        )
         if not isinstance(tasks, Mapping) or not tasks:
-            raise ValueError("tasks must be a non-empty mapping of task name -> "
-                             "'module:function' or a module-level function")
+            raise ValueError(
+                "tasks must be a non-empty mapping of task name -> "
+                "'module:function' or a module-level function"
+            )
         if len(tasks) > 0xFFFF:
             raise ValueError("at most 65535 tasks can be registered")
         if arena_bytes is None:
             arena_bytes = DEFAULT_ARENA_BYTES
-        for what, value, low in (("capacity", capacity, 1), ("tick_ms", tick_ms, 1),
-                                 ("wheel_size", wheel_size, 2), ("max_clients", max_clients, 1),
-                                 ("arena_bytes", arena_bytes, 0)):
+        for what, value, low in (
+            ("capacity", capacity, 1),
+            ("tick_ms", tick_ms, 1),
+            ("wheel_size", wheel_size, 2),
+            ("max_clients", max_clients, 1),
+            ("arena_bytes", arena_bytes, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
         if capacity >= 1 << 31:
@@ -92,17 +108,25 @@ class TimerService:
         if isinstance(n_exec, bool) or not isinstance(n_exec, int) or n_exec < 1:
             raise ValueError(f"executors must be an integer >= 1, got {executors!r}")
         self.config = L.ServiceConfig(
-            capacity=capacity, tick_ms=tick_ms, wheel_size=wheel_size, executors=n_exec,
-            max_clients=max_clients, ring_capacity=_pow2(ring_capacity),
+            capacity=capacity,
+            tick_ms=tick_ms,
+            wheel_size=wheel_size,
+            executors=n_exec,
+            max_clients=max_clients,
+            ring_capacity=_pow2(ring_capacity),
             dispatch_capacity=_pow2(dispatch_capacity),
             arena_blocks=L.arena_blocks(arena_bytes),
-            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()))
+            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
+        )
         if self.journal is not None:
-            self.config = replace(self.config, journal_dir=self.journal.directory,
-                                  journal_fsync=self.journal.fsync,
-                                  journal_fsync_ms=self.journal.fsync_ms,
-                                  journal_segment_bytes=self.journal.segment_bytes,
-                                  journal_keep_hours=float(self.journal.keep_hours))
+            self.config = replace(
+                self.config,
+                journal_dir=self.journal.directory,
+                journal_fsync=self.journal.fsync,
+                journal_fsync_ms=self.journal.fsync_ms,
+                journal_segment_bytes=self.journal.segment_bytes,
+                journal_keep_hours=float(self.journal.keep_hours),
+            )
         self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
@@ -146,8 +170,9 @@ class TimerService:
             raise
         self._stop.clear()
         self._started, self._rate_sample = time.monotonic(), None
-        self._monitor = threading.Thread(target=self._watch, name=f"shmwheel-{self.name}",
-                                         daemon=True)
+        self._monitor = threading.Thread(
+            target=self._watch, name=f"shmwheel-{self.name}", daemon=True
+        )
         self._monitor.start()
         return self
 
@@ -181,8 +206,10 @@ class TimerService:
 
     def __repr__(self) -> str:
         state = "stopped" if self.mem is None else f"running, owner pid {self._owner_pid}"
-        return (f"TimerService(name={self.name!r}, {state}, capacity={self.config.capacity}, "
-                f"executors={self.config.executors})")
+        return (
+            f"TimerService(name={self.name!r}, {state}, capacity={self.config.capacity}, "
+            f"executors={self.config.executors})"
+        )
 
     def __del__(self) -> None:
         if getattr(self, "mem", None) is not None and os.getpid() == self._owner_pid:
@@ -207,8 +234,7 @@ class TimerService:
         self._journal_fd = plan.fd
         st = plan.state
         self.journal = replace(self.journal, epoch=st.epoch + 1)
-        self.config = replace(self.config, journal_epoch=st.epoch + 1,
-                              journal_next_gen=st.next_gen)
+        self.config = replace(self.config, journal_epoch=st.epoch + 1, journal_next_gen=st.next_gen)
         return plan
 
     def _recover(self, plan: Any) -> None:
@@ -227,25 +253,33 @@ class TimerService:
     def _spawn(self, role: str) -> None:
         # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
         # program must not kill a service process that is still starting
-        argv = [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, "
-                "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
-                "main(sys.argv)"]
+        argv = [
+            sys.executable,
+            "-c",
+            "import signal; signal.signal(signal.SIGINT, "
+            "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
+            "main(sys.argv)",
+        ]
         if role.startswith("exec"):
             argv += ["executor", self.name, role[4:]]
         else:
             argv += [role, self.name]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
-        env.setdefault("SHMWHEEL_LOG_LEVEL",
-                       logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()))
+        env.setdefault(
+            "SHMWHEEL_LOG_LEVEL",
+            logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()),
+        )
         try:
             # the journal's lock goes with them: it is free only when they are all gone
             fds = (self._journal_fd,) if self._journal_fd >= 0 else ()
-            self.procs[role] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                                pass_fds=fds)
+            self.procs[role] = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, pass_fds=fds
+            )
         except OSError as e:
-            raise ShmwheelError(f"service {self.name!r}: cannot start its {role} process with "
-                                f"{sys.executable}: {e}") from e
+            raise ShmwheelError(
+                f"service {self.name!r}: cannot start its {role} process with {sys.executable}: {e}"
+            ) from e
 
     def _await_ready(self) -> None:
         assert self.mem is not None
@@ -254,14 +288,17 @@ class TimerService:
         while True:
             for role, p in self.procs.items():
                 if p.poll() is not None:
-                    raise ShmwheelError(f"service {self.name!r}: the {role} process exited "
-                                        f"with code {p.returncode} while starting (see stderr)")
+                    raise ShmwheelError(
+                        f"service {self.name!r}: the {role} process exited "
+                        f"with code {p.returncode} while starting (see stderr)"
+                    )
             execs_up = bool((self.mem.exec_table[:, L.X_PID] != 0).all())
             if self.mem.header[L.W_READY] & want == want and execs_up:
                 return
             if time.monotonic() > deadline:
-                raise ShmwheelError(f"service {self.name!r} did not start within "
-                                    f"{START_TIMEOUT_S} s")
+                raise ShmwheelError(
+                    f"service {self.name!r} did not start within {START_TIMEOUT_S} s"
+                )
             time.sleep(0.01)
 
     def _was_up(self, role: str, pid: int) -> bool:
@@ -286,12 +323,20 @@ class TimerService:
                     continue
                 now = time.monotonic()
                 if role not in due:
-                    backoff[role] = 0.0 if self._was_up(role, p.pid) else \
-                        min(5.0, max(MONITOR_S, 2 * backoff.get(role, 0.0)))
+                    backoff[role] = (
+                        0.0
+                        if self._was_up(role, p.pid)
+                        else min(5.0, max(MONITOR_S, 2 * backoff.get(role, 0.0)))
+                    )
                     due[role] = now + backoff[role]
-                    log.warning("service %s: %s (pid %d) exited with code %s; restarting it%s",
-                                self.name, role, p.pid, p.returncode,
-                                f" in {backoff[role]:.2f} s" if backoff[role] else "")
+                    log.warning(
+                        "service %s: %s (pid %d) exited with code %s; restarting it%s",
+                        self.name,
+                        role,
+                        p.pid,
+                        p.returncode,
+                        f" in {backoff[role]:.2f} s" if backoff[role] else "",
+                    )
                 if now < due[role]:
                     continue
                 del due[role]

@@ -25,8 +25,7 @@ def resolve(spec: str) -> Callable[[Any], Any]:
     if module_name.endswith(".py"):
         module = _script_modules.get(module_name)
         if module is None:  # loaded once, so the tasks of one script share its globals
-            loader_spec = importlib.util.spec_from_file_location("__shmwheel_main__",
-                                                                  module_name)
+            loader_spec = importlib.util.spec_from_file_location("__shmwheel_main__", module_name)
             if loader_spec is None or loader_spec.loader is None:
                 raise ImportError(f"cannot load {module_name}")
             module = importlib.util.module_from_spec(loader_spec)
@@ -53,18 +52,22 @@ def task_spec(name: str, task: str | Callable[..., Any]) -> str:
         qual = getattr(task, "__qualname__", "")
         module = getattr(task, "__module__", None)
         if not module or "<" in qual:
-            raise ValueError(f"task {name!r}: {task!r} is not a module-level function; executors "
-                             f"import tasks by name, so define it at module level")
+            raise ValueError(
+                f"task {name!r}: {task!r} is not a module-level function; executors "
+                f"import tasks by name, so define it at module level"
+            )
         if module == "__main__":
             main_file = getattr(sys.modules["__main__"], "__file__", None)
             if not main_file:
-                raise ValueError(f"task {name!r} is defined in an interactive __main__; move it "
-                                 f"into a module")
+                raise ValueError(
+                    f"task {name!r} is defined in an interactive __main__; move it into a module"
+                )
             module = str(Path(main_file).resolve())
         spec = f"{module}:{qual}"
     else:
-        raise TypeError(f"task {name!r} must be 'module:function' or a function, got "
-                        f"{type(task).__name__}")
+        raise TypeError(
+            f"task {name!r} must be 'module:function' or a function, got {type(task).__name__}"
+        )
     try:
         resolve(spec)
     except Exception as e:

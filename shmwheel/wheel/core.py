@@ -35,8 +35,9 @@ class WheelGeometry:
     capacity: int
 
     @classmethod
-    def spanning(cls, tick: int, wheel_size: int, capacity: int,
-                 max_range: int = DEFAULT_RANGE) -> WheelGeometry:
+    def spanning(
+        cls, tick: int, wheel_size: int, capacity: int, max_range: int = DEFAULT_RANGE
+    ) -> WheelGeometry:
         """The fewest levels whose top interval covers ``max_range`` time units."""
         if not isinstance(tick, int) or tick < 1:
             raise ValueError(f"tick must be a positive integer, got {tick!r}")
@@ -116,8 +117,12 @@ def _ticks(g: WheelGeometry) -> list[int]:
     return [g.tick * g.wheel_size**k for k in range(g.levels)]
 
 
-_OFFSETS = ((N.H_OFF_TICKS, "ticks"), (N.H_OFF_BEXP, "bexp"), (N.H_OFF_BITS, "bits"),
-            (N.H_OFF_NODES, "nodes"))
+_OFFSETS = (
+    (N.H_OFF_TICKS, "ticks"),
+    (N.H_OFF_BEXP, "bexp"),
+    (N.H_OFF_BITS, "bits"),
+    (N.H_OFF_NODES, "nodes"),
+)
 
 
 def _read_geometry(mem: np.ndarray) -> WheelGeometry:
@@ -128,19 +133,25 @@ def _read_geometry(mem: np.ndarray) -> WheelGeometry:
         raise LayoutError(f"not a shmwheel wheel: magic {magic:#x}, expected {MAGIC:#x}")
     if mem[N.H_VERSION] != LAYOUT_VERSION:
         raise LayoutError(
-            f"wheel layout version {int(mem[N.H_VERSION])}, this code reads {LAYOUT_VERSION}")
-    g = WheelGeometry(int(mem[N.H_TICK]), int(mem[N.H_WHEEL]), int(mem[N.H_LEVELS]),
-                      int(mem[N.H_CAPACITY]))
+            f"wheel layout version {int(mem[N.H_VERSION])}, this code reads {LAYOUT_VERSION}"
+        )
+    g = WheelGeometry(
+        int(mem[N.H_TICK]), int(mem[N.H_WHEEL]), int(mem[N.H_LEVELS]), int(mem[N.H_CAPACITY])
+    )
     if g.tick < 1 or g.wheel_size < 2 or g.levels < 1 or g.capacity < 0:
         raise LayoutError(f"wheel header sizes are inconsistent ({g}, {len(mem)} words)")
     off = wheel_layout(g)
-    if mem[N.H_TOTAL] != off["total"] or len(mem) < off["total"] or mem[N.H_SLOTS] != g.slots \
-            or mem[N.H_SENTINELS] != g.sentinels or mem[N.H_WORDS] != g.words \
-            or any(mem[h] != off[name] for h, name in _OFFSETS) \
-            or mem[off["ticks"]:off["ticks"] + g.levels].tolist() != _ticks(g):
+    if (
+        mem[N.H_TOTAL] != off["total"]
+        or len(mem) < off["total"]
+        or mem[N.H_SLOTS] != g.slots
+        or mem[N.H_SENTINELS] != g.sentinels
+        or mem[N.H_WORDS] != g.words
+        or any(mem[h] != off[name] for h, name in _OFFSETS)
+        or mem[off["ticks"] : off["ticks"] + g.levels].tolist() != _ticks(g)
+    ):
         raise LayoutError(f"wheel header sizes are inconsistent ({g}, {len(mem)} words)")
     return g
-
 
 
 # the native calls of the hot paths, bound once
@@ -168,9 +179,16 @@ class WheelCore:
     entry table when it fills; a core over a caller's buffer raises ``Full`` instead.
     """
 
-    def __init__(self, tick: int = 1, wheel_size: int = 20, start_time: int = 0,
-                 capacity: int = 1024, *, max_range: int = DEFAULT_RANGE,
-                 growable: bool = True) -> None:
+    def __init__(
+        self,
+        tick: int = 1,
+        wheel_size: int = 20,
+        start_time: int = 0,
+        capacity: int = 1024,
+        *,
+        max_range: int = DEFAULT_RANGE,
+        growable: bool = True,
+    ) -> None:
         g = WheelGeometry.spanning(tick, wheel_size, capacity, max_range)
         mem = np.zeros(words_needed(g), dtype=np.int64)
         self.format(mem, g, start_time)
@@ -183,8 +201,10 @@ class WheelCore:
             raise LayoutError(f"wheel needs {words_needed(g)} words, buffer has {len(mem)}")
         now = (int(start_time) // g.tick) * g.tick
         if not -(2**63) + g.span <= now <= 2**63 - 1 - g.span:
-            raise ValueError(f"start_time {start_time} is outside the clock range: the wheel's "
-                             f"span {g.span} must fit on either side of it in int64")
+            raise ValueError(
+                f"start_time {start_time} is outside the clock range: the wheel's "
+                f"span {g.span} must fit on either side of it in int64"
+            )
         _write_header(mem, g)
         mem[N.H_NOW] = now
         N.wheel_reset(mem)
@@ -237,8 +257,10 @@ class WheelCore:
                 self._make_room(1)
                 h = _insert(self._buf, deadline)
             if h == _OUT_OF_RANGE:
-                raise ValueError(f"deadline {deadline} is beyond the wheel's range "
-                                 f"(must be < {self.max_deadline()})")
+                raise ValueError(
+                    f"deadline {deadline} is beyond the wheel's range "
+                    f"(must be < {self.max_deadline()})"
+                )
         return h
 
     def cancel(self, handle: int) -> bool:
@@ -323,14 +345,15 @@ class WheelCore:
         if handle < 0 or slot >= self.capacity:
             return False
         gs = int(self.entries()[slot, N.F_GS])
-        return (gs & _GEN_BITS) == (handle & _GEN_BITS) \
-            and (gs & N.GS_STATE_MASK) == N.ST_PENDING
+        return (gs & _GEN_BITS) == (handle & _GEN_BITS) and (gs & N.GS_STATE_MASK) == N.ST_PENDING
 
     # -- capacity -----------------------------------------------------------------
     def _make_room(self, wanted: int) -> None:
         if not self.growable:
-            raise Full(f"the wheel is full ({self.capacity} entries): cancel some or "
-                       f"create it with a larger capacity")
+            raise Full(
+                f"the wheel is full ({self.capacity} entries): cancel some or "
+                f"create it with a larger capacity"
+            )
         self.grow(max(2 * self.capacity, self.capacity + wanted, 64))
 
     def grow(self, capacity: int) -> None:
@@ -345,8 +368,11 @@ class WheelCore:
         mem[N.H_FREE] = old[N.H_FREE]
         mem[N.H_PENDING] = old[N.H_PENDING]
         o, n = wheel_layout(g), wheel_layout(ng)
-        for name, length in (("bexp", g.sentinels), ("bits", g.levels * g.words),
-                             ("nodes", (g.sentinels + g.capacity) * N.NODE_WORDS)):
+        for name, length in (
+            ("bexp", g.sentinels),
+            ("bits", g.levels * g.words),
+            ("nodes", (g.sentinels + g.capacity) * N.NODE_WORDS),
+        ):
             mem[n[name] : n[name] + length] = old[o[name] : o[name] + length]
         N.wheel_add_free_slots(mem, g.capacity)
         self._bind(mem, ng, self.growable)
@@ -358,15 +384,15 @@ class WheelCore:
         entry is linked iff its prev is not -1. Raises AssertionError."""
         mem, g = self.mem, self.geometry
         off = wheel_layout(g)
-        nodes = mem[off["nodes"]:off["nodes"] + (g.sentinels + g.capacity) * N.NODE_WORDS]
+        nodes = mem[off["nodes"] : off["nodes"] + (g.sentinels + g.capacity) * N.NODE_WORDS]
         nodes = nodes.reshape(-1, N.NODE_WORDS)
-        st = nodes[g.sentinels:, N.F_GS] & N.GS_STATE_MASK
-        epv, enx = nodes[g.sentinels:, N.F_PREV], nodes[g.sentinels:, N.F_NEXT]
+        st = nodes[g.sentinels :, N.F_GS] & N.GS_STATE_MASK
+        epv, enx = nodes[g.sentinels :, N.F_PREV], nodes[g.sentinels :, N.F_NEXT]
         # the walks read Python lists: indexing numpy one scalar at a time is ~5x slower
         nx, pv = nodes[:, N.F_NEXT].tolist(), nodes[:, N.F_PREV].tolist()
-        stl, dl = st.tolist(), nodes[g.sentinels:, N.F_DEADLINE].tolist()
-        bexp = mem[off["bexp"]:off["bexp"] + g.sentinels].tolist()
-        bits = mem[off["bits"]:off["bits"] + g.levels * g.words].view(np.uint64).tolist()
+        stl, dl = st.tolist(), nodes[g.sentinels :, N.F_DEADLINE].tolist()
+        bexp = mem[off["bexp"] : off["bexp"] + g.sentinels].tolist()
+        bits = mem[off["bits"] : off["bits"] + g.levels * g.words].view(np.uint64).tolist()
         now, linked = self.current_time, 0
         linkable = (N.ST_PENDING, N.ST_CANCELLED)
         for k in range(g.levels):
@@ -379,24 +405,28 @@ class WheelCore:
                     assert pv[node] == prev, f"broken prev link at node {node}"
                     slot = node - g.sentinels
                     assert 0 <= slot < g.capacity, f"bucket {b} links to node {node}"
-                    assert stl[slot] in linkable, \
+                    assert stl[slot] in linkable, (
                         f"slot {slot} linked in state {stl[slot]}, not pending/cancelled"
+                    )
                     r = -((-dl[slot]) // g.tick) * g.tick
                     assert r > now or k == 0, f"slot {slot} overdue at level {k}"
                     # level 0: an entry linked already due (wheel_link) sits in now's bucket
                     v = max(r, now) // tk if k == 0 else r // tk
-                    assert v % g.slots == i and v * tk == bexp[b], \
+                    assert v % g.slots == i and v * tk == bexp[b], (
                         f"slot {slot} (r={r}) in level {k} bucket {i} expiring {bexp[b]}"
+                    )
                     if k > 0:
                         assert v > now // tk, f"level {k} bucket {i} is the current one"
                     prev, node, n = node, nx[node], n + 1
                     assert n <= g.capacity, "cycle in a bucket list"
-                assert bit == (n > 0) == (bexp[b] != N.NO_TIME), \
+                assert bit == (n > 0) == (bexp[b] != N.NO_TIME), (
                     f"level {k} bucket {i}: bit {bit}, {n} entries, expiration {bexp[b]}"
+                )
                 linked += n
         assert linked == self.size, f"{linked} linked entries, header says {self.size}"
-        assert int(np.count_nonzero(epv != -1)) == linked, \
+        assert int(np.count_nonzero(epv != -1)) == linked, (
             "an unlinked entry has prev != -1 (linked iff prev != -1)"
+        )
         assert not (((st == N.ST_PENDING) & (epv == -1)).any()), "a pending slot is not linked"
         stack, s = [], int(mem[N.H_FREE])
         while s != -1:
@@ -416,7 +446,8 @@ class WheelCore:
         held = int(np.count_nonzero(held_mask))
         assert free + linked + held == g.capacity, (
             f"{free} free + {linked} linked + {held} held (firing, reserved) != "
-            f"capacity {g.capacity}")
+            f"capacity {g.capacity}"
+        )
 
 
 def warm_up() -> None:
