@@ -165,7 +165,11 @@ def test_status_text_and_json(served):
     assert set(st["processes"]) == {"supervisor", "coordinator", "reaper", "exec0"}
     for row in st["processes"].values():
         assert row["alive"] and row["pid"] > 0 and row["rss_bytes"] > 0
-        assert row["cpu_percent"] is not None and row["restarts"] is None
+        assert row["cpu_percent"] is not None
+    assert st["processes"]["supervisor"]["restarts"] is None  # it counts the others'
+    assert all(
+        row["restarts"] == 0 for role, row in st["processes"].items() if role != "supervisor"
+    )
     assert st["journal"]["segments"] >= 1 and st["journal"]["disk_bytes"] > 0
     assert st["config"]["tasks"] == {
         "record": "workers.tasks:append_line",

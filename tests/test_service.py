@@ -316,6 +316,8 @@ def test_executor_killed_mid_task_is_replaced_and_recorded_crashed(tmp_path):
         wait_for(lambda: svc.stats()["completed"] == 1, what="the next task")
         st = svc.stats()
         assert svc.restarts["exec0"] == 1 and st["processes"]["exec0"]["alive"]
+        with svc.client() as c:  # any process reads the count from the segment
+            assert c.stats()["restarts"] == {"exec0": 1}
         assert st["pending"] == 0
     assert [r[0] for r in read_log(log)] == ["slow", "after"]
 

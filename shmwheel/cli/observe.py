@@ -146,9 +146,9 @@ def process_pids(mem: ServiceMemory) -> list[int]:
 def snapshot(mem: ServiceMemory, health: ProcessHealth) -> dict[str, Any]:
     """The service's ``stats()`` as any attached process sees them, with: ``service``,
     ``owner_pid``, ``time`` (epoch seconds), ``config``; a ``supervisor`` row first in
-    ``processes``, each row with ``cpu_percent``, ``rss_bytes`` and ``restarts`` (None:
-    only the supervisor counts restarts); ``rings`` (claimed producer rings and the
-    executors' dispatch rings, pending / capacity)."""
+    ``processes``, each row with ``cpu_percent``, ``rss_bytes`` and ``restarts`` (as the
+    supervisor counted them in the segment; None for the supervisor itself); ``rings``
+    (claimed producer rings and the executors' dispatch rings, pending / capacity)."""
     import numpy as np
 
     from ..segment import layout as L
@@ -166,7 +166,7 @@ def snapshot(mem: ServiceMemory, health: ProcessHealth) -> dict[str, Any]:
         row.update(
             health.sample(row["pid"]) if row["alive"] else {"cpu_percent": None, "rss_bytes": None}
         )
-        row["restarts"] = restarts.get(role)
+        row["restarts"] = restarts.get(role, 0) if role != "supervisor" else None
     claimed = np.flatnonzero(mem.ring_table[:, L.RT_STATE] != L.RING_FREE)
     producer = [
         {

@@ -57,6 +57,8 @@ W_PID_REAPER = 12
 W_RECOVERED = 13  # timers re-armed from the journal when the service started
 W_JSEQ = 14  # the journal's next coordinator segment number (the coordinator's)
 W_JLOW = 15  # the oldest coordinator segment still holding a live timer
+W_RESTARTS_COORDINATOR = 16  # restarts of each role, counted by the supervisor
+W_RESTARTS_REAPER = 17
 
 READY_COORDINATOR = 1
 READY_REAPER = 2
@@ -80,6 +82,7 @@ EXEC_ROW = 8
 X_STARTED = 0  # dispatch sequence number the executor is running (-1 none)
 X_SLEEPING = 1
 X_PID = 2
+X_RESTARTS = 3  # restarts of this executor, counted by the supervisor
 
 
 def check_architecture() -> None:

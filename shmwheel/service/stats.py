@@ -78,7 +78,7 @@ def read_stats(
         # bucket 0: < 1 us; bucket i: [2**((i-1)/8), 2**(i/8)) us (for windows of a soak)
         "lateness_histogram": hist.tolist(),
         "processes": processes,
-        "restarts": dict(restarts or {}),
+        "restarts": dict(restarts) if restarts is not None else restarts_of(mem),
         "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
         **({"journal": journal_stats(mem, c)} if mem.config.journal_dir else {}),
     }
@@ -106,3 +106,14 @@ def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
         "segments": segments,
         "recovered": int(mem.header[L.W_RECOVERED]),
     }
+
+
+def restarts_of(mem: L.ServiceMemory) -> dict[str, int]:
+    """The restart counts the supervisor keeps in the segment (roles restarted at least
+    once)."""
+    counts = {
+        "coordinator": int(mem.header[L.W_RESTARTS_COORDINATOR]),
+        "reaper": int(mem.header[L.W_RESTARTS_REAPER]),
+    }
+    counts.update({f"exec{i}": int(n) for i, n in enumerate(mem.exec_table[:, L.X_RESTARTS])})
+    return {role: n for role, n in counts.items() if n}

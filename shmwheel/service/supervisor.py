@@ -341,11 +341,23 @@ class TimerService:
                     continue
                 del due[role]
                 self.restarts[role] = self.restarts.get(role, 0) + 1
+                self._count_restart(role)
                 with self._lock:
                     if not self._stop.is_set() and self.mem is not None:
                         bit = _READY_BITS.get(role, 0)
                         self.mem.header[L.W_READY] &= ~bit  # the new one sets it when up
                         self._spawn(role)
+
+    def _count_restart(self, role: str) -> None:
+        """Also in the segment, so any process (``shmwheel status``) can read it."""
+        mem = self.mem
+        if mem is None:
+            return
+        if role.startswith("exec"):
+            mem.exec_table[int(role[4:]), L.X_RESTARTS] += 1
+        else:
+            word = L.W_RESTARTS_COORDINATOR if role == "coordinator" else L.W_RESTARTS_REAPER
+            mem.header[word] += 1
 
     def _teardown(self, timeout: float) -> None:
         mem = self.mem
