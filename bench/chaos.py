@@ -118,9 +118,14 @@ def main() -> int:
     print(file=sys.stderr)
     runs: Counter[int] = Counter()
     early = 0
+    torn = 0
     with open(log) as f:
         for line in f:
-            _hid, deadline, run_ns, _attempt, tag, _key = line.split(" ")
+            fields = line.split()
+            if len(fields) > 6:  # an executor killed inside its write left a torn line in
+                torn += 1  # front of the next one (that run is recorded crashed)
+                fields = fields[-6:]
+            _hid, deadline, run_ns, _attempt, tag, _key = fields
             runs[int(tag)] += 1
             early += int(run_ns) < int(deadline) * 1_000_000
     os.unlink(log)
@@ -135,7 +140,8 @@ def main() -> int:
     print(
         f"ran twice {len(twice)}; ran after a True cancel {len(ran_cancelled)}; ran early "
         f"{early}; never ran {len(missing)} (executor crashes recorded: {st['crashed']}); "
-        f"pending at the end {st['pending']}; ring garbage {st['ring_garbage']}"
+        f"pending at the end {st['pending']}; ring garbage {st['ring_garbage']}; torn log "
+        f"lines {torn}"
     )
     ok = (
         not twice
