@@ -151,7 +151,7 @@ def execute_ls(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if not services:
-        log.info("no shmwheel services of this user on this host")
+        print("no shmwheel services of this user on this host")
         return 0
     print(
         f"{'NAME':<32} {'OWNER':>8} {'STATE':<10} {'SIZE':>10} {'CAPACITY':>10} "
@@ -186,7 +186,7 @@ def execute_clean(args: argparse.Namespace) -> int:
         for sem in orphans:
             print(f"would remove semaphore {sem} (its segment is gone)")
         if not stale and not orphans:
-            log.info("nothing to clean")
+            print("nothing to clean")
         return 0
     removed = shm.sweep_stale(L.owner_of, salvage_stale)
     for name in removed:
@@ -202,5 +202,5 @@ def execute_clean(args: argparse.Namespace) -> int:
                 s.journal,
             )
     if not removed and not orphans:
-        log.info("nothing to clean")
+        print("nothing to clean")
     return 0
