@@ -3,7 +3,7 @@
 
     from shmwheel import journal
     for segment in journal.read("/var/lib/myapp/timers"):
-        print(segment.path, segment.header, len(segment.records), segment.rejects)
+        segment.path, segment.header, segment.records, segment.rejects
     for rec in journal.records("/var/lib/myapp/timers"):
         ...  # {"kind": "scheduled", "id": ..., "t_us": ..., ...}
 

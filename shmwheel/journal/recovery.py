@@ -71,7 +71,6 @@ class Pending:
 class JournalState:
     epoch: int = 0  # the latest epoch found (0: an empty journal)
     next_gen: int = 0  # every slot's generation starts here in the next epoch
-    service: str = ""  # the latest epoch's service name
     pending: Pending = field(default_factory=Pending)
     rejects: list[Reject] = field(default_factory=list)
     records: int = 0
@@ -115,7 +114,7 @@ def scan(directory: str) -> JournalState:
         if h is None:
             continue
         if h["epoch"] >= st.epoch:
-            st.epoch, st.service = h["epoch"], h["service"]
+            st.epoch = h["epoch"]
         max_gen = max(max_gen, h["next_gen"] - 1)
         st.records += len(rows)
         off = _clock_offset_ms(h, boot)
