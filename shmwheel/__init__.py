@@ -7,7 +7,8 @@ The public API, all importable from here:
   DelayedOperationPurgatory;
 * the wheel core both layers share (``shmwheel.wheel``): WheelCore;
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
-  TimerHandle, TimerHandles, context, FireContext;
+  TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
+  FireContext;
 * errors: ShmwheelError, Full, LayoutError.
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
@@ -34,6 +35,7 @@ _WHERE = {
     "connect": ".service.client",
     "TimerHandle": ".service.handles",
     "TimerHandles": ".service.handles",
+    "Operation": ".service.operations",
     "FireContext": ".service.context",
     "context": ".service.context",
     "TimerService": ".service.supervisor",
@@ -48,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .service.client import Client, connect
     from .service.context import FireContext, context
     from .service.handles import TimerHandle, TimerHandles
+    from .service.operations import Operation
     from .service.supervisor import TimerService
     from .wheel.core import WheelCore
 
@@ -76,6 +79,7 @@ __all__ = [
     "LayoutError",
     "ManualClock",
     "MockTimer",
+    "Operation",
     "ShmwheelError",
     "SystemTimer",
     "TimerHandle",

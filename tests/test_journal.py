@@ -343,3 +343,28 @@ def test_fsync_always_and_a_new_boot(tmp_path, monkeypatch):
     wall_deadline = h.deadline_ms - header["mono_us"] // 1000 + header["wall_us"] // 1000
     now_wall_minus_mono = (time.time_ns() - time.monotonic_ns()) // 1_000_000
     assert abs(st.pending.deadlines[0] + now_wall_minus_mono - wall_deadline) <= 2
+
+
+def test_restart_rearms_pending_operations_with_their_ids(tmp_path):
+    """A pending operation comes back with its id, timeout, tasks and keys, watched again;
+    completed, expired and cancelled ones do not."""
+    d = tmp_path / "j"
+    tasks = {**TASKS, "noop": "shmwheel.examples.tasks:noop"}
+    with TimerService(tasks=tasks, capacity=1000, executors=1, journal=d) as svc:
+        with svc.client() as c:
+            keep = c.watch(["a", 7], 60_000, on_complete="noop", payload={"x": 1}, required=2)
+            done = c.watch(["b"], 60_000, on_complete="noop")
+            gone = c.watch(["c"], 60_000)
+            short = c.watch(["d"], 1, on_expire="noop")
+            assert c.check_and_complete("b") == 1 and done.result(5) == "completed"
+            assert gone.cancel() and short.result(5) == "expired"
+    with TimerService(tasks=tasks, capacity=1000, executors=1, journal=d) as svc:
+        assert svc.recovery["recovered"] == 1
+        with svc.client() as c:
+            op = c.operation(keep.id)
+            assert op.deadline_ms == keep.deadline_ms, "its timeout is kept"
+            assert c.check_and_complete("b") == 0 and c.check_and_complete("c") == 0
+            assert c.check_and_complete("a") == 0, "required=2: amounts restart from zero"
+            assert c.check_and_complete(7) == 1 and op.result(5) == "completed"
+    kinds = Counter(r["kind"] for r in journal.records(d) if r.get("id") == keep.id)
+    assert kinds["watched"] >= 1 and kinds["completed"] == 1 and kinds["outcome"] == 1

@@ -573,23 +573,6 @@ def test_service_arguments_are_checked():
         TimerService(tasks=TASKS, journal="")
 
 
-def test_what_is_not_built_says_so(service):
-    with service.client() as c:
-        h = c.schedule("boom", None, delay_ms=60_000)
-        for call in (
-            h.done,
-            h.cancelled,
-            h.result,
-            lambda: h.add_done_callback(print),
-            lambda: c.watch(["k"], 100),
-            lambda: c.check_and_complete("k"),
-        ):
-            with pytest.raises(NotImplementedError, match="not built"):
-                call()
-        assert h.cancel() and c.cancel(h.id) is False  # what is built still works
-    assert service.stats()["cancelled"] == 1
-
-
 def test_client_calls_after_stop_raise():
     svc = TimerService(tasks=TASKS, capacity=100, executors=1).start()
     c = svc.client()

@@ -65,6 +65,7 @@ class SlotMachine(RuleBasedStateMachine):
             dispatch_capacity=8,
             arena_blocks=(6, 3, 1, 1),
             tasks=(("record", "t:record"), ("failing", "t:failing")),
+            watch_capacity=12,  # small: the purgatory's machine fills it (test_ops_machine)
         )
         self.mem = L.ServiceMemory.create("machine", cfg, os.getpid(), now_ms(), local=True)
         self.tables = self.mem.bind_tables()

@@ -36,6 +36,7 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import shm
 from . import format as F
+from .operations import PendingOps, install_ops
 from .reader import Reject, read_header, read_segment
 from .retention import anchor_installed
 from .writer import SALVAGE_HOLDER, JournalInUse, JournalOptions, SegmentWriter, claim
@@ -72,6 +73,7 @@ class JournalState:
     epoch: int = 0  # the latest epoch found (0: an empty journal)
     next_gen: int = 0  # every slot's generation starts here in the next epoch
     pending: Pending = field(default_factory=Pending)
+    ops: PendingOps = field(default_factory=PendingOps)  # the purgatory's (operations.py)
     rejects: list[Reject] = field(default_factory=list)
     records: int = 0
     timers: int = 0  # distinct ids scheduled
@@ -118,6 +120,7 @@ def scan(directory: str) -> JournalState:
         max_gen = max(max_gen, h["next_gen"] - 1)
         st.records += len(rows)
         off = _clock_offset_ms(h, boot)
+        st.ops.collect(rows, seg.data, list(h["tasks"]), off)
         kind = rows[:, 2]
         s = rows[kind == F.SCHEDULED]
         if len(s):
@@ -161,6 +164,7 @@ def scan(directory: str) -> JournalState:
             ]
         )
     st.pending.names = list(names)
+    max_gen = max(max_gen, st.ops.max_gen())
     if not sched:
         st.next_gen = max_gen + 1
         return st
@@ -463,7 +467,11 @@ def finish(mem: L.ServiceMemory, plan: Plan, opts: JournalOptions) -> dict[str, 
     """Re-arm the pending timers in the new segment, compact, apply the retention
     (module doc, steps 3 and 4); returns a summary (TimerService.recovery)."""
     st = plan.state
-    handles = install(mem, st)
+    timers = install(mem, st)
+    ops = install_ops(mem, st.ops, timers)
+    if len(ops):
+        anchor_installed(mem, C.handle_slot(np.concatenate([timers, ops])))
+    handles = np.concatenate([timers, ops])
     deleted = compact(mem, handles, opts, st) if st.epoch else 0
     summary = {
         "epoch": opts.epoch,

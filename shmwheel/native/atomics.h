@@ -23,6 +23,13 @@
  *    the consumer is still reading. This is correct by the C11 model, not only by x86's
  *    store order.
  *
+ *  - A slot's outcome words (purgatory.c): the out word is stored with release under the
+ *    lock just before the slot is freed; the notify word is stored by a waiting client
+ *    with seq_cst and then the state word loaded seq_cst, while the freer loads the notify
+ *    word after a seq_cst fence that follows its free: the store-buffering pattern, so one
+ *    of the two always sees the other (the argument in full is in purgatory.c). An outcome
+ *    ring's bell is a 32-bit futex word; its sleep flag follows the same pattern.
+ *
  *  - Counters have one writer per word (relaxed stores); readers sum them with relaxed
  *    loads: a snapshot, never a synchronization point.
  *

@@ -26,7 +26,7 @@ typedef uint64_t u64;
 #define H_TICK 7
 #define H_NOW 8           /* the wheel's clock; written under the segment lock only */
 #define H_FREE 9          /* top of the free-slot stack, -1 when empty */
-#define H_PENDING 10      /* entries linked in buckets (PENDING or CANCELLED, not retired) */
+#define H_PENDING 10      /* entries linked in buckets (PENDING, CANCELLED, COMPLETED) */
 #define H_OFF_TICKS 11
 #define H_OFF_BEXP 12
 #define H_OFF_BITS 13
@@ -63,7 +63,9 @@ typedef uint64_t u64;
 #define ST_SUBMITTED 4    /* written and published on its client's ring, not yet linked */
 #define ST_CANCELLED 5    /* won by a cancel: the task never runs; retired soon after */
 #define ST_STOPPING 6     /* a run in flight was cancelled: no further runs */
-#define ST_COUNT 7
+#define ST_COMPLETED 7    /* an operation won by a completion (the purgatory): linked in
+                             the current bucket; the reaper runs its on_complete task */
+#define ST_COUNT 8
 
 /* A handle names one use of a slot: generation << 32 | slot. Freeing a slot bumps its
  * generation, so a stale handle never matches a reused slot. Handles are >= 0. */
@@ -107,6 +109,23 @@ typedef uint64_t u64;
 #define FLAG_KEY 1        /* the blob is msgpack [key, payload] */
 #define FLAG_ARENA 2      /* the payload lives in an arena block */
 #define FLAG_REPEAT 8     /* the arena block starts with (period, runs): REPEAT_HEADER */
+#define FLAG_OP 16        /* an operation (the purgatory): the arena block starts with its
+                             OP_HEADER, then msgpack [keys, payload]; the slot's task is its
+                             on_expire task */
+#define FLAG_COMPLETED 32 /* set by the reaper as it takes a COMPLETED operation: the task
+                             is now its on_complete task */
+#define TASK_NONE 0xFFFF  /* an operation without an on_complete / on_expire task */
+/* An operation's block header: word 0 = required | on_complete << 32 | nkeys << 48 */
+#define OP_HEADER 16
+#define OPH_REQUIRED_MASK 0xFFFFFFFFLL
+#define OPH_TASK_SHIFT 32
+#define OPH_NKEYS_SHIFT 48
+#define OPH_MAKE(required, on_complete, nkeys)                                     \
+    (((i64)(required) & OPH_REQUIRED_MASK) | (((i64)(on_complete) & 0xFFFFLL) << OPH_TASK_SHIFT) | \
+     (((i64)(nkeys) & 0x7FFFLL) << OPH_NKEYS_SHIFT))
+#define OPH_REQUIRED(w) ((w) & OPH_REQUIRED_MASK)
+#define OPH_TASK(w) (((w) >> OPH_TASK_SHIFT) & 0xFFFFLL)
+#define OPH_NKEYS(w) (((w) >> OPH_NKEYS_SHIFT) & 0x7FFFLL)
 #define REPEAT_HEADER 16  /* bytes before a repeating timer's payload in its block */
 #define INLINE_MAX 8      /* bytes of msgpack stored in the payload word itself */
 #define NIL_INLINE 0xC0   /* msgpack nil: the payload word of a None payload */
@@ -150,8 +169,47 @@ typedef uint64_t u64;
 #define OUTCOME_ERROR 2
 #define OUTCOME_CRASHED 3
 
+/* ---- outcomes as a waiting client sees them (the "out" region, the outcome rings) ----
+ * A slot's out word, written under the lock just before the slot is freed:
+ * generation << 32 | code; code = OUTCOME_* or OC_CANCELLED, | OC_COMPLETED or
+ * OC_EXPIRED for an operation. */
+#define OC_CANCELLED 4
+#define OC_TASK_MASK 0xF
+#define OC_COMPLETED 0x10
+#define OC_EXPIRED 0x20
+#define OUT_MAKE(gen, code) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(code))
+#define OUT_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
+#define OUT_CODE(w) ((w) & 0xFFLL)
+/* A slot's notify word: generation << 32 | (client ring + 1), stored by a client that waits
+ * for this use of the slot (0: nobody). The freer pushes (handle, code) on that ring's
+ * outcome ring. */
+#define NT_MAKE(gen, ring) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | ((i64)(ring) + 1))
+#define NT_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
+#define NT_RING(w) (((w) & 0xFFFFFFFFLL) - 1)
+/* outcome ring (freer -> waiting client): handle, code; its header's spare words: */
+#define OUTQ_RECORD 2
+#define OUTQ_DROPPED 2    /* records that did not fit (the client rechecks its waiters) */
+#define OUTQ_SLEEPING 3   /* the client's listener is waiting on OUTQ_BELL */
+#define OUTQ_BELL 4       /* a 32-bit futex word: bumped after a push to a sleeper */
+
+/* ---- the purgatory's watch lists (the "watch" region; all under the segment lock) ----
+ * A hash table of chains: header words, then WT_BUCKETS(n) chain heads (-1: empty), then
+ * entries of WE_WORDS: key hash, operation handle, next entry (-1: end). Free entries
+ * form a stack through WE_NEXT with WE_HANDLE = -1. */
+#define WT_HEADER 8
+#define WT_NBUCKETS 0
+#define WT_CAPACITY 1
+#define WT_FREE 2
+#define WT_USED 3
+#define WT_CURSOR 4       /* the next bucket the reaper's purge step looks at */
+#define WT_PURGED 5       /* entries of finished operations purged, ever */
+#define WE_WORDS 3
+#define WE_KEY 0
+#define WE_HANDLE 1
+#define WE_NEXT 2
+
 /* ---- per-writer counter rows (COUNTER_WORDS words; every word has one writer) -------- */
-#define COUNTER_WORDS 16
+#define COUNTER_WORDS 24
 #define C_SCHEDULED 0
 #define C_FIRED 1
 #define C_CANCELLED 2     /* cancels won (counted by the cancelling client) */
@@ -167,6 +225,9 @@ typedef uint64_t u64;
 #define C_RETIRED 12      /* cancelled slots unlinked and freed */
 #define C_JOURNAL_BYTES 13 /* bytes this writer wrote to its journal files */
 #define C_JOURNAL_SYNCS 14 /* fdatasync calls on them */
+#define C_OPS_COMPLETED 15 /* operations this writer's completions won */
+#define C_OPS_WATCHED 16  /* operations this client watched */
+#define C_OPS_EXPIRED 17  /* operations the reaper took at their timeout */
 
 /* ---- the journal's retention: live-timer counters per coordinator segment ------------ */
 #define JOURNAL_WINDOW 4096   /* segments a service can have open at once */

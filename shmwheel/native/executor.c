@@ -65,7 +65,8 @@ static PyObject *decode(Executor *e, i64 slot, PyObject **key, i64 *attempt) {
     if (!(flags & (FLAG_ARENA | FLAG_KEY)) && len == 1 && word == NIL_INLINE) Py_RETURN_NONE;
     PyObject *blob;
     if (flags & FLAG_ARENA) {
-        i64 c = META_FIELD(meta, CLASS), skip = (flags & FLAG_REPEAT) ? REPEAT_HEADER : 0;
+        i64 c = META_FIELD(meta, CLASS);
+        i64 skip = (flags & FLAG_REPEAT) ? REPEAT_HEADER : (flags & FLAG_OP) ? OP_HEADER : 0;
         if (c >= ARENA_CLASSES || skip + len > ARENA_CLASS_BYTES(c) || word < 0 ||
                 word >= s->arena[c * A_CLASS_WORDS + A_NBLOCKS] ||
                 *arena_owner(s, (int)c, word) != OWNER_SLOT(slot))
@@ -73,7 +74,7 @@ static PyObject *decode(Executor *e, i64 slot, PyObject **key, i64 *attempt) {
                                 "out (class %lld, block %lld)", (long long)slot,
                                 (long long)c, (long long)word);
         i64 *w = arena_block(s, (int)c, word);
-        if (skip) *attempt = w[1];
+        if (flags & FLAG_REPEAT) *attempt = w[1];
         blob = PyBytes_FromStringAndSize((const char *)w + skip, (Py_ssize_t)len);
     } else {
         if (len < 1 || len > INLINE_MAX)
@@ -84,8 +85,8 @@ static PyObject *decode(Executor *e, i64 slot, PyObject **key, i64 *attempt) {
     if (!blob) return NULL;
     PyObject *v = PyObject_CallOneArg(e->unpack, blob);
     Py_DECREF(blob);
-    if (!v || !(flags & FLAG_KEY)) return v;
-    if (!PyList_Check(v) || PyList_GET_SIZE(v) != 2) {
+    if (!v || !(flags & (FLAG_KEY | FLAG_OP))) return v;
+    if (!PyList_Check(v) || PyList_GET_SIZE(v) != 2) {   /* [key, payload] or [keys, ..] */
         Py_DECREF(v);
         return PyErr_Format(PyExc_ValueError, "slot %lld: a keyed payload is not a [key, "
                             "payload] pair", (long long)slot);
@@ -111,7 +112,9 @@ static void record_lateness(Executor *e, i64 late_us) {
 static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
     i64 tid = META_FIELD(*side_meta(&e->seg, slot), TASK), attempt;
     PyObject *key = NULL, *payload = NULL, *r = NULL;
-    if (tid >= PyList_GET_SIZE(e->tasks)) {
+    if (tid == TASK_NONE && (META_FIELD(*side_meta(&e->seg, slot), FLAGS) & FLAG_OP)) {
+        r = Py_NewRef(Py_None);   /* an operation without a task for this outcome */
+    } else if (tid >= PyList_GET_SIZE(e->tasks)) {
         PyErr_Format(PyExc_ValueError, "slot %lld names task id %lld, which is not "
                      "registered", (long long)slot, (long long)tid);
     } else if ((payload = decode(e, slot, &key, &attempt))) {

@@ -29,17 +29,20 @@ static PyObject *handle_cancel(Handle *h, PyObject *unused) {
 static void handle_dealloc(Handle *h) {
     PyObject_GC_UnTrack(h);
     Py_CLEAR(h->client);
+    Py_CLEAR(h->future);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
 static int handle_traverse(Handle *h, visitproc visit, void *arg) {
     Py_VISIT(h->client);
+    Py_VISIT(h->future);
     Py_VISIT(Py_TYPE(h));
     return 0;
 }
 
 static int handle_clear(Handle *h) {
     Py_CLEAR(h->client);
+    Py_CLEAR(h->future);
     return 0;
 }
 
@@ -55,6 +58,7 @@ static PyMemberDef handle_members[] = {
     {"deadline_ms", T_LONGLONG, offsetof(Handle, deadline_ms), READONLY,
      "The deadline, in monotonic milliseconds."},
     {"_client", T_OBJECT, offsetof(Handle, client), READONLY, NULL},
+    {"_future", T_OBJECT, offsetof(Handle, future), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -121,12 +121,25 @@ void jrec_scheduled(JBuf *j, i64 id, i64 t_us, i64 deadline, i64 task, i64 produ
     rec_close(j, at);
 }
 
-void jrec_cancelled(JBuf *j, i64 id, i64 t_us) {
-    size_t at = rec_open(j, 3, 0);
+void jrec_watched(JBuf *j, i64 id, i64 t_us, i64 deadline, i64 required, i64 nkeys,
+                  i64 on_complete, i64 on_expire, const void *blob, size_t len) {
+    size_t at = rec_open(j, 9, len);
     if (at == (size_t)-1) return;
-    mp_int(j, J_CANCELLED); mp_int(j, id); mp_int(j, t_us);
+    mp_int(j, J_WATCHED); mp_int(j, id); mp_int(j, t_us); mp_int(j, deadline);
+    mp_int(j, required); mp_int(j, nkeys); mp_int(j, on_complete); mp_int(j, on_expire);
+    mp_bin(j, blob, len);
     rec_close(j, at);
 }
+
+/* the records of one id and a time: CANCELLED, COMPLETED, EXPIRED */
+void jrec_event(JBuf *j, i64 kind, i64 id, i64 t_us) {
+    size_t at = rec_open(j, 3, 0);
+    if (at == (size_t)-1) return;
+    mp_int(j, kind); mp_int(j, id); mp_int(j, t_us);
+    rec_close(j, at);
+}
+
+void jrec_cancelled(JBuf *j, i64 id, i64 t_us) { jrec_event(j, J_CANCELLED, id, t_us); }
 
 void jrec_fired(JBuf *j, i64 id, i64 t_us, i64 run, i64 deadline) {
     size_t at = rec_open(j, 5, 0);
@@ -301,11 +314,12 @@ static int mp_get_bin(const unsigned char **p, const unsigned char *end,
 }
 
 /* The arity (after the kind) of the kinds decoded here and whether the last is a bin;
- * 0 for the kinds the Python reader decodes (header, watched). */
+ * 0 for the kind the Python reader decodes (header). */
 static int native_arity(i64 kind, int *bin_last) {
-    *bin_last = kind == J_SCHEDULED;
+    *bin_last = kind == J_SCHEDULED || kind == J_WATCHED;
     switch (kind) {
     case J_SCHEDULED: return 9;
+    case J_WATCHED: return 8;
     case J_CANCELLED: case J_COMPLETED: case J_EXPIRED: return 2;
     case J_FIRED: return 4;
     case J_OUTCOME: return 6;

@@ -25,9 +25,11 @@
 #define J_CANCELLED 2   /* id, t_us */
 #define J_FIRED 3       /* id, t_us, run, deadline_ms */
 #define J_OUTCOME 4     /* id, t_us, run, outcome, duration_us, next_deadline_ms (-1: ends) */
-#define J_WATCHED 5     /* purgatory operations: the writers come with the purgatory */
-#define J_COMPLETED 6
-#define J_EXPIRED 7
+#define J_WATCHED 5     /* id, t_us, deadline_ms (timeout), required, keys (their count),
+                           on_complete, on_expire (task ids, TASK_NONE: none), blob
+                           (msgpack [keys, payload]) */
+#define J_COMPLETED 6   /* id, t_us: a completion won; its on_complete runs */
+#define J_EXPIRED 7     /* id, t_us: the timeout won; its on_expire runs */
 #define J_FRAME_BYTES 8
 #define J_MAX_BODY (1 << 20)   /* a longer length field is corruption */
 
@@ -46,6 +48,9 @@ uint32_t jcrc32(uint32_t crc, const void *data, size_t n);
 /* Each appends one framed record (or sets failed). */
 void jrec_scheduled(JBuf *j, i64 id, i64 t_us, i64 deadline, i64 task, i64 producer, i64 flags,
                     i64 period, i64 run, const void *blob, size_t len);
+void jrec_watched(JBuf *j, i64 id, i64 t_us, i64 deadline, i64 required, i64 nkeys,
+                  i64 on_complete, i64 on_expire, const void *blob, size_t len);
+void jrec_event(JBuf *j, i64 kind, i64 id, i64 t_us);   /* CANCELLED/COMPLETED/EXPIRED */
 void jrec_cancelled(JBuf *j, i64 id, i64 t_us);
 void jrec_fired(JBuf *j, i64 id, i64 t_us, i64 run, i64 deadline);
 void jrec_outcome(JBuf *j, i64 id, i64 t_us, i64 run, i64 outcome, i64 duration_us,

@@ -37,6 +37,7 @@ typedef struct {
     PyObject *client;
     i64 id;
     i64 deadline_ms;
+    PyObject *future;   /* its outcome's future, once someone asked (outcomes.py), or NULL */
 } Handle;
 
 extern PyTypeObject ProducerType, HandleType;

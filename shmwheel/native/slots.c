@@ -68,7 +68,7 @@ i64 arena_reserve(Seg *s, int cls, i64 ring, i64 *out, i64 n) {
 
 /* The block a slot's side record names, if it is really that slot's: its class via *cls;
  * else -1. */
-static i64 slot_block(Seg *s, i64 slot, int *cls) {
+i64 slot_block(Seg *s, i64 slot, int *cls) {
     i64 meta = __atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE);
     if (!(META_FIELD(meta, FLAGS) & FLAG_ARENA)) return -1;
     i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
@@ -109,13 +109,28 @@ static void retire_cancelled(Seg *s, i64 *mem, i64 slot) {
         i64 gs = gs_load(gs_word(mem, wheel_node(mem, slot)));
         jrec_cancelled(s->jb, HANDLE_MAKE(GS_GEN(gs), slot), s->jnow);
     }
-    slot_retire(s, mem, slot);
+    slot_finish(s, mem, slot, OC_CANCELLED);
 }
 
-void slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
+int slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
     Seg *s = (Seg *)ctx;
+    i64 *w = gs_word(mem, wheel_node(mem, slot)), gs = gs_load(w);
+    if (GS_STATE(gs) == ST_COMPLETED) {
+        /* an operation a completion won (purgatory.c): it runs its on_complete task now.
+         * COMPLETED has no lock-free writer, so a plain release store moves it on. */
+        int c;
+        i64 b = slot_block(s, slot, &c), *m = side_meta(s, slot);
+        i64 task = b >= 0 ? OPH_TASK(arena_block(s, c, b)[0]) : TASK_NONE;
+        *m = (*m & ~(META_TASK_MASK << META_TASK_SHIFT) &
+              ~(META_FLAGS_MASK << META_FLAGS_SHIFT)) |
+             ((task & META_TASK_MASK) << META_TASK_SHIFT) |
+             (((META_FIELD(*m, FLAGS) | FLAG_COMPLETED) & META_FLAGS_MASK) << META_FLAGS_SHIFT);
+        gs_store(w, GS_MAKE(GS_GEN(gs), ST_FIRING));
+        return 1;
+    }
     retire_cancelled(s, mem, slot);
     s->retired++;
+    return 0;
 }
 
 i64 slot_repeat(Seg *s, i64 slot, i64 **runs) {
@@ -138,7 +153,8 @@ static const void *slot_blob(Seg *s, i64 slot, size_t *len) {
     if (!(flags & FLAG_ARENA)) return *len <= INLINE_MAX ? (const void *)side_payload(s, slot)
                                                          : (*len = 0, NULL);
     int c;
-    i64 b = slot_block(s, slot, &c), skip = (flags & FLAG_REPEAT) ? REPEAT_HEADER : 0;
+    i64 b = slot_block(s, slot, &c);
+    i64 skip = (flags & FLAG_REPEAT) ? REPEAT_HEADER : (flags & FLAG_OP) ? OP_HEADER : 0;
     if (b < 0 || (i64)*len + skip > ARENA_CLASS_BYTES(c)) { *len = 0; return NULL; }
     return (const char *)arena_block(s, c, b) + skip;
 }
@@ -148,6 +164,28 @@ static i64 slot_run(Seg *s, i64 slot, i64 *period) {
     i64 *runs = NULL;
     *period = slot_repeat(s, slot, &runs);
     return runs ? *runs : 1;
+}
+
+/* The record of a timer's or an operation's submission: SCHEDULED or WATCHED, for handle
+ * h of a slot whose blob is readable (else nothing: 0); its anchor moves to s->jseq. */
+static int journal_submit(Seg *s, i64 h, i64 producer, i64 jflags) {
+    i64 slot = HANDLE_SLOT(h), meta = *side_meta(s, slot), flags = META_FIELD(meta, FLAGS);
+    i64 deadline = *wheel_field(s->mem, wheel_node(s->mem, slot), F_DEADLINE);
+    size_t len;
+    const void *blob = slot_blob(s, slot, &len);
+    if (!blob) return 0;
+    if (flags & FLAG_OP) {
+        int c;
+        i64 b = slot_block(s, slot, &c), w = b >= 0 ? arena_block(s, c, b)[0] : 0;
+        jrec_watched(s->jb, h, s->jnow, deadline, OPH_REQUIRED(w), OPH_NKEYS(w), OPH_TASK(w),
+                     META_FIELD(meta, TASK), blob, len);
+    } else {
+        i64 period, run = slot_run(s, slot, &period);
+        jrec_scheduled(s->jb, h, s->jnow, deadline, META_FIELD(meta, TASK), producer,
+                       (flags & (FLAG_KEY | FLAG_REPEAT)) | jflags, period, run, blob, len);
+    }
+    if (s->anchor) anchor_move(s, slot, s->jseq);
+    return 1;
 }
 
 i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer) {
@@ -163,18 +201,10 @@ i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer) {
         i64 st = GS_STATE(gs), deadline = *wheel_field(mem, node, F_DEADLINE);
         if (GS_GEN(gs) != HANDLE_GEN(h)) continue;
         /* what link_records will refuse (a deadline out of range) is not a timer */
-        if (submit && (st == ST_SUBMITTED || st == ST_CANCELLED) && deadline <= limit - tick) {
-            size_t len;
-            const void *blob = slot_blob(s, slot, &len);
-            i64 meta = *side_meta(s, slot), period, run = slot_run(s, slot, &period);
-            if (blob) {
-                jrec_scheduled(s->jb, h, s->jnow, deadline, META_FIELD(meta, TASK), producer,
-                               META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT), period,
-                               run, blob, len);
-                if (s->anchor) anchor_move(s, slot, s->jseq);
-                k++;
-            }
-        }
+        /* (COMPLETED: an operation a signal completed before it was linked) */
+        if (submit && (st == ST_SUBMITTED || st == ST_CANCELLED || st == ST_COMPLETED) &&
+                deadline <= limit - tick)
+            k += journal_submit(s, h, producer, 0);
         if (st == ST_CANCELLED && !submit) {   /* link_records retires it on this record */
             jrec_cancelled(s->jb, h, s->jnow);
             k++;
@@ -192,16 +222,7 @@ i64 slot_journal_pending(Seg *s, const i64 *handles, i64 n, i64 flags) {
         if (slot < 0) continue;
         i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
         if (GS_GEN(gs) != HANDLE_GEN(h) || GS_STATE(gs) != ST_PENDING) continue;
-        size_t len;
-        const void *blob = slot_blob(s, slot, &len);
-        i64 meta = *side_meta(s, slot), period, run = slot_run(s, slot, &period);
-        if (!blob) continue;
-        jrec_scheduled(s->jb, h, s->jnow, *wheel_field(mem, node, F_DEADLINE),
-                       META_FIELD(meta, TASK), 0,
-                       (META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT)) | flags, period,
-                       run, blob, len);
-        if (s->anchor) anchor_move(s, slot, s->jseq);
-        k++;
+        k += journal_submit(s, h, 0, flags);
     }
     return k;
 }
@@ -214,26 +235,23 @@ i64 slot_journal_carry(Seg *s, i64 from) {
         if (s->anchor[slot] != from) continue;
         i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
         i64 st = GS_STATE(gs);
-        size_t len;
-        const void *blob = (st == ST_PENDING || st == ST_FIRING) ? slot_blob(s, slot, &len)
-                                                                 : NULL;
-        if (!blob) {   /* cancelled, stopping, or unreadable: nothing to carry */
-            anchor_move(s, slot, -1);
+        int live = st == ST_PENDING || st == ST_FIRING || st == ST_COMPLETED;
+        if (!live || !journal_submit(s, HANDLE_MAKE(GS_GEN(gs), slot), 0, J_FLAG_RECOVERED)) {
+            anchor_move(s, slot, -1);   /* cancelled, stopping, unreadable: nothing to carry */
             continue;
         }
-        i64 meta = *side_meta(s, slot), period, run = slot_run(s, slot, &period);
-        jrec_scheduled(s->jb, HANDLE_MAKE(GS_GEN(gs), slot), s->jnow,
-                       *wheel_field(mem, node, F_DEADLINE), META_FIELD(meta, TASK), 0,
-                       (META_FIELD(meta, FLAGS) & (FLAG_KEY | FLAG_REPEAT)) | J_FLAG_RECOVERED,
-                       period, run, blob, len);
-        anchor_move(s, slot, s->jseq);
         k++;
     }
     return k;
 }
 
 void slot_journal_fired(Seg *s, i64 h) {
-    i64 slot = HANDLE_SLOT(h), period, run = slot_run(s, slot, &period);
+    i64 slot = HANDLE_SLOT(h), flags = META_FIELD(*side_meta(s, slot), FLAGS);
+    if (flags & FLAG_OP) {   /* an operation: which of the two won */
+        jrec_event(s->jb, (flags & FLAG_COMPLETED) ? J_COMPLETED : J_EXPIRED, h, s->jnow);
+        return;
+    }
+    i64 period, run = slot_run(s, slot, &period);
     jrec_fired(s->jb, h, s->jnow, run, *wheel_field(s->mem, wheel_node(s->mem, slot),
                                                      F_DEADLINE));
 }
@@ -279,6 +297,8 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
             wheel_link(mem, node, deadline);   /* a cancel may now win PENDING: fine */
             mem[H_PENDING]++;
             res[0]++;
+            /* an operation whose amounts arrived before its link completes now */
+            if (op_complete_if_ready(s, slot)) deadline = mem[H_NOW];
             if (deadline < res[3]) res[3] = deadline;
         } else if (st == ST_CANCELLED && submit && !linked) {
             /* A cancel won it before it was linked: link it as it is. The cancel record
@@ -296,13 +316,19 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
             wheel_link(mem, node, deadline);
             mem[H_PENDING]++;
             res[0]++;
+        } else if (st == ST_COMPLETED && submit && !linked) {
+            /* an operation completed before its link (purgatory.c): due now */
+            wheel_link(mem, node, mem[H_NOW]);
+            mem[H_PENDING]++;
+            res[0]++;
+            if (mem[H_NOW] < res[3]) res[3] = mem[H_NOW];
         } else if (st == ST_CANCELLED && !submit) {
             /* its cancel record: unlink, free (slot_journal_records recorded it) */
             if (linked) {
                 wheel_unlink(mem, node);
                 mem[H_PENDING]--;
             }
-            slot_retire(s, mem, slot);
+            slot_finish(s, mem, slot, OC_CANCELLED);
             res[4]++;
         } else {
             res[1]++;   /* linked already, or its cancel was applied */
@@ -340,7 +366,10 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
             }
         }
         if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], -1);
-        slot_retire(s, mem, slot);
+        i64 flags = META_FIELD(*side_meta(s, slot), FLAGS);
+        slot_finish(s, mem, slot, (outcome & OC_TASK_MASK) |
+                                      ((flags & FLAG_COMPLETED) ? OC_COMPLETED
+                                       : (flags & FLAG_OP)      ? OC_EXPIRED : 0));
         res[0]++;
     }
 }
@@ -376,8 +405,17 @@ i64 slot_reclaim(Seg *s, i64 ring) {
         /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
          * that is not linked lost its cancel record to a full ring */
         int unlinked = *wheel_field(mem, wheel_node(mem, slot), F_PREV) == -1;
+        int mine = META_FIELD(*side_meta(s, slot), RING) == ring;
+        if (st == ST_COMPLETED && unlinked && mine) {
+            /* an operation completed before its submit record, which never came: it ran
+             * through its watcher's death, so it is recorded and run */
+            if (s->jb) journal_submit(s, HANDLE_MAKE(GS_GEN(gs_load(gs_of(s, slot))), slot), ring, 0);
+            wheel_link(mem, wheel_node(mem, slot), mem[H_NOW]);
+            mem[H_PENDING]++;
+            continue;
+        }
         if ((st == ST_RESERVED || st == ST_SUBMITTED || (st == ST_CANCELLED && unlinked)) &&
-                META_FIELD(*side_meta(s, slot), RING) == ring) {
+                mine) {
             if (st == ST_CANCELLED) retire_cancelled(s, mem, slot);
             else slot_retire(s, mem, slot);
             n++;
@@ -426,7 +464,7 @@ i64 slot_rebuild(Seg *s) {
          * client, and the one who frees a cancelled slot records it in the journal. The
          * coordinator frees it when it drains its cancel record, or the reaper when it
          * meets it in its bucket. */
-        if (st == ST_PENDING || st == ST_CANCELLED) {
+        if (st == ST_PENDING || st == ST_CANCELLED || st == ST_COMPLETED) {
             if (wheel_link(mem, node, *wheel_field(mem, node, F_DEADLINE)) >= 0) {
                 mem[H_PENDING]++;
                 relinked++;
@@ -445,5 +483,6 @@ i64 slot_rebuild(Seg *s) {
                 h[A_FREE] = b;
             }
     }
+    if (s->watch) watch_rebuild(s);   /* its chains may be half-updated too */
     return relinked;
 }

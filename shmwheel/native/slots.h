@@ -8,6 +8,8 @@
  *   (a CANCELLED slot whose submit record arrives is linked as it is; its cancel record,
  *   or the reaper's walk, retires it)
  *   FIRING --cancel (no lock, CAS)--> STOPPING --outcome (lock)--> FREE
+ *   PENDING --an operation's completion (lock, CAS)--> COMPLETED --reaper (lock)--> FIRING
+ *   (an operation: FLAG_OP; its expiry is the reaper's fire; purgatory.c)
  *   RESERVED | SUBMITTED of a dead client --reclaim (lock)--> FREE
  *
  * The one-winner rule: a cancel and a fire both leave PENDING by a compare-and-swap on the
@@ -58,6 +60,20 @@ typedef struct {
     i64 *live;       /* JOURNAL_WINDOW counters: slots anchored in segment seq, at seq %
                         JOURNAL_WINDOW; a segment with none is no longer needed */
     i64 jseq;        /* the segment this attachment's SCHEDULED records go to */
+    /* The purgatory and the outcomes (set by Tables.set_purgatory; NULL before). All are
+     * in the segment. */
+    i64 *opc;        /* per slot: an operation's count, generation << 32 | amount so far;
+                        written under the lock only */
+    i64 *out;        /* per slot: the last outcome, OUT_MAKE(gen, code); written under the
+                        lock before the slot is freed, read lock-free by waiting clients */
+    i64 *notify;     /* per slot: NT_MAKE(gen, ring) of a client waiting for that use of
+                        the slot; stored lock-free by the client (seq_cst), read by the
+                        freer after its free (seq_cst fence): see purgatory.c */
+    i64 *watch;      /* the watch lists (contract.h WT_* / WE_*); under the lock */
+    i64 *outq;       /* nrings outcome rings of outq_cap OUTQ_RECORD records, back to back */
+    i64 outq_cap, nrings;
+    i64 expired;     /* operations this attachment's advance took at their timeout, not yet
+                        added to a counter row (Tables.take_expired) */
 } Seg;
 
 static inline i64 seg_capacity(const Seg *s) { return s->mem[H_CAPACITY]; }
@@ -77,6 +93,13 @@ static inline i64 *arena_block(Seg *s, int cls, i64 block) {
 
 /* -- lock-free, any process -- */
 int slot_cancel(Seg *s, i64 handle);          /* CANCEL_WON / CANCEL_STOPPED / CANCEL_LOST */
+/* A client that waits for handle h: store its notify word (ring >= 0), then read the
+ * slot's state word and out word (purgatory.c has the ordering argument). */
+void outcome_watch(Seg *s, i64 h, i64 ring, i64 *gs, i64 *out);
+/* The listener of an outcome ring (its words): announce the sleep, and wait on the bell
+ * up to timeout_s unless records are waiting; returns whether they were. */
+int outq_wait(i64 *words, double timeout_s);
+void outq_ring(i64 *words);                   /* wake that listener */
 
 /* -- under the segment lock -- */
 i64 slot_reserve(Seg *s, i64 ring, i64 *out, i64 n);        /* FREE -> RESERVED; count */
@@ -84,6 +107,7 @@ i64 arena_reserve(Seg *s, int cls, i64 ring, i64 *out, i64 n); /* blocks for rin
 i64 arena_alloc(Seg *s, int cls, i64 slot);   /* a block owned by slot, or -1 */
 void arena_release(Seg *s, int cls, i64 block);
 void slot_free_payload(Seg *s, i64 slot);     /* return the slot's block; meta = its ring */
+i64 slot_block(Seg *s, i64 slot, int *cls);   /* the slot's own arena block, or -1 */
 void slot_retire(Seg *s, i64 *mem, i64 slot); /* free payload, then the slot (unlinked) */
 /* The coordinator's write-ahead records for n producer records, before link_records
  * applies them: SCHEDULED for a submit record whose slot is still SUBMITTED (or
@@ -116,8 +140,29 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res);
 i64 slot_reclaim(Seg *s, i64 ring);           /* a dead or closed client's slots and blocks */
 i64 slot_rebuild(Seg *s);                     /* crash repair: the states are the truth;
                                                  cancelled slots are relinked, not freed */
-/* the wheel's walk met a CANCELLED node (wheel_retire_fn; ctx is a Seg *) */
-void slot_retire_hook(void *ctx, i64 *mem, i64 slot);
+/* the wheel's walk met a CANCELLED node (freed: 0) or a COMPLETED one (made FIRING with
+ * its on_complete task: 1); wheel_retire_fn, ctx is a Seg * */
+int slot_retire_hook(void *ctx, i64 *mem, i64 slot);
+/* Free a slot whose use ended with outcome `code` (OC_* of contract.h): its out word,
+ * then the free, then the notification of a waiting client (purgatory.c). */
+void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code);
+
+/* ---- the purgatory (purgatory.c), all under the segment lock -------------------------- */
+i64 watch_key_hash(const void *p, size_t n);  /* a key's msgpack bytes -> its 64-bit id */
+void watch_format(Seg *s, i64 nbuckets, i64 capacity);
+/* Watch the operation `h` (RESERVED by the caller, its block written) on n keys: its
+ * count starts at 0. All or none: -1 when the table has too few free entries even after a
+ * full purge. */
+i64 watch_add(Seg *s, i64 h, const i64 *keys, i64 n);
+/* Add `amount` to every live operation watching `key`; complete those reaching their
+ * required amount (CAS PENDING -> COMPLETED, relinked into the current bucket). Entries of
+ * finished operations met on the way are purged. Returns the operations completed. */
+i64 watch_signal(Seg *s, i64 key, i64 amount);
+i64 watch_purge(Seg *s, i64 budget);          /* purge step over budget buckets; freed */
+void watch_rebuild(Seg *s);                   /* crash repair: chains from the entries */
+/* The coordinator linked operation `slot` (PENDING): complete it now if amounts signalled
+ * before the link reach its required amount. 1 if it did. */
+int op_complete_if_ready(Seg *s, i64 slot);
 
 /* The period of a repeating timer (0 for a one-shot or a bad block reference) and, if
  * runs is not NULL, where its run count lives. */

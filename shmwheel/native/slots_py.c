@@ -14,14 +14,7 @@
 #include "slots.h"
 #include "wheel.h"
 
-typedef struct {
-    PyObject_HEAD
-    Seg seg;
-    Holds holds;
-    PyObject *journal;   /* the JournalBuffer seg.jb points into, or NULL */
-} Tables;
-
-JBuf *shmwheel_jbuf_of(PyObject *o);   /* journal.c */
+#include "tables.h"
 
 static int tables_init(Tables *self, PyObject *args, PyObject *kw) {
     PyObject *wheel, *side, *arena, *adata;
@@ -44,7 +37,7 @@ static void tables_dealloc(Tables *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int open_or_raise(Tables *t) {
+int open_or_raise(Tables *t) {
     if (t->holds.n == 0) {
         PyErr_SetString(PyExc_ValueError, "the segment tables are closed");
         return -1;
@@ -52,25 +45,22 @@ static int open_or_raise(Tables *t) {
     return 0;
 }
 
-#define OPEN(t) if (open_or_raise(t) < 0) return NULL
 
 static PyObject *tables_close(Tables *self, PyObject *unused) {
     holds_release(&self->holds);
     Py_RETURN_NONE;
 }
 
-static int arg_i64(PyObject *o, i64 *v) {
+int arg_i64(PyObject *o, i64 *v) {
     *v = PyLong_AsLongLong(o);
     return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int nargs_ok(Py_ssize_t n, Py_ssize_t want, const char *name) {
+int nargs_ok(Py_ssize_t n, Py_ssize_t want, const char *name) {
     if (n == want) return 0;
     PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, n);
     return -1;
 }
-
-#define NARGS(want, name) if (nargs_ok(nargs, want, name) < 0) return NULL
 
 static PyObject *tables_reserve(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
     i64 ring;
@@ -175,6 +165,8 @@ static PyObject *tables_advance(Tables *self, PyObject *const *args, Py_ssize_t 
     for (i64 i = 0; i < n; i++) {   /* our CAS made it FIRING: its generation is stable */
         out.p[i] = HANDLE_MAKE(GS_GEN(gs_load(gs_word(mem, wheel_node(mem, out.p[i])))),
                                out.p[i]);
+        i64 flags = META_FIELD(*side_meta(&self->seg, HANDLE_SLOT(out.p[i])), FLAGS);
+        if ((flags & FLAG_OP) && !(flags & FLAG_COMPLETED)) self->seg.expired++;
         if (self->seg.jb) slot_journal_fired(&self->seg, out.p[i]);
     }
     i64buf_release(&out);
@@ -284,6 +276,12 @@ static PyObject *tables_take_retired(Tables *self, PyObject *unused) {
     return PyLong_FromLongLong(n);
 }
 
+static PyObject *tables_take_expired(Tables *self, PyObject *unused) {
+    i64 n = self->seg.expired;
+    self->seg.expired = 0;
+    return PyLong_FromLongLong(n);
+}
+
 static PyObject *tables_next_wakeup(Tables *self, PyObject *unused) {
     OPEN(self);
     return PyLong_FromLongLong(wheel_next_wakeup(self->seg.mem));
@@ -333,8 +331,11 @@ static PyMethodDef tables_methods[] = {
     {"take_retired", (PyCFunction)tables_take_retired, METH_NOARGS,
      "take_retired() -> cancelled slots retired by advance, cascade_step or rebuild since "
      "the last call (for the caller's counter row)."},
+    {"take_expired", (PyCFunction)tables_take_expired, METH_NOARGS,
+     "take_expired() -> operations advance took at their timeout since the last call."},
     {"next_wakeup", (PyCFunction)tables_next_wakeup, METH_NOARGS,
      "next_wakeup() -> when the wheel next has work (NEVER when empty)."},
+    TABLES_PURGATORY_METHODS
     {NULL, NULL, 0, NULL},
 };
 

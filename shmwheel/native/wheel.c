@@ -35,10 +35,12 @@
  * client cancels without the segment lock by a CAS of the state word PENDING -> CANCELLED
  * and leaves the node linked; the wheel, which always runs under the lock, meets such
  * nodes while walking a bucket and hands them to `retire` (which frees the slot and its
- * payload). The state word is the one word of a node written without the lock, so it is
- * only accessed through atomics.h; advance takes a PENDING node with a CAS to FIRING, so a
- * racing cancel and fire have exactly one winner. H_PENDING counts linked nodes, PENDING
- * or CANCELLED.
+ * payload). The service's purgatory adds COMPLETED: an operation a completion won (a CAS
+ * PENDING -> COMPLETED under the lock) and relinked into the current bucket; `retire`
+ * makes it FIRING and advance hands it out like a fired one. The state word is the one
+ * word of a node written without the lock, so it is only accessed through atomics.h;
+ * advance takes a PENDING node with a CAS to FIRING, so a racing cancel and fire have
+ * exactly one winner. H_PENDING counts linked nodes, PENDING, CANCELLED or COMPLETED.
  *
  * Next-expiry discovery
  * ---------------------
@@ -76,7 +78,7 @@
  *  - every linked entry sits in the bucket its rounded deadline maps to (an entry linked
  *    already due sits in the level-0 bucket of now);
  *  - a bucket's bit is set iff its list is non-empty iff its expiration is set;
- *  - a linked entry is PENDING or CANCELLED, and H_PENDING equals the number linked;
+ *  - a linked entry is PENDING, CANCELLED or COMPLETED, and H_PENDING equals the number linked;
  *  - F_PREV == -1 iff the entry is not linked; the free stack holds exactly the FREE ones.
  *
  * Arithmetic
@@ -391,11 +393,10 @@ i64 wheel_next_wakeup(i64 *mem) {
     return earliest(mem, 1, &k, &i);
 }
 
-static inline void retire_node(i64 *mem, i64 slot, wheel_retire_fn retire, void *ctx) {
-    if (retire)
-        retire(ctx, mem, slot);
-    else
-        free_slot(mem, slot);
+static inline int retire_node(i64 *mem, i64 slot, wheel_retire_fn retire, void *ctx) {
+    if (retire) return retire(ctx, mem, slot);
+    free_slot(mem, slot);
+    return 0;
 }
 
 /* Move up to `budget` entries of level-k bucket b into level k - 1, retiring CANCELLED
@@ -476,9 +477,10 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
                 gs_cas(gs, GS_MAKE(GS_GEN(g), ST_PENDING), GS_MAKE(GS_GEN(g), ST_FIRING))) {
                 if (release) free_slot(mem, slot);
                 out[count++] = slot;
-            } else { /* CANCELLED (before the load, or won the CAS race) */
-                retire_node(mem, slot, retire, ctx);
-            }
+            } else if (retire_node(mem, slot, retire, ctx)) {
+                /* COMPLETED: the service's hook made it FIRING (its on_complete runs) */
+                out[count++] = slot;
+            } /* else CANCELLED (before the load, or won the CAS race): freed */
         }
     }
     if (mem[H_NOW] < target) relaxed_store(&mem[H_NOW], target);

@@ -13,9 +13,12 @@
 
 #include "contract.h"
 
-/* Called for a CANCELLED node the wheel unlinked while walking a bucket: must free the
- * slot. NULL means wheel_free_slot (the in-process core has no payloads). */
-typedef void (*wheel_retire_fn)(void *ctx, i64 *mem, i64 slot);
+/* Called for a node that is neither PENDING nor FREE which the wheel unlinked while
+ * walking a bucket: a CANCELLED one must be freed (return 0); a COMPLETED one (an
+ * operation of the service's purgatory) is made FIRING by the callee, which returns 1:
+ * advance then hands it out with the fired ones. Cascading calls it for CANCELLED nodes
+ * only. NULL means wheel_free_slot (the in-process core has no payloads). */
+typedef int (*wheel_retire_fn)(void *ctx, i64 *mem, i64 slot);
 
 /* -- formatting (the header words must be written) -- */
 void wheel_reset(i64 *mem);                       /* every bucket empty, every slot free */

@@ -47,7 +47,7 @@ INS_ALREADY_DUE, INS_OUT_OF_RANGE, INS_NO_SLOT = (
 # -- slot states -------------------------------------------------------------------------
 ST_FREE, ST_PENDING, ST_FIRING, ST_RESERVED = N.ST_FREE, N.ST_PENDING, N.ST_FIRING, N.ST_RESERVED
 ST_SUBMITTED, ST_CANCELLED, ST_STOPPING = N.ST_SUBMITTED, N.ST_CANCELLED, N.ST_STOPPING
-ST_COUNT = N.ST_COUNT
+ST_COMPLETED, ST_COUNT = N.ST_COMPLETED, N.ST_COUNT
 STATE_NAMES = {
     ST_FREE: "FREE",
     ST_PENDING: "PENDING",
@@ -56,6 +56,7 @@ STATE_NAMES = {
     ST_SUBMITTED: "SUBMITTED",
     ST_CANCELLED: "CANCELLED",
     ST_STOPPING: "STOPPING",
+    ST_COMPLETED: "COMPLETED",
 }
 CANCEL_LOST, CANCEL_WON, CANCEL_STOPPED = N.CANCEL_LOST, N.CANCEL_WON, N.CANCEL_STOPPED
 
@@ -104,6 +105,35 @@ C_REARMED, C_EARLY, C_LINKED, C_FREED, C_RETIRED = (
     N.C_RETIRED,
 )
 C_JOURNAL_BYTES, C_JOURNAL_SYNCS = N.C_JOURNAL_BYTES, N.C_JOURNAL_SYNCS
+C_OPS_COMPLETED, C_OPS_WATCHED, C_OPS_EXPIRED = (
+    N.C_OPS_COMPLETED,
+    N.C_OPS_WATCHED,
+    N.C_OPS_EXPIRED,
+)
+
+# -- the purgatory and the outcomes (purgatory.c) ---------------------------------------------
+FLAG_OP, FLAG_COMPLETED, TASK_NONE, OP_HEADER = (
+    N.FLAG_OP,
+    N.FLAG_COMPLETED,
+    N.TASK_NONE,
+    N.OP_HEADER,
+)
+OC_CANCELLED, OC_TASK_MASK, OC_COMPLETED, OC_EXPIRED = (
+    N.OC_CANCELLED,
+    N.OC_TASK_MASK,
+    N.OC_COMPLETED,
+    N.OC_EXPIRED,
+)
+OUTQ_RECORD, OUTQ_DROPPED = N.OUTQ_RECORD, N.OUTQ_DROPPED
+WT_FREE = N.WT_FREE
+WT_HEADER, WT_NBUCKETS, WT_CAPACITY, WT_USED, WT_PURGED = (
+    N.WT_HEADER,
+    N.WT_NBUCKETS,
+    N.WT_CAPACITY,
+    N.WT_USED,
+    N.WT_PURGED,
+)
+WE_WORDS, WE_KEY, WE_HANDLE, WE_NEXT = N.WE_WORDS, N.WE_KEY, N.WE_HANDLE, N.WE_NEXT
 JOURNAL_WINDOW = N.JOURNAL_WINDOW
 HIST_BUCKETS, HIST_PER_OCTAVE = N.HIST_BUCKETS, N.HIST_PER_OCTAVE
 
@@ -184,6 +214,26 @@ def meta_length(m: Words) -> Words:
 
 def meta_ring(m: Words) -> Words:
     return (m >> N.META_RING_SHIFT) & N.META_RING_MASK
+
+
+def op_header(required: int, on_complete: int, nkeys: int) -> int:
+    """An operation's block header word (contract.h's OPH_MAKE)."""
+    return (
+        (required & N.OPH_REQUIRED_MASK)
+        | ((on_complete & 0xFFFF) << N.OPH_TASK_SHIFT)
+        | ((nkeys & 0x7FFF) << N.OPH_NKEYS_SHIFT)
+    )
+
+
+def out_gen(w: Words) -> Words:
+    """The generation of a slot's out word (its last outcome)."""
+    return (w >> _GEN_SHIFT) & _GEN_MASK
+
+
+def out_code(w: Words) -> Words:
+    """The outcome code of a slot's out word: OUTCOME_* or OC_CANCELLED, with OC_COMPLETED
+    or OC_EXPIRED for an operation."""
+    return w & 0xFF
 
 
 def inline_word(blob: bytes) -> int:

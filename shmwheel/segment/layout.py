@@ -5,7 +5,9 @@ The segment is a sequence of int64 regions, each at an offset computed from the
 
     header | meta blob (config + task names, msgpack) | counters | lateness histograms |
     ring table | executor table | producer rings | dispatch rings | result rings |
-    wheel (contract.h's wheel array) | side table | arena meta | arena data
+    wheel (contract.h's wheel array) | side table | arena meta | arena data |
+    [journal: anchors | live] | operation counts | out words | notify words |
+    watch lists | outcome rings
 
 This module owns the segment header's words (``W_*``), the ring and executor tables and
 the order of the regions; the encodings inside the regions (records, state words, rings)
@@ -35,8 +37,9 @@ from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433034  # "SHWSVC04"
-LAYOUT_VERSION = 4
+MAGIC = 0x5348575356433035  # "SHWSVC05"
+LAYOUT_VERSION = 5
+OUTQ_CAPACITY = 8192  # records of each client's outcome ring: waiters notified exactly at once
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -118,6 +121,8 @@ class ServiceConfig:
     journal_keep_hours: float = 0.0
     journal_epoch: int = 0
     journal_next_gen: int = 0  # every slot's first generation (above the journal's ids)
+    # the purgatory: watch entries (one per key of a live operation), hash chains
+    watch_capacity: int = 65536
 
     def meta_blob(self) -> bytes:
         d = asdict(self)
@@ -142,6 +147,15 @@ def arena_meta_words(cfg: ServiceConfig) -> int:
     return C.ARENA_CLASSES * C.A_CLASS_WORDS + 2 * sum(cfg.arena_blocks)
 
 
+def watch_buckets(cfg: ServiceConfig) -> int:
+    """Hash chains of the watch lists: a power of two, about one per two entries."""
+    return 1 << max(4, (max(cfg.watch_capacity, 1) // 2 - 1).bit_length())
+
+
+def watch_words(cfg: ServiceConfig) -> int:
+    return C.WT_HEADER + watch_buckets(cfg) + cfg.watch_capacity * C.WE_WORDS
+
+
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
     """Word offset of each region of a service segment, and 'total' (words)."""
     arena_data = (
@@ -163,6 +177,12 @@ def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
         # the journal's retention (shmwheel/native/slots.h): int32 anchors, live counts
         ("anchors", (cfg.capacity + 1) // 2 if cfg.journal_dir else 0),
         ("live", C.JOURNAL_WINDOW if cfg.journal_dir else 0),
+        # the purgatory and the outcomes (shmwheel/native/purgatory.c)
+        ("opc", cfg.capacity),
+        ("out", cfg.capacity),
+        ("notify", cfg.capacity),
+        ("watch", watch_words(cfg)),
+        ("outq", cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)),
     ]
     off, at = {}, HEADER_WORDS
     for name, n in sizes:
@@ -204,7 +224,13 @@ class ServiceMemory:
         self.arena = v(off["arena_meta"], arena_meta_words(cfg))
         self.arena_words = v(off["arena_data"], off["anchors"] - off["arena_data"])
         self.anchors = v(off["anchors"], off["live"] - off["anchors"])  # int32 pairs
-        self.live = v(off["live"], off["total"] - off["live"])
+        self.live = v(off["live"], off["opc"] - off["live"])
+        self.opc = v(off["opc"], cfg.capacity)
+        self.out = v(off["out"], cfg.capacity)
+        self.notify = v(off["notify"], cfg.capacity)
+        self.watch = v(off["watch"], watch_words(cfg))
+        self.outq_words = v(off["outq"], off["total"] - off["outq"])
+        self.outq = self._rings(off["outq"], cfg.max_clients, OUTQ_CAPACITY, C.OUTQ_RECORD)
         self.producer = self._rings(
             off["producer"], cfg.max_clients, cfg.ring_capacity, C.PRODUCER_RECORD
         )
@@ -226,6 +252,15 @@ class ServiceMemory:
             self.tables = N.Tables(self.wheel, self.side, self.arena, self.arena_words)
             if len(self.live):  # every attachment keeps the journal's live counts: any
                 self.tables.set_anchors(self.anchors, self.live)  # may free a slot
+            self.tables.set_purgatory(
+                self.opc,
+                self.out,
+                self.notify,
+                self.watch,
+                self.outq_words,
+                OUTQ_CAPACITY,
+                self.config.max_clients,
+            )
         return self.tables
 
     def nodes(self) -> np.ndarray:
@@ -278,7 +313,9 @@ class ServiceMemory:
                 data += n * C.ARENA_CLASS_BYTES[c]
                 at += 2 * n
             mem.anchors[:] = -1  # no slot anchored in a journal segment
-            mem.bind_tables().rebuild()  # every block and slot free, the lists threaded
+            tables = mem.bind_tables()
+            tables.watch_format(watch_buckets(cfg), cfg.watch_capacity)
+            tables.rebuild()  # every block and slot free, the lists threaded
             for t in mem.exec_table:
                 t[X_STARTED] = -1
             return mem
@@ -347,11 +384,12 @@ class ServiceMemory:
         for s in self._sems.values():
             s.close()
         self._sems.clear()
-        self.producer = self.dispatch = self.results = []
+        self.producer = self.dispatch = self.results = self.outq = []
         # a closed memory drops its views: they are typed as the arrays they are while open
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
         self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
         self.arena_words = self.anchors = self.live = None  # type: ignore[assignment]
+        self.opc = self.out = self.notify = self.watch = self.outq_words = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------

@@ -5,7 +5,8 @@
 * the wheel's structure holds (``WheelCore.verify``): buckets, bitmaps, the free stack, the
   linked count;
 * every slot is in exactly one place for its state: FREE on the free stack; PENDING linked
-  in a bucket; CANCELLED linked or waiting for its record; FIRING/STOPPING in exactly one
+  in a bucket; CANCELLED linked or waiting for its record; COMPLETED (an operation) linked
+  or waiting for its submit record; FIRING/STOPPING in exactly one
   of the reaper's backlog, a dispatch ring (queued or running), or a result ring
   (reported); RESERVED/SUBMITTED owned by a client ring that exists;
 * arena blocks are owned exactly as the side records say: a free block is on its class's
@@ -80,8 +81,10 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
     linked = prev != -1
     bad = np.flatnonzero((st == C.ST_PENDING) & ~linked)
     assert len(bad) == 0, f"PENDING slots not linked in a bucket: {bad[:10]}"
-    bad = np.flatnonzero(linked & (st != C.ST_PENDING) & (st != C.ST_CANCELLED))
-    assert len(bad) == 0, f"linked slots neither PENDING nor CANCELLED: {bad[:10]}"
+    bad = np.flatnonzero(
+        linked & (st != C.ST_PENDING) & (st != C.ST_CANCELLED) & (st != C.ST_COMPLETED)
+    )
+    assert len(bad) == 0, f"linked slots neither PENDING, CANCELLED nor COMPLETED: {bad[:10]}"
 
     # FIRING / STOPPING: exactly one place each
     firing = (st == C.ST_FIRING) | (st == C.ST_STOPPING)
@@ -109,9 +112,10 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
     assert len(bad) == 0, f"client slots of no client ring: {bad[:10]}"
 
     _verify_arena(mem, st, meta)
+    _verify_watch(mem, st, gs)
 
     if quiescent:
-        for state in (C.ST_FIRING, C.ST_STOPPING, C.ST_SUBMITTED, C.ST_CANCELLED):
+        for state in (C.ST_FIRING, C.ST_STOPPING, C.ST_SUBMITTED, C.ST_CANCELLED, C.ST_COMPLETED):
             left = np.flatnonzero(st == state)
             assert len(left) == 0, f"quiescent, yet {C.STATE_NAMES[state]} slots: {left[:10]}"
         c = mem.counters.sum(axis=0)
@@ -120,6 +124,45 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
         assert int(c[C.C_CANCELLED]) == int(c[C.C_RETIRED]), (
             f"{int(c[C.C_CANCELLED])} cancels won, {int(c[C.C_RETIRED])} retired"
         )
+
+
+def _verify_watch(mem: ServiceMemory, st: np.ndarray, gs: np.ndarray) -> None:
+    """The watch lists: every entry in use is in exactly one chain, the one its key
+    hashes to; the rest are on the free stack once; every live operation (RESERVED,
+    SUBMITTED or PENDING with FLAG_OP) has at least one entry."""
+    wt = mem.watch
+    nb, cap = int(wt[C.WT_NBUCKETS]), int(wt[C.WT_CAPACITY])
+    entries = wt[C.WT_HEADER + nb : C.WT_HEADER + nb + cap * C.WE_WORDS].reshape(-1, C.WE_WORDS)
+    seen = np.zeros(cap, np.int64)
+    heads = wt[C.WT_HEADER : C.WT_HEADER + nb]
+    for b in np.flatnonzero(heads != -1).tolist():
+        e, steps = int(heads[b]), 0
+        while e >= 0:
+            assert e < cap and steps <= cap, f"watch chain {b} leaves the table or loops"
+            assert int(entries[e, C.WE_KEY]) % nb == b, f"watch entry {e} in chain {b}"
+            assert entries[e, C.WE_HANDLE] >= 0, f"free watch entry {e} in chain {b}"
+            seen[e] += 1
+            e, steps = int(entries[e, C.WE_NEXT]), steps + 1
+    assert (seen <= 1).all(), f"watch entries in two chains: {np.flatnonzero(seen > 1)[:10]}"
+    assert int(seen.sum()) == int(wt[C.WT_USED]), (
+        f"{int(seen.sum())} watch entries in chains, the header counts {int(wt[C.WT_USED])}"
+    )
+    e, free = int(wt[C.WT_FREE]), 0
+    while e >= 0:
+        assert e < cap and seen[e] == 0 and free <= cap, f"watch free stack is broken at {e}"
+        seen[e] += 1
+        free += 1
+        e = int(entries[e, C.WE_NEXT])
+    assert free + int(wt[C.WT_USED]) == cap, f"{free} free + {int(wt[C.WT_USED])} used != {cap}"
+    meta = mem.side.reshape(-1, C.SIDE_WORDS)[:, C.S_META]
+    ops = (C.meta_flags(meta) & C.FLAG_OP) != 0
+    live = ops & ((st == C.ST_SUBMITTED) | (st == C.ST_PENDING))
+    used = entries[entries[:, C.WE_HANDLE] >= 0, C.WE_HANDLE]
+    watched = set(used.tolist())
+    slots = np.flatnonzero(live)
+    handles = C.gs_handle(gs[slots], slots)
+    missing = [int(h) for h in handles.tolist() if h not in watched]
+    assert not missing, f"live operations in no watch list: {[hex(h) for h in missing[:10]]}"
 
 
 def _verify_arena(mem: ServiceMemory, st: np.ndarray, meta: np.ndarray) -> None:

@@ -28,7 +28,11 @@ from ..errors import Full, ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
+from . import batch as _batch
+from . import operations as _ops
 from .handles import TimerHandle, TimerHandles
+from .operations import Operation
+from .outcomes import Outcomes
 from .stats import read_stats
 
 log = logging.getLogger("shmwheel.client")
@@ -81,6 +85,8 @@ class Client(N.Producer):
         cfg = mem.config
         self._max_delay = cfg.geometry().span // 4
         row = L.FIXED_ROWS + cfg.executors + ring
+        self._row = mem.counters[row]  # this client's counters (the native side's too)
+        self._outcomes: Outcomes | None = None  # made when an outcome is first asked for
         batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
         self._bind(
             mem.wheel,
@@ -117,6 +123,9 @@ class Client(N.Producer):
             return
         self._closed = True
         mem = self._mem
+        if self._outcomes is not None:  # its thread and views go before the segment
+            self._outcomes.close()
+            self._outcomes = None
         try:
             if os.getpid() == self._pid and not self._forked:
                 with mem.locked():
@@ -165,6 +174,9 @@ class Client(N.Producer):
     def _bell(self) -> None:
         self._mem.ring_bell("coordinator")
 
+    def _wake_reaper(self) -> None:
+        self._mem.ring_bell("reaper")
+
     def _wait_push(self, h: int, check: int) -> None:
         """A full ring: publish (h, h ^ check) once the coordinator makes room. If none
         appears within RING_WAIT_S, a schedule is taken back (its slot was never published)
@@ -200,6 +212,14 @@ class Client(N.Producer):
 
     def _tables(self) -> N.Tables:
         return self._mem.bind_tables()
+
+    def _outcomes_of(self) -> Outcomes:
+        """This client's waiters (made on first use: a client that never asks for an
+        outcome runs no thread and stores no notify word)."""
+        if self._outcomes is None:
+            self._check()
+            self._outcomes = Outcomes(self._mem, self.ring)
+        return self._outcomes
 
     # -- argument checks --------------------------------------------------------------
     def _task_id(self, task: str) -> int:
@@ -334,133 +354,11 @@ class Client(N.Producer):
     ) -> TimerHandles:
         """Schedule one timer per delay, all or none (Full if they do not all fit).
         Returns a ``TimerHandles`` sequence (ids and deadlines as arrays)."""
-        self._check()
-        tid = self._task_id(task)
-        try:
-            d = np.asarray(delays_ms, dtype=np.float64)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"delays_ms must be a sequence of numbers: {e}") from None
-        if d.ndim != 1:
-            raise ValueError("delays_ms must be one-dimensional")
-        if not np.isfinite(d).all():
-            raise ValueError("delays_ms must all be finite (no NaN or infinity)")
-        if len(d) and (d.min() < 0 or d.max() >= self._max_delay):
-            raise ValueError(f"delays_ms must lie in [0, {self._max_delay}) ms")
-        n = len(d)
-        if payloads is not None and len(payloads) != n:
-            raise ValueError(f"{len(payloads)} payloads for {n} delays")
-        blobs = [P.encode(p) for p in payloads] if payloads is not None else None
-        deadlines = -(-(time.monotonic_ns() + np.ceil(d * 1e6).astype(np.int64)) // 1_000_000)
-        if n == 0:
-            return TimerHandles(self, np.empty(0, np.int64), deadlines)
-        handles = self._reserve_many(n)
-        metas = np.full(n, C.meta_make(tid, 0, 0, 1, self.ring), np.int64)
-        words = np.full(n, C.NIL_INLINE, np.int64)
-        if blobs is not None:
-            try:
-                self._store_blobs(handles, blobs, tid, metas, words)
-            except Full:
-                self._release_reserved(handles)
-                raise
-        self._write_many(handles, metas, words, deadlines)
-        done = self._publish_waiting(handles)
-        if done < n:
-            for h in handles[done:].tolist():
-                self._take_back(h)
-            err = Full(
-                f"producer ring of service {self.name!r} stayed full for {RING_WAIT_S} s "
-                f"(is the coordinator running?): {done} of {n} timers were accepted "
-                f"(their handles are in .accepted), the rest were not"
-            )
-            err.accepted = TimerHandles(self, handles[:done], deadlines[:done])
-            raise err
-        return TimerHandles(self, handles, deadlines)
-
-    def _reserve_many(self, n: int) -> np.ndarray:
-        """n RESERVED handles, all or none: Full if the wheel has fewer free slots."""
-        out = np.empty(n, np.int64)
-        got = 0
-        give_up = time.monotonic() + FREE_WAIT_S
-        while True:
-            with self._mem.locked():
-                got += self._tables().reserve(self.ring, out[got:])
-            if got == n or self._waiting_retirement() == 0 or time.monotonic() > give_up:
-                break
-            self._bell()
-            time.sleep(0.001)
-        if got < n:
-            self._release_reserved(out[:got])
-            raise Full(
-                f"service {self.name!r} has room for {got} more timers, not {n}: "
-                f"cancel some, or start it with a larger capacity"
-            )
-        return out
-
-    def _release_reserved(self, handles: np.ndarray) -> None:
-        """Free RESERVED slots of a batch that will not be submitted."""
-        with self._mem.locked():
-            tables = self._tables()
-            for h in handles.tolist():
-                tables.retire(C.handle_slot(h))
-
-    def _publish_waiting(self, handles: np.ndarray) -> int:
-        """Publish a batch, waiting up to RING_WAIT_S (from the last progress) whenever the
-        ring is full; returns how many were published."""
-        done, n = 0, len(handles)
-        give_up = time.monotonic() + RING_WAIT_S
-        while True:
-            k = self._publish(handles[done:], C.CHECK_SUBMIT)
-            done += k
-            if done == n:
-                break
-            self._bell()
-            if k:
-                give_up = time.monotonic() + RING_WAIT_S
-            elif time.monotonic() > give_up:
-                break
-            time.sleep(0.0002)
-        if self._mem.header[L.W_COORD_SLEEPING]:
-            self._bell()
-        return done
-
-    def _store_blobs(
-        self,
-        handles: np.ndarray,
-        blobs: list[tuple[bytes, int]],
-        tid: int,
-        metas: np.ndarray,
-        words: np.ndarray,
-    ) -> None:
-        """Side-record words for encoded payloads, arena blocks taken under one lock; if a
-        class runs out, the blocks already taken are returned before Full propagates."""
-        slots = C.handle_slot(handles)
-        done = 0
-        with self._mem.locked():
-            try:
-                for j, (blob, flags) in enumerate(blobs):
-                    slot = int(slots[j])
-                    if len(blob) <= C.INLINE_MAX:
-                        word, cls, more = C.inline_word(blob), 0, 0
-                    else:
-                        word, cls, more = self._store_blob(slot, blob)
-                    metas[j] = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
-                    words[j] = word
-                    done = j + 1
-            except Full:  # free the blocks taken so far: the slots own them already
-                for j in range(done):
-                    if C.meta_flags(int(metas[j])) & C.FLAG_ARENA:
-                        self._mem.side[int(slots[j]) * C.SIDE_WORDS + C.S_META] = metas[j]
-                        self._mem.side[int(slots[j]) * C.SIDE_WORDS + C.S_PAYLOAD] = words[j]
-                raise
+        return _batch.schedule_many(self, task, delays_ms, payloads)
 
     def cancel_many(self, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:
         """Cancel a batch (no lock); a bool array, True where that timer will never run."""
-        ids = handles.ids if isinstance(handles, TimerHandles) else np.asarray(handles, np.int64)
-        ids = np.ascontiguousarray(ids, np.int64)
-        out = np.zeros(len(ids), np.int64)
-        self._cancel_many(ids, out)
-        won: np.ndarray = out == C.CANCEL_WON
-        return won
+        return _batch.cancel_many(self, handles)
 
     def watch(
         self,
@@ -471,20 +369,44 @@ class Client(N.Producer):
         on_expire: str | None = None,
         payload: Any = None,
         required: int = 1,
-    ) -> Any:
-        """Not built yet (raises NotImplementedError): the cross-process purgatory."""
-        raise NotImplementedError(
-            "the cross-process purgatory (Client.watch) is not built "
-            "yet; see docs/api.md. The in-process "
-            "DelayedOperationPurgatory works."
-        )
+    ) -> Operation:
+        """Watch a delayed operation on `keys` (Kafka's tryCompleteElseWatch across
+        processes). It completes once ``check_and_complete`` calls on its keys, from any
+        process, have added up to `required`; or it expires `timeout_ms` from now. Exactly
+        one of the two happens, and then the task named `on_complete` or `on_expire` (None:
+        no task) runs once in the executor pool with `payload`; ``context().key`` is the
+        list of keys. A key named twice counts once. Refused with ValueError / TypeError:
+        no keys, an unknown task, `required` < 1, a bad timeout, a payload msgpack cannot
+        encode or too large; ``Full`` when the service or its watch lists
+        (``watch_capacity``) are full."""
+        return _ops.watch(self, keys, timeout_ms, on_complete, on_expire, payload, required)
 
     def check_and_complete(self, key: str | bytes | int, amount: int = 1) -> int:
-        """Not built yet (raises NotImplementedError): the cross-process purgatory."""
-        raise NotImplementedError(
-            "the cross-process purgatory (Client.check_and_complete) "
-            "is not built yet; see docs/api.md"
-        )
+        """Add `amount` to every live operation watching `key` (once per operation, however
+        many of its keys this is) and complete those that reach their `required` amount;
+        returns how many this call completed (Kafka's checkAndComplete)."""
+        return _ops.check_and_complete(self, key, amount)
+
+    def handle(self, id: int) -> TimerHandle:
+        """The TimerHandle of a timer's id, made in any process of the service (its
+        deadline is read from the slot, -1 if the timer has ended)."""
+        return TimerHandle(self, *self._id_and_deadline(id))
+
+    def operation(self, id: int) -> Operation:
+        """The Operation of an operation's id, made in any process (see ``handle``)."""
+        return Operation(self, *self._id_and_deadline(id))
+
+    def _id_and_deadline(self, id: int) -> tuple[int, int]:
+        self._check()
+        if isinstance(id, bool) or not isinstance(id, (int, np.integer)):
+            raise TypeError(f"an id is an int, got {type(id).__name__}")
+        h = int(id)
+        if h < 0 or C.handle_slot(h) >= self._mem.config.capacity or h >> 63:
+            raise ValueError(f"{h:#x} is not an id of service {self.name!r}")
+        gs, _ = self._outcomes_of().state(h)
+        node = self._mem.nodes()[C.handle_slot(h)]
+        deadline = int(node[C.F_DEADLINE]) if C.gs_gen(gs) == C.handle_gen(h) else -1
+        return h, deadline
 
     def stats(self) -> dict[str, Any]:
         """The service's stats() as this process sees them in shared memory (no restart

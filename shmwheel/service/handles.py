@@ -3,7 +3,9 @@ deadline and cancels by compare-and-swap) and ``TimerHandles`` (a batch, over ar
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
@@ -13,53 +15,81 @@ from ..segment import contract as C
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
+    from .outcomes import Outcomes
 
 
-class TimerHandle(N.Handle):
-    """A scheduled timer. ``id`` is unique while the service lives and can be passed to
-    ``Client.cancel`` in any process; ``cancel()`` is True iff the task will never run.
-    Handles compare equal by id."""
+class _FutureLike(N.Handle):
+    """The futures side shared by TimerHandle and Operation (concurrent.futures.Future's
+    names): the outcome reaches the client that asks through its outcome ring
+    (shmwheel/service/outcomes.py); nothing is paid until someone asks."""
 
     __slots__ = ()
+    _operation = False
+
+    def _outcomes(self) -> Outcomes:
+        client: Client = self._client
+        return client._outcomes_of()
+
+    def _fut(self) -> concurrent.futures.Future[str]:
+        """This handle's future: made on the first ask and kept on the handle, so the
+        outcome stays known to it however long after the slot is used again."""
+        fut: concurrent.futures.Future[str] | None = self._future
+        if fut is None:
+            fut = self._future = self._outcomes().future(self.id, self._operation)
+        return fut
+
+    def done(self) -> bool:
+        """True once the outcome is decided: ran (ok, error, crashed), cancelled, or for an
+        operation completed / expired and its task run. Never blocks."""
+        if self._future is not None and self._future.done():
+            return True
+        return self._outcomes().known(self.id, self._operation) is not None
+
+    def cancelled(self) -> bool:
+        """True iff a cancel won: the task never ran and never will."""
+        fut = self._future
+        if fut is not None and fut.done() and fut.exception() is None:
+            return bool(fut.result() == "cancelled")
+        return self._outcomes().known(self.id, self._operation) == "cancelled"
+
+    def result(self, timeout: float | None = None) -> str:
+        """Wait up to `timeout` seconds (None: no limit) for the outcome and return it:
+        "ok" / "error" / "crashed" / "cancelled" for a timer, "completed" / "expired" /
+        "cancelled" for an operation. TimeoutError if it is not decided in time. A
+        repeating timer is decided only when it stops (cancelled, or its last run)."""
+        return self._fut().result(timeout)
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """Call fn(handle) once the outcome is decided (at once if it is): in this
+        process, on the client's outcome thread."""
+        self._fut().add_done_callback(lambda _f: fn(self))
+
+    def __await__(self) -> Generator[Any, None, str]:
+        """``await handle`` gives result(): the event loop is woken by the client's outcome
+        thread (asyncio.wrap_future), never blocked, and nothing polls the service."""
+        return asyncio.wrap_future(self._fut()).__await__()
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TimerHandle) and other.id == self.id
+        return type(other) is type(self) and other.id == self.id
 
     def __hash__(self) -> int:
         return hash(self.id)
+
+
+class TimerHandle(_FutureLike):
+    """A scheduled timer. ``id`` is unique while the service lives and can be passed to
+    ``Client.cancel`` or ``Client.handle`` in any process; ``cancel()`` is True iff the
+    task will never run. Handles compare equal by id, and follow
+    ``concurrent.futures.Future``: ``done()``, ``cancelled()``, ``result(timeout)``,
+    ``add_done_callback(fn)``, and ``await``."""
+
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return (
             f"TimerHandle(id={self.id:#x}, slot={C.handle_slot(self.id)}, "
             f"deadline_ms={self.deadline_ms})"
         )
-
-    # the futures-like side of API.md section 2 is not built yet: say so, clearly
-    def done(self) -> bool:
-        """Not built yet (raises NotImplementedError): outcomes do not reach clients."""
-        raise NotImplementedError(_NO_OUTCOMES)
-
-    def cancelled(self) -> bool:
-        """Not built yet (raises NotImplementedError); ``cancel()``'s result says it."""
-        raise NotImplementedError(_NO_OUTCOMES)
-
-    def result(self, timeout: float | None = None) -> str:
-        """Not built yet (raises NotImplementedError)."""
-        raise NotImplementedError(_NO_OUTCOMES)
-
-    def add_done_callback(self, fn: Any) -> None:
-        """Not built yet (raises NotImplementedError)."""
-        raise NotImplementedError(_NO_OUTCOMES)
-
-    def __await__(self) -> Any:
-        raise NotImplementedError(_NO_OUTCOMES)
-
-
-_NO_OUTCOMES = (
-    "a timer's outcome does not reach the client yet (done/result/callbacks/await "
-    "are not built; see docs/api.md): cancel() returns whether it will run, and "
-    "stats() counts outcomes"
-)
 
 
 class TimerHandles(Sequence[TimerHandle]):

@@ -37,6 +37,7 @@ log = logging.getLogger("shmwheel.reaper")
 BATCH = 16384
 CASCADE_BUDGET = 1024  # entries per pre-cascade step: ~0.1 ms of lock time
 MAX_SLEEP_S = 0.05
+PURGE_BUDGET = 64  # watch-list chains purged per loop (the purgatory's reaper duty)
 
 
 class Reaper(ServiceProcess):
@@ -116,6 +117,8 @@ class Reaper(ServiceProcess):
             nxt = self.tables.next_wakeup()
             busy = n == len(self.out) or moved == CASCADE_BUDGET
             self.row[C.C_RETIRED] += self.tables.take_retired()
+            self.row[C.C_OPS_EXPIRED] += self.tables.take_expired()
+            self.tables.watch_purge(PURGE_BUDGET)  # entries of finished operations
             if not busy:
                 # set under the lock: a deadline the coordinator links after this sees it
                 mem.header[L.W_REAPER_WAKE_AT] = nxt

@@ -80,6 +80,15 @@ def read_stats(
         "processes": processes,
         "restarts": dict(restarts) if restarts is not None else restarts_of(mem),
         "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
+        "operations": {
+            "watched": int(c[C.C_OPS_WATCHED]),
+            "completed": int(c[C.C_OPS_COMPLETED]),
+            "expired": int(c[C.C_OPS_EXPIRED]),
+            # entries in the watch lists (one per key of a live operation, until purged)
+            "watch_entries": int(mem.watch[C.WT_USED]),
+            "watch_capacity": int(mem.watch[C.WT_CAPACITY]),
+            "purged": int(mem.watch[C.WT_PURGED]),
+        },
         **({"journal": journal_stats(mem, c)} if mem.config.journal_dir else {}),
     }
 

@@ -65,6 +65,7 @@ class TimerService:
         journal_fsync_ms: int = 100,
         journal_segment_bytes: int = 64 << 20,
         journal_keep_hours: float = 0.0,
+        watch_capacity: int = 65536,
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
@@ -97,6 +98,7 @@ class TimerService:
             ("wheel_size", wheel_size, 2),
             ("max_clients", max_clients, 1),
             ("arena_bytes", arena_bytes, 0),
+            ("watch_capacity", watch_capacity, 0),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
@@ -117,6 +119,7 @@ class TimerService:
             dispatch_capacity=_pow2(dispatch_capacity),
             arena_blocks=L.arena_blocks(arena_bytes),
             tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
+            watch_capacity=watch_capacity,
         )
         if self.journal is not None:
             self.config = replace(

@@ -394,7 +394,7 @@ class WheelCore:
         bexp = mem[off["bexp"] : off["bexp"] + g.sentinels].tolist()
         bits = mem[off["bits"] : off["bits"] + g.levels * g.words].view(np.uint64).tolist()
         now, linked = self.current_time, 0
-        linkable = (N.ST_PENDING, N.ST_CANCELLED)
+        linkable = (N.ST_PENDING, N.ST_CANCELLED, N.ST_COMPLETED)
         for k in range(g.levels):
             tk = g.tick * g.wheel_size**k
             for i in range(g.slots):
@@ -406,7 +406,7 @@ class WheelCore:
                     slot = node - g.sentinels
                     assert 0 <= slot < g.capacity, f"bucket {b} links to node {node}"
                     assert stl[slot] in linkable, (
-                        f"slot {slot} linked in state {stl[slot]}, not pending/cancelled"
+                        f"slot {slot} linked in state {stl[slot]}, not pending/cancelled/completed"
                     )
                     r = -((-dl[slot]) // g.tick) * g.tick
                     assert r > now or k == 0, f"slot {slot} overdue at level {k}"

@@ -1,0 +1,119 @@
+"""Recovery of the purgatory's operations (recovery.py does the timers; this module the
+WATCHED records, with the same rules).
+
+An operation is pending after a whole-service crash when the journal holds its WATCHED
+record and none of COMPLETED, EXPIRED or CANCELLED. It is re-armed in the slot and
+generation its id names, with its timeout, tasks and payload, and watched again on its
+keys (taken from its blob, msgpack [keys, payload]). What is not journaled: the amounts
+signalled to it before the crash (a re-armed operation counts from zero), and the run of
+a task of an operation decided (COMPLETED / EXPIRED) whose OUTCOME was not recorded (the
+decision stands; its task is not run again). docs/journal.md says the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgpack
+import numpy as np
+
+from ..segment import contract as C
+from . import format as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..segment import layout as L
+
+# columns of a WATCHED reader row: field k is column 3 + k (format.FIELDS)
+_ID, _DL, _REQ, _NKEYS, _ONC, _ONE = 3, 5, 6, 7, 8, 9
+_BLOB_OFF, _BLOB_LEN = 11, 12
+
+
+@dataclass
+class PendingOps:
+    """The operations a journal holds undecided: id -> (deadline, required, on_complete
+    name or None, on_expire name or None, blob)."""
+
+    ops: dict[int, tuple[int, int, str | None, str | None, bytes]] = field(default_factory=dict)
+    decided: set[int] = field(default_factory=set)
+
+    def collect(self, rows: np.ndarray, data: bytes, tasks: list[str], off_ms: int) -> None:
+        """Take one segment's WATCHED rows and its decisions (rows from reader.Segment)."""
+        kind = rows[:, 2]
+        w = rows[kind == F.WATCHED]
+
+        def name(t: int) -> str | None:
+            return tasks[t] if 0 <= t < len(tasks) else None
+
+        for r in w.tolist():  # operations are few next to timers: one at a time is fine
+            blob = data[r[_BLOB_OFF] : r[_BLOB_OFF] + r[_BLOB_LEN]]
+            self.ops[r[_ID]] = (r[_DL] + off_ms, r[_REQ], name(r[_ONC]), name(r[_ONE]), blob)
+        ends = (kind == F.COMPLETED) | (kind == F.EXPIRED) | (kind == F.CANCELLED)
+        self.decided.update(rows[ends, _ID].tolist())
+
+    def max_gen(self) -> int:
+        return max((int(C.handle_gen(i)) for i in self.ops), default=-1)
+
+    def pending(self) -> dict[int, tuple[int, int, str | None, str | None, bytes]]:
+        return {i: v for i, v in self.ops.items() if i not in self.decided}
+
+
+def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) -> np.ndarray:
+    """Write the pending operations into the fresh segment (after the timers, whose slots
+    are `taken`) and watch them on their keys; returns their handles. Raises
+    RecoveryError (recovery.py) when this service cannot hold them."""
+    from ..service.operations import key_id
+    from .recovery import NO_RING, RecoveryError
+
+    ops = pending.pending()
+    if not ops:
+        return np.empty(0, np.int64)
+    cap, tables, nodes = mem.config.capacity, mem.bind_tables(), mem.nodes()
+    side = mem.side.reshape(-1, C.SIDE_WORDS)
+    busy = set(C.handle_slot(taken).tolist())
+    handles = []
+    for h, (deadline, required, on_complete, on_expire, blob) in sorted(ops.items()):
+        slot = int(C.handle_slot(h))
+        if slot >= cap or slot in busy:
+            raise RecoveryError(
+                f"the journal's operation {h:#x} needs slot {slot}: start the service with "
+                f"capacity >= {slot + 1}"
+                if slot >= cap
+                else f"the journal is corrupt: two pending entries in slot {slot}"
+            )
+        busy.add(slot)
+        tids = []
+        for t in (on_complete, on_expire):
+            if t is not None and t not in mem.task_ids:
+                raise RecoveryError(
+                    f"the journal's operation {h:#x} runs task {t!r}, which this service "
+                    f"does not register"
+                )
+            tids.append(C.TASK_NONE if t is None else mem.task_ids[t])
+        keys = msgpack.unpackb(blob)[0]
+        data = np.int64(C.op_header(required, tids[0], len(keys))).tobytes()
+        data += bytes(C.OP_HEADER - 8) + blob
+        for c in range(C.ARENA_CLASSES):
+            if len(data) <= C.ARENA_CLASS_BYTES[c] and (b := tables.arena_alloc(c, slot)) >= 0:
+                break
+        else:
+            raise RecoveryError(
+                "the payload arena cannot hold the journal's pending operations: start "
+                "the service with a larger arena_bytes"
+            )
+        mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+        side[slot, C.S_META] = C.meta_make(tids[1], C.FLAG_OP | C.FLAG_ARENA, c, len(blob), NO_RING)
+        side[slot, C.S_PAYLOAD] = b
+        nodes[slot, C.F_DEADLINE] = deadline
+        nodes[slot, C.F_GS] = C.gs_make(int(C.handle_gen(h)), C.ST_PENDING)
+        handles.append(h)
+    tables.rebuild()  # links them (and threads the free stacks around them)
+    for h in handles:
+        keys = msgpack.unpackb(ops[h][4])[0]
+        ids = np.unique(np.array([key_id(k) for k in keys], np.int64))
+        if tables.watch_add(h, ids) < 0:
+            raise RecoveryError(
+                "the watch lists cannot hold the journal's pending operations: start the "
+                "service with a larger watch_capacity"
+            )
+    return np.array(handles, np.int64)

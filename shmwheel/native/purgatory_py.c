@@ -1,0 +1,141 @@
+/* purgatory_py.c: Python's face of purgatory.c: the `Tables` methods of the watch lists and
+ * of the outcome notifications, and two module functions (a key's id, the outcome ring's
+ * wait). Every Tables method here but outcome_watch is called with the segment lock
+ * held. */
+#include "tables.h"
+
+PyObject *tables_set_purgatory(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    OPEN(self);
+    NARGS(7, "set_purgatory");
+    if (self->seg.opc) return PyErr_Format(PyExc_ValueError, "the purgatory is set already");
+    i64 *opc, *out, *nt, *wt, *oq, cap, nrings;
+    Py_ssize_t n_opc, n_out, n_nt, n_wt, n_oq;
+    if (arg_i64(args[5], &cap) < 0 || arg_i64(args[6], &nrings) < 0) return NULL;
+    if (holds_add(&self->holds, args[0], &opc, &n_opc) < 0 ||
+        holds_add(&self->holds, args[1], &out, &n_out) < 0 ||
+        holds_add(&self->holds, args[2], &nt, &n_nt) < 0 ||
+        holds_add(&self->holds, args[3], &wt, &n_wt) < 0 ||
+        holds_add(&self->holds, args[4], &oq, &n_oq) < 0)
+        return NULL;
+    i64 slots = seg_capacity(&self->seg);
+    if (n_opc < slots || n_out < slots || n_nt < slots || n_wt < WT_HEADER || cap < 2 ||
+            (cap & (cap - 1)) || nrings < 0 ||
+            n_oq < nrings * (RING_HEADER_WORDS + cap * OUTQ_RECORD))
+        return PyErr_Format(PyExc_ValueError, "set_purgatory: the regions are too short");
+    self->seg.opc = opc;
+    self->seg.out = out;
+    self->seg.notify = nt;
+    self->seg.watch = wt;
+    self->seg.outq = oq;
+    self->seg.outq_cap = cap;
+    self->seg.nrings = nrings;
+    Py_RETURN_NONE;
+}
+
+static int purgatory_or_raise(Tables *t) {
+    if (open_or_raise(t) < 0) return -1;
+    if (t->seg.watch) return 0;
+    PyErr_SetString(PyExc_ValueError, "set_purgatory() first");
+    return -1;
+}
+#define PURGATORY(t) if (purgatory_or_raise(t) < 0) return NULL
+
+PyObject *tables_watch_format(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 nb, cap;
+    PURGATORY(self);
+    NARGS(2, "watch_format");
+    if (arg_i64(args[0], &nb) < 0 || arg_i64(args[1], &cap) < 0) return NULL;
+    if (nb < 1 || cap < 0) return PyErr_Format(PyExc_ValueError, "watch_format: bad sizes");
+    watch_format(&self->seg, nb, cap);
+    Py_RETURN_NONE;
+}
+
+PyObject *tables_watch_add(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h;
+    I64Buf keys;
+    PURGATORY(self);
+    NARGS(2, "watch_add");
+    if (arg_i64(args[0], &h) < 0 || i64buf_get(args[1], &keys, 0) < 0) return NULL;
+    i64 r = -2;
+    if (h < 0 || HANDLE_SLOT(h) >= seg_capacity(&self->seg))
+        PyErr_SetString(PyExc_ValueError, "watch_add: not a handle of this service");
+    else
+        r = watch_add(&self->seg, h, keys.p, keys.n);
+    i64buf_release(&keys);
+    return r == -2 ? NULL : PyLong_FromLongLong(r);
+}
+
+PyObject *tables_watch_signal(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 key, amount;
+    PURGATORY(self);
+    NARGS(2, "watch_signal");
+    if (arg_i64(args[0], &key) < 0 || arg_i64(args[1], &amount) < 0) return NULL;
+    if (amount < 1) return PyErr_Format(PyExc_ValueError, "watch_signal: amount < 1");
+    return PyLong_FromLongLong(watch_signal(&self->seg, key, amount));
+}
+
+PyObject *tables_watch_purge(Tables *self, PyObject *arg) {
+    i64 budget;
+    PURGATORY(self);
+    if (arg_i64(arg, &budget) < 0) return NULL;
+    return PyLong_FromLongLong(watch_purge(&self->seg, budget));
+}
+
+PyObject *tables_outcome_watch(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h, ring, gs, out;
+    PURGATORY(self);
+    NARGS(2, "outcome_watch");
+    if (arg_i64(args[0], &h) < 0 || arg_i64(args[1], &ring) < 0) return NULL;
+    if (h < 0 || HANDLE_SLOT(h) >= seg_capacity(&self->seg) || ring >= self->seg.nrings)
+        return PyErr_Format(PyExc_ValueError, "outcome_watch: bad handle or ring");
+    outcome_watch(&self->seg, h, ring, &gs, &out);
+    return Py_BuildValue("(LL)", (long long)gs, (long long)out);
+}
+
+/* ---- module functions ----------------------------------------------------------------- */
+static PyObject *py_key_hash(PyObject *m, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    i64 h = watch_key_hash(b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromLongLong(h);
+}
+
+/* outq_wait(ring words, timeout_s) -> whether records were waiting (else it slept) */
+static PyObject *py_outq_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf w;
+    NARGS(2, "outq_wait");
+    double t = PyFloat_AsDouble(args[1]);
+    if (t == -1.0 && PyErr_Occurred()) return NULL;
+    if (i64buf_get(args[0], &w, 1) < 0) return NULL;
+    if (w.n < RING_HEADER_WORDS) {
+        i64buf_release(&w);
+        return PyErr_Format(PyExc_ValueError, "outq_wait: not a ring");
+    }
+    int more;
+    Py_BEGIN_ALLOW_THREADS
+    more = outq_wait(w.p, t);
+    Py_END_ALLOW_THREADS
+    i64buf_release(&w);
+    return PyBool_FromLong(more);
+}
+
+/* outq_ring(ring words): wake the ring's listener (its client is closing) */
+static PyObject *py_outq_ring(PyObject *m, PyObject *arg) {
+    I64Buf w;
+    if (i64buf_get(arg, &w, 1) < 0) return NULL;
+    if (w.n >= RING_HEADER_WORDS) outq_ring(w.p);
+    i64buf_release(&w);
+    Py_RETURN_NONE;
+}
+
+PyMethodDef shmwheel_purgatory_methods[] = {
+    {"outq_ring", (PyCFunction)py_outq_ring, METH_O,
+     "outq_ring(ring words): ring the bell of an outcome ring (wakes its listener)."},
+    {"key_hash", (PyCFunction)py_key_hash, METH_O,
+     "key_hash(msgpack bytes) -> the key's 64-bit id in the watch lists."},
+    {"outq_wait", (PyCFunction)(void (*)(void))py_outq_wait, METH_FASTCALL,
+     "outq_wait(ring words, timeout_s) -> True if outcomes were waiting, else after "
+     "sleeping until a freer rang the bell or the timeout passed (GIL released)."},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,53 @@
+/* tables.h: the `Tables` object (one attachment's view of a service's tables) shared by
+ * slots_py.c, which defines the type, and purgatory_py.c, which adds the purgatory's and
+ * the outcomes' methods to it. */
+#ifndef SHMWHEEL_TABLES_H
+#define SHMWHEEL_TABLES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "pybuf.h"
+#include "slots.h"
+
+typedef struct {
+    PyObject_HEAD
+    Seg seg;
+    Holds holds;
+    PyObject *journal;   /* the JournalBuffer seg.jb points into, or NULL */
+} Tables;
+
+JBuf *shmwheel_jbuf_of(PyObject *o);   /* journal.c */
+
+/* argument helpers (slots_py.c) */
+int arg_i64(PyObject *o, i64 *v);
+int nargs_ok(Py_ssize_t n, Py_ssize_t want, const char *name);
+int open_or_raise(Tables *t);
+#define NARGS(want, name) if (nargs_ok(nargs, want, name) < 0) return NULL
+#define OPEN(t) if (open_or_raise(t) < 0) return NULL
+
+/* purgatory_py.c */
+PyObject *tables_set_purgatory(Tables *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tables_watch_format(Tables *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tables_watch_add(Tables *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tables_watch_signal(Tables *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tables_watch_purge(Tables *self, PyObject *arg);
+PyObject *tables_outcome_watch(Tables *self, PyObject *const *args, Py_ssize_t nargs);
+
+#define TABLES_PURGATORY_METHODS                                                          \
+    {"set_purgatory", (PyCFunction)(void (*)(void))tables_set_purgatory, METH_FASTCALL,   \
+     "set_purgatory(opc, out, notify, watch, outq, outq_cap, nrings): the purgatory's "   \
+     "and the outcomes' regions."},                                                        \
+    {"watch_format", (PyCFunction)(void (*)(void))tables_watch_format, METH_FASTCALL,     \
+     "watch_format(nbuckets, capacity): empty watch lists (a new segment)."},             \
+    {"watch_add", (PyCFunction)(void (*)(void))tables_watch_add, METH_FASTCALL,           \
+     "watch_add(handle, keys) -> len(keys), or -1 when the table is full (lock held)."},  \
+    {"watch_signal", (PyCFunction)(void (*)(void))tables_watch_signal, METH_FASTCALL,     \
+     "watch_signal(key, amount) -> operations completed (lock held)."},                   \
+    {"watch_purge", (PyCFunction)tables_watch_purge, METH_O,                               \
+     "watch_purge(budget) -> dead entries freed in budget chains (lock held)."},          \
+    {"outcome_watch", (PyCFunction)(void (*)(void))tables_outcome_watch, METH_FASTCALL,   \
+     "outcome_watch(handle, ring) -> (state word, out word); ring >= 0 asks to be "       \
+     "notified on that client's outcome ring. No lock."},
+
+#endif

@@ -1,0 +1,168 @@
+"""Batches of timers: ``Client.schedule_many`` and ``Client.cancel_many`` (their bodies;
+the Client keeps the public methods). All or none: slots are reserved under one lock,
+written natively in one call, published with bounded waits for ring room."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import Full
+from ..segment import contract as C
+from ..segment import layout as L
+from ..segment import payload as P
+from .handles import TimerHandles
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client
+
+
+def _waits() -> Any:
+    from . import client  # its RING_WAIT_S / FREE_WAIT_S (tests shorten them)
+
+    return client
+
+
+def schedule_many(
+    client: Client,
+    task: str,
+    delays_ms: Sequence[float] | np.ndarray,
+    payloads: Sequence[Any] | None = None,
+) -> TimerHandles:
+    """Schedule one timer per delay, all or none (Full if they do not all fit).
+    Returns a ``TimerHandles`` sequence (ids and deadlines as arrays)."""
+    client._check()
+    tid = client._task_id(task)
+    try:
+        d = np.asarray(delays_ms, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"delays_ms must be a sequence of numbers: {e}") from None
+    if d.ndim != 1:
+        raise ValueError("delays_ms must be one-dimensional")
+    if not np.isfinite(d).all():
+        raise ValueError("delays_ms must all be finite (no NaN or infinity)")
+    if len(d) and (d.min() < 0 or d.max() >= client._max_delay):
+        raise ValueError(f"delays_ms must lie in [0, {client._max_delay}) ms")
+    n = len(d)
+    if payloads is not None and len(payloads) != n:
+        raise ValueError(f"{len(payloads)} payloads for {n} delays")
+    blobs = [P.encode(p) for p in payloads] if payloads is not None else None
+    deadlines = -(-(time.monotonic_ns() + np.ceil(d * 1e6).astype(np.int64)) // 1_000_000)
+    if n == 0:
+        return TimerHandles(client, np.empty(0, np.int64), deadlines)
+    handles = _reserve_many(client, n)
+    metas = np.full(n, C.meta_make(tid, 0, 0, 1, client.ring), np.int64)
+    words = np.full(n, C.NIL_INLINE, np.int64)
+    if blobs is not None:
+        try:
+            _store_blobs(client, handles, blobs, tid, metas, words)
+        except Full:
+            _release_reserved(client, handles)
+            raise
+    client._write_many(handles, metas, words, deadlines)
+    done = _publish_waiting(client, handles)
+    if done < n:
+        for h in handles[done:].tolist():
+            client._take_back(h)
+        err = Full(
+            f"producer ring of service {client.name!r} stayed full for {_waits().RING_WAIT_S} s "
+            f"(is the coordinator running?): {done} of {n} timers were accepted "
+            f"(their handles are in .accepted), the rest were not"
+        )
+        err.accepted = TimerHandles(client, handles[:done], deadlines[:done])
+        raise err
+    return TimerHandles(client, handles, deadlines)
+
+
+def _reserve_many(client: Client, n: int) -> np.ndarray:
+    """n RESERVED handles, all or none: Full if the wheel has fewer free slots."""
+    out = np.empty(n, np.int64)
+    got = 0
+    give_up = time.monotonic() + _waits().FREE_WAIT_S
+    while True:
+        with client._mem.locked():
+            got += client._tables().reserve(client.ring, out[got:])
+        if got == n or client._waiting_retirement() == 0 or time.monotonic() > give_up:
+            break
+        client._bell()
+        time.sleep(0.001)
+    if got < n:
+        _release_reserved(client, out[:got])
+        raise Full(
+            f"service {client.name!r} has room for {got} more timers, not {n}: "
+            f"cancel some, or start it with a larger capacity"
+        )
+    return out
+
+
+def _release_reserved(client: Client, handles: np.ndarray) -> None:
+    """Free RESERVED slots of a batch that will not be submitted."""
+    with client._mem.locked():
+        tables = client._tables()
+        for h in handles.tolist():
+            tables.retire(C.handle_slot(h))
+
+
+def _publish_waiting(client: Client, handles: np.ndarray) -> int:
+    """Publish a batch, waiting up to _waits().RING_WAIT_S (from the last progress) whenever the
+    ring is full; returns how many were published."""
+    done, n = 0, len(handles)
+    give_up = time.monotonic() + _waits().RING_WAIT_S
+    while True:
+        k = client._publish(handles[done:], C.CHECK_SUBMIT)
+        done += k
+        if done == n:
+            break
+        client._bell()
+        if k:
+            give_up = time.monotonic() + _waits().RING_WAIT_S
+        elif time.monotonic() > give_up:
+            break
+        time.sleep(0.0002)
+    if client._mem.header[L.W_COORD_SLEEPING]:
+        client._bell()
+    return done
+
+
+def _store_blobs(
+    client: Client,
+    handles: np.ndarray,
+    blobs: list[tuple[bytes, int]],
+    tid: int,
+    metas: np.ndarray,
+    words: np.ndarray,
+) -> None:
+    """Side-record words for encoded payloads, arena blocks taken under one lock; if a
+    class runs out, the blocks already taken are returned before Full propagates."""
+    slots = C.handle_slot(handles)
+    done = 0
+    with client._mem.locked():
+        try:
+            for j, (blob, flags) in enumerate(blobs):
+                slot = int(slots[j])
+                if len(blob) <= C.INLINE_MAX:
+                    word, cls, more = C.inline_word(blob), 0, 0
+                else:
+                    word, cls, more = client._store_blob(slot, blob)
+                metas[j] = C.meta_make(tid, flags | more, cls, len(blob), client.ring)
+                words[j] = word
+                done = j + 1
+        except Full:  # free the blocks taken so far: the slots own them already
+            for j in range(done):
+                if C.meta_flags(int(metas[j])) & C.FLAG_ARENA:
+                    client._mem.side[int(slots[j]) * C.SIDE_WORDS + C.S_META] = metas[j]
+                    client._mem.side[int(slots[j]) * C.SIDE_WORDS + C.S_PAYLOAD] = words[j]
+            raise
+
+
+def cancel_many(client: Client, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:
+    """Cancel a batch (no lock); a bool array, True where that timer will never run."""
+    ids = handles.ids if isinstance(handles, TimerHandles) else np.asarray(handles, np.int64)
+    ids = np.ascontiguousarray(ids, np.int64)
+    out = np.zeros(len(ids), np.int64)
+    client._cancel_many(ids, out)
+    won: np.ndarray = out == C.CANCEL_WON
+    return won

@@ -1,0 +1,88 @@
+"""Tasks and completer processes of tests/test_operations.py.
+
+The tasks run in the service's executors and count, in memory-mapped files shared by every
+process of the test (paths from the environment, which executors inherit), how often
+operation i (its payload) ran its on_complete task and its on_expire task.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import shmwheel
+
+COMPLETED_ENV = "SHMWHEEL_OPS_COMPLETED"  # int32[n]: runs of operation i's on_complete
+EXPIRED_ENV = "SHMWHEEL_OPS_EXPIRED"  # int32[n]: runs of its on_expire
+
+_maps: dict[str, np.ndarray] = {}
+
+
+def _count(env: str, i: int) -> None:
+    m = _maps.get(env)
+    if m is None:
+        m = _maps[env] = np.memmap(os.environ[env], dtype=np.int32, mode="r+")
+    m[i] += 1
+
+
+def completed(i: Any) -> None:
+    _count(COMPLETED_ENV, i)
+
+
+def expired(i: Any) -> None:
+    _count(EXPIRED_ENV, i)
+
+
+def slow_completed(i: Any) -> None:
+    time.sleep(0.0005)
+    _count(COMPLETED_ENV, i)
+
+
+def slow_expired(i: Any) -> None:
+    time.sleep(0.0005)
+    _count(EXPIRED_ENV, i)
+
+
+def keys_of(i: int) -> tuple[list[str], int, list[tuple[str, int]]]:
+    """Operation i's keys, required amount, and the signals that complete it: one key
+    (i % 3 == 0), two keys each signalled once (1), one key signalled with amount 3 (2)."""
+    if i % 3 == 0:
+        return [f"k{i}"], 1, [(f"k{i}", 1)]
+    if i % 3 == 1:
+        return [f"k{i}", f"g{i}"], 2, [(f"k{i}", 1), (f"g{i}", 1)]
+    return [f"k{i}"], 3, [(f"k{i}", 3)]
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def completer(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: Any, go: Any) -> None:
+    """Completer j of k (a spawned process): for operations i = j, j + k, ..., at the
+    operation's timeout plus a random offset in [-jitter_ms, +jitter_ms], send its signals;
+    record in won[i] how many operations the last signal completed (0 or 1), or 2 if an
+    earlier signal of i completed something (it must not)."""
+    d = Path(workdir)
+    with shmwheel.connect(name) as client:
+        ready.set()
+        if not go.wait(60):
+            raise RuntimeError("no go signal")
+        deadlines = np.load(d / "deadlines.npy")
+        won = np.memmap(d / "won", dtype=np.int8, mode="r+")
+        mine = np.arange(j, len(deadlines), k)
+        rng = np.random.default_rng(2000 + j)
+        at = deadlines[mine] + rng.integers(-jitter_ms, jitter_ms + 1, len(mine))
+        order = np.argsort(at, kind="stable")
+        for i, t in zip(mine[order].tolist(), at[order].tolist(), strict=True):
+            wait = t - now_ms()
+            if wait > 0:
+                time.sleep(wait / 1000)
+            signals = keys_of(i)[2]
+            early = sum(client.check_and_complete(key, a) for key, a in signals[:-1])
+            last = client.check_and_complete(*signals[-1])
+            won[i] = 2 if early else last
+        won.flush()
