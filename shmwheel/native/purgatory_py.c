@@ -4,6 +4,8 @@
  * held. */
 #include "tables.h"
 
+#include <string.h>
+
 PyObject *tables_set_purgatory(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
     OPEN(self);
     NARGS(7, "set_purgatory");
@@ -63,6 +65,55 @@ PyObject *tables_watch_add(Tables *self, PyObject *const *args, Py_ssize_t nargs
         r = watch_add(&self->seg, h, keys.p, keys.n);
     i64buf_release(&keys);
     return r == -2 ? NULL : PyLong_FromLongLong(r);
+}
+
+/* op_store(handle, data, key ids) -> arena class << 32 | block, or -1 when the watch lists
+ * are full, -2 when the arena has no block: an operation's block (data = its OP_HEADER and
+ * blob) and its watch entries, in one call under the lock. On -2 the entries are already
+ * in: retiring the slot leaves them dead for the next purge. */
+PyObject *tables_op_store(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h;
+    Py_buffer data;
+    PURGATORY(self);
+    NARGS(3, "op_store");
+    if (arg_i64(args[0], &h) < 0) return NULL;
+    if (h < 0 || HANDLE_SLOT(h) >= seg_capacity(&self->seg))
+        return PyErr_Format(PyExc_ValueError, "op_store: not a handle of this service");
+    PyObject *keys = PySequence_Fast(args[2], "op_store: key ids must be a sequence");
+    if (!keys) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    i64 ids[64], *kp = n <= 64 ? ids : PyMem_Malloc(sizeof(i64) * (size_t)n);
+    if (!kp) { Py_DECREF(keys); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (arg_i64(PySequence_Fast_GET_ITEM(keys, i), &kp[i]) < 0) {
+            if (kp != ids) PyMem_Free(kp);
+            Py_DECREF(keys);
+            return NULL;
+        }
+    Py_DECREF(keys);
+    if (PyObject_GetBuffer(args[1], &data, PyBUF_SIMPLE) < 0) {
+        if (kp != ids) PyMem_Free(kp);
+        return NULL;
+    }
+    i64 r = -2, slot = HANDLE_SLOT(h);
+    if (data.len > MAX_PAYLOAD) {
+        PyErr_SetString(PyExc_ValueError, "op_store: data larger than an arena block");
+        r = -3;
+    } else if (watch_add(&self->seg, h, kp, n) < 0) {
+        r = -1;
+    } else {
+        for (int c = 0; c < ARENA_CLASSES; c++) {
+            if (data.len > ARENA_CLASS_BYTES(c)) continue;
+            i64 b = arena_alloc(&self->seg, c, slot);
+            if (b < 0) continue;
+            memcpy(arena_block(&self->seg, c, b), data.buf, (size_t)data.len);
+            r = (i64)c << 32 | b;
+            break;
+        }
+    }
+    PyBuffer_Release(&data);
+    if (kp != ids) PyMem_Free(kp);
+    return r == -3 ? NULL : PyLong_FromLongLong(r);
 }
 
 PyObject *tables_watch_signal(Tables *self, PyObject *const *args, Py_ssize_t nargs) {

@@ -31,6 +31,7 @@ PyObject *tables_set_purgatory(Tables *self, PyObject *const *args, Py_ssize_t n
 PyObject *tables_watch_format(Tables *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tables_watch_add(Tables *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tables_watch_signal(Tables *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tables_op_store(Tables *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tables_watch_purge(Tables *self, PyObject *arg);
 PyObject *tables_outcome_watch(Tables *self, PyObject *const *args, Py_ssize_t nargs);
 
@@ -44,6 +45,9 @@ PyObject *tables_outcome_watch(Tables *self, PyObject *const *args, Py_ssize_t n
      "watch_add(handle, keys) -> len(keys), or -1 when the table is full (lock held)."},  \
     {"watch_signal", (PyCFunction)(void (*)(void))tables_watch_signal, METH_FASTCALL,     \
      "watch_signal(key, amount) -> operations completed (lock held)."},                   \
+    {"op_store", (PyCFunction)(void (*)(void))tables_op_store, METH_FASTCALL,             \
+     "op_store(handle, data, key ids) -> class << 32 | block; -1 watch lists full, -2 "   \
+     "arena full (lock held)."},                                                           \
     {"watch_purge", (PyCFunction)tables_watch_purge, METH_O,                               \
      "watch_purge(budget) -> dead entries freed in budget chains (lock held)."},          \
     {"outcome_watch", (PyCFunction)(void (*)(void))tables_outcome_watch, METH_FASTCALL,   \

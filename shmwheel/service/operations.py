@@ -11,6 +11,8 @@ a schedule, so a signal that arrives before the coordinator links it is still co
 
 from __future__ import annotations
 
+import struct
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +23,6 @@ from .. import _native as N
 from ..errors import Full
 from ..segment import contract as C
 from ..segment import layout as L
-from ..segment import payload as P
 from .handles import _FutureLike
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,7 +35,12 @@ def _check_delay(value: object, what: str, limit: int) -> float:
     return check(value, what, limit)
 
 
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 MAX_KEYS = 0x7FFF
+_OP_HEADER = struct.Struct("<qq")  # contract.h's OP_HEADER: the header word, a spare
 MAX_AMOUNT = 0xFFFFFFFF  # an operation's count saturates here
 
 
@@ -103,51 +109,44 @@ def watch(
         raise ValueError("an operation needs at least one key to be completed through")
     if len(unique) > MAX_KEYS:
         raise ValueError(f"an operation may watch at most {MAX_KEYS} keys, got {len(unique)}")
-    ids = np.array([key_id(k) for k in unique], np.int64)
-    ids = np.unique(ids)  # distinct keys with one id would count twice
+    ids = sorted({key_id(k) for k in unique})  # distinct keys with one id count once
     required = _count(required, "required")
     on_complete_id = _task_or_none(client, on_complete, "on_complete")
     on_expire_id = _task_or_none(client, on_expire, "on_expire")
-    _check_delay(timeout_ms, "timeout_ms", client._max_delay)
-    deadline = client._deadline(timeout_ms, None)
+    deadline = client._deadline(_check_delay(timeout_ms, "timeout_ms", client._max_delay), None)
     try:
         blob: bytes = msgpack.packb([unique, payload])
     except (TypeError, ValueError, OverflowError) as e:
         raise TypeError(f"payload cannot be encoded with msgpack: {e}") from None
-    data = np.int64(C.op_header(required, on_complete_id, len(unique))).tobytes()
-    data += bytes(C.OP_HEADER - 8) + blob
-    if len(data) > C.MAX_PAYLOAD:
+    if len(blob) + C.OP_HEADER > C.MAX_PAYLOAD:
         raise ValueError(
             f"an operation's keys and payload encode to {len(blob)} bytes; at most "
             f"{C.MAX_PAYLOAD - C.OP_HEADER} fit: use fewer or shorter keys, or a smaller "
             f"payload"
         )
+    header = C.op_header(required, on_complete_id, len(unique))
+    data = _OP_HEADER.pack(header, 0) + blob
     mem = client._mem
     h = client._take_one()
-    slot = C.handle_slot(h)
-    tables = mem.bind_tables()
     with mem.locked():
-        # the entries first: if the arena then has no block, retiring the slot (its
-        # generation moves on) leaves them dead, and the next purge frees them
-        if tables.watch_add(h, ids) < 0:
-            tables.retire(slot)
-            raise Full(
-                f"the watch lists of service {client.name!r} are full "
-                f"({mem.config.watch_capacity} entries, one per key of each live "
-                f"operation): complete or cancel operations, or start the service with a "
-                f"larger watch_capacity"
-            )
-        for cls in range(P.size_class(len(data)), C.ARENA_CLASSES):
-            block = tables.arena_alloc(cls, slot)
-            if block >= 0:
-                break
-        else:
-            tables.retire(slot)
-            raise Full(
-                f"the payload arena has no free block for {len(data)} bytes: use smaller "
-                f"payloads or start the service with a larger arena_bytes"
-            )
-        mem.arena_block(cls, block)[: len(data)] = np.frombuffer(data, np.uint8)
+        # the entries, then the block; on a refusal the slot is retired (its generation
+        # moves on), which leaves entries already added dead for the next purge
+        where = mem.bind_tables().op_store(h, data, ids)
+        if where < 0:
+            mem.bind_tables().retire(C.handle_slot(h))
+    if where == -1:
+        raise Full(
+            f"the watch lists of service {client.name!r} are full "
+            f"({mem.config.watch_capacity} entries, one per key of each live "
+            f"operation): complete or cancel operations, or start the service with a "
+            f"larger watch_capacity"
+        )
+    if where < 0:
+        raise Full(
+            f"the payload arena has no free block for {len(data)} bytes: use smaller "
+            f"payloads or start the service with a larger arena_bytes"
+        )
+    cls, block = where >> 32, where & 0xFFFFFFFF
     meta = C.meta_make(on_expire_id, C.FLAG_OP | C.FLAG_ARENA, cls, len(blob), client.ring)
     if not client._submit(h, meta, block, deadline):
         client._wait_push(h, C.CHECK_SUBMIT)
@@ -167,5 +166,6 @@ def check_and_complete(client: Client, key: str | bytes | int, amount: int) -> i
         done = int(mem.bind_tables().watch_signal(kid, amount))
     if done:
         client._row[C.C_OPS_COMPLETED] += done
-        client._wake_reaper()  # they are due now: the reaper may be asleep till later
+        if mem.header[L.W_REAPER_WAKE_AT] > now_ms():  # they are due now; it sleeps longer
+            client._wake_reaper()
     return done
