@@ -86,3 +86,25 @@ def completer(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: An
             last = client.check_and_complete(*signals[-1])
             won[i] = 2 if early else last
         won.flush()
+
+
+def watcher(journal: str, ids_path: str, ready: Any) -> None:
+    """A process that embeds a journaled service, watches operations, reports their ids
+    and deadlines, and waits to be killed (with its service) by the test."""
+    os.setsid()  # its own process group: the test kills it and the service at once
+    svc = shmwheel.TimerService(
+        tasks={"noop": "shmwheel.examples.tasks:noop"},
+        capacity=1000,
+        executors=1,
+        journal=journal,
+        journal_fsync="always",
+    ).start()
+    c = svc.client()
+    ops = [c.watch([f"k{i}", "all"], 60_000, on_complete="noop", required=2) for i in range(20)]
+    c.check_and_complete("k0")
+    c.check_and_complete("all")  # completes op 0 (k0 + all), counts 1 for the others
+    assert ops[0].result(10) == "completed"
+    assert ops[1].cancel()
+    np.save(ids_path, np.array([[op.id, op.deadline_ms] for op in ops], np.int64))
+    ready.set()
+    time.sleep(600)

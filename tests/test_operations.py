@@ -21,6 +21,7 @@ import shmwheel
 from shmwheel import Full, ShmwheelError, TimerService
 from shmwheel.segment import layout as L
 from tests import ops_tasks
+from tests.conftest import service_processes
 from tests.test_service import wait_for
 
 TASKS = {
@@ -334,3 +335,39 @@ def test_results_survive_the_client_closing(tmp_path):
             op.result(1)
     assert not any(t.name.startswith("shmwheel-outcomes") for t in threading.enumerate())
     assert Path(tmp_path).exists()
+
+
+def test_operations_survive_a_whole_service_sigkill_with_the_journal(tmp_path):
+    """The embedding process and every service process SIGKILLed at once: the next start
+    on the journal re-arms the pending operations (ids and timeouts kept, watched again),
+    and neither the completed nor the cancelled one comes back."""
+    spawn = mp.get_context("spawn")
+    ready = spawn.Event()
+    ids_path = tmp_path / "ids.npy"
+    p = spawn.Process(target=ops_tasks.watcher, args=(str(tmp_path / "j"), str(ids_path), ready))
+    p.start()
+    try:
+        assert ready.wait(60), "the watcher did not get ready"
+        os.killpg(p.pid, signal.SIGKILL)
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    rows = np.load(ids_path)
+    wait_for(lambda: not service_processes(f"s{p.pid}-"), what="the killed service gone")
+    with TimerService(
+        tasks={"noop": "shmwheel.examples.tasks:noop"},
+        capacity=1000,
+        executors=1,
+        journal=tmp_path / "j",
+    ) as svc:
+        assert svc.recovery["recovered"] == 18, svc.recovery
+        assert svc.recovery["salvaged"] >= 0
+        with svc.client() as c:
+            ops = [c.operation(int(i)) for i, _ in rows[2:]]
+            assert [op.deadline_ms for op in ops] == rows[2:, 1].tolist()
+            assert c.check_and_complete("k0") == 0, "the completed one is not back"
+            assert c.check_and_complete("k1") == 0, "the cancelled one is not back"
+            assert c.check_and_complete("all") == 0, "amounts restart from zero: 1 of 2"
+            assert sum(c.check_and_complete(f"k{i}") for i in range(2, 20)) == 18
+            assert all(op.result(5) == "completed" for op in ops)
