@@ -11,6 +11,7 @@ a schedule, so a signal that arrives before the coordinator links it is still co
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from collections.abc import Sequence
@@ -29,10 +30,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
 
 
-def _check_delay(value: object, what: str, limit: int) -> float:
-    from .client import _check_delay as check
+def _deadline_of(timeout_ms: object, limit: int) -> int:
+    """The deadline (monotonic ms, rounded up) of a timeout checked as a delay is."""
+    if (type(timeout_ms) is not int and type(timeout_ms) is not float) or not (
+        0 <= timeout_ms < limit
+    ):
+        from .client import _check_delay  # the one checker, for its messages
 
-    return check(value, what, limit)
+        _check_delay(timeout_ms, "timeout_ms", limit)
+    return -(-(time.monotonic_ns() + math.ceil(timeout_ms * 1e6)) // 1_000_000)  # type: ignore[operator]
 
 
 def now_ms() -> int:
@@ -113,7 +119,7 @@ def watch(
     required = _count(required, "required")
     on_complete_id = _task_or_none(client, on_complete, "on_complete")
     on_expire_id = _task_or_none(client, on_expire, "on_expire")
-    deadline = client._deadline(_check_delay(timeout_ms, "timeout_ms", client._max_delay), None)
+    deadline = _deadline_of(timeout_ms, client._max_delay)
     try:
         blob: bytes = msgpack.packb([unique, payload])
     except (TypeError, ValueError, OverflowError) as e:
