@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import journal_workloads as JW
+from . import purgatory_workloads as PW
 from . import service_workloads as SW
 from . import workloads as W
 from .baselines import RedisDelayQueue, redis_status
@@ -364,6 +365,48 @@ def service_workloads(
             wid="W7",
         ),
         *journal_workloads(recovery_n),
+        *purgatory_workloads(),
+    ]
+
+
+def purgatory_workloads() -> list[Workload]:
+    """W10: the purgatory across processes beside Kafka's in process and asyncio."""
+    S = "shmwheel"
+    shapes = ("per call", f"batched ({PW.BATCH} per key)")
+    return [
+        Workload(
+            "svc_purgatory",
+            "purgatory: watch + complete",
+            PW.svc_purgatory,
+            "ops",
+            [
+                (f"{S} watch + complete, {sh}", f"{peer} watch + complete, {sh}")
+                for sh in shapes
+                for peer in ("in-process purgatory", "asyncio")
+            ],
+            notes=[f"{S} watch + complete, {sh}, client loop" for sh in shapes],
+            goals=[
+                (
+                    "cross-process watch + complete, per call, vs in-process purgatory",
+                    f"ratio: {S} / in-process purgatory, per call",
+                    ">=",
+                    1.0,
+                )
+            ],
+            wid="W10",
+        ),
+        Workload(
+            "svc_purgatory_expire",
+            "purgatory: watch + expire",
+            PW.svc_purgatory_expire,
+            "ops",
+            [
+                (f"{S} watch + expire", f"{peer} watch + expire")
+                for peer in ("in-process purgatory", "asyncio")
+            ],
+            notes=[f"{S} watch + expire, client loop"],
+            wid="W10",
+        ),
     ]
 
 
@@ -417,7 +460,7 @@ DEFAULT_LEVELS = [10_000, 100_000, 1_000_000]
 FULL_LEVEL = 10_000_000
 
 
-GROUPS = {"service": "every svc_* workload (W1-W9)", "inprocess": "every other workload"}
+GROUPS = {"service": "every svc_* workload (W1-W10)", "inprocess": "every other workload"}
 
 
 def machine() -> dict:
@@ -634,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
         "--recovery-n", type=int, help=f"pending timers W9 recovers (default {JW.RECOVERY_N:,})"
     )
     ap.add_argument(
+        "--ops-n", type=int, help="operations per purgatory workload W10 (default 20,000)"
+    )
+    ap.add_argument(
         "--lateness-n",
         type=int,
         help="timers in W4, spread over a window of n/100 ms clamped to "
@@ -692,6 +738,7 @@ def main(argv: list[str] | None = None) -> int:
         "lateness": lateness_n,
         "capacity": SW.MEMORY_CAPACITY,
         "recovery": recovery_n,
+        "ops": args.ops_n or (5_000 if args.quick else 20_000),
     }
     if min(n, svc_n, lateness_n, recovery_n) < 1000 or timer_n < 100 or reps < 1:
         ap.error(
