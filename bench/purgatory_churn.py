@@ -19,19 +19,9 @@ import argparse
 import sys
 import time
 
-import psutil
+from soak import rss_mb  # bench/soak.py, beside this script
 
 import shmwheel
-
-
-def rss_mb(svc: shmwheel.TimerService) -> float:
-    total = 0
-    for p in svc.procs.values():
-        try:
-            total += psutil.Process(p.pid).memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
 
 
 def main(argv: list[str] | None = None) -> int:

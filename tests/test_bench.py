@@ -27,6 +27,8 @@ W_ORDER = [
     "svc_startup",
     "svc_journal",
     "svc_recovery",
+    "svc_purgatory",
+    "svc_purgatory_expire",
 ]
 SERVICE_KEYS = set(W_ORDER)
 
@@ -106,6 +108,8 @@ def test_bench_quick_writes_every_workload(tmp_path):
         "W8",
         "W9",
         "W9",
+        "W10",
+        "W10",
     ]
     assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
@@ -21,12 +20,31 @@ from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from tests.test_slot_machine import RUNS, QuietClient, SlotMachine
 
-QuietClient._wake_reaper = lambda self: None  # type: ignore[method-assign]
+
+
+class RacingClient(QuietClient):
+    """Runs `before_submit` (once) between writing an operation and publishing it: a
+    signal from another process that meets the operation still RESERVED."""
+
+    before_submit = None
+
+    def _wake_reaper(self) -> None:
+        pass
+
+    def _submit(self, h: int, meta: int, word: int, deadline: int) -> bool:
+        hook, self.before_submit = self.before_submit, None
+        if hook is not None:
+            hook()
+        return super()._submit(h, meta, word, deadline)
 
 KEYS = ["a", "b", "c"]
 
 
 class OpsMachine(SlotMachine):
+    def _connect(self, ring: int) -> RacingClient:
+        self.mem.ring_table[ring, L.RT_STATE] = L.RING_CLAIMED
+        return RacingClient(self.mem, ring)
+
     def _ops(self) -> dict[int, dict]:
         if not hasattr(self, "ops"):
             self.ops: dict[int, dict] = {}
@@ -76,6 +94,28 @@ class OpsMachine(SlotMachine):
         n = self.clients[c].check_and_complete(key, amount)
         assert n == expect, f"check_and_complete({key!r}) completed {n}, expected {expect}"
 
+    @rule(c=st.integers(0, 1), key=st.sampled_from(KEYS), timeout=st.integers(0, 40))
+    def watch_racing_a_signal(self, c: int, key: str, timeout: int) -> None:
+        """Another client signals `key` while this watch is still RESERVED: the amount
+        counts, and the coordinator completes the operation as it links it."""
+        self.clients[c].before_submit = lambda: self.signal(1 - c, key, 1)
+        try:
+            op = self.clients[c].watch(
+                [key], timeout, on_complete="record", on_expire="failing", required=1
+            )
+        except Full:
+            self.clients[c].before_submit = None
+            return
+        self._ops()[op.id] = {
+            "keys": {key},
+            "required": 1,
+            "deadline": op.deadline_ms,
+            "signalled": 1,  # it counted while RESERVED
+            "cancel_won": False,
+            "completed_at_signal": False,
+            "signalled_at_fire": None,
+        }
+
     @precondition(lambda self: getattr(self, "ops", None))
     @rule(c=st.integers(0, 1), pick=st.integers(0, 10**6))
     def cancel_op(self, c: int, pick: int) -> None:
@@ -107,35 +147,20 @@ class OpsMachine(SlotMachine):
             self.tables.watch_purge(4)
 
     # -- the reaper, aware of operations -------------------------------------------------
-    def _advance(self, step: int) -> None:
-        t = self.now() + step
-        out = np.empty(24, np.int64)
-        ops = self._ops()
-        while True:
-            with self.mem.locked():
-                n = self.tables.advance(t, out)
-                self.tables.cascade_step(4)
-                self.mem.counters[L.ROW_REAPER, C.C_RETIRED] += self.tables.take_retired()
-            self.mem.counters[L.ROW_REAPER, C.C_FIRED] += n
-            for h in out[:n].tolist():
-                if h in ops:
-                    o = ops[h]
-                    assert not o["cancel_won"], f"operation {h:#x} ran after a cancel won"
-                    meta = int(self.mem.side[C.handle_slot(h) * C.SIDE_WORDS + C.S_META])
-                    if C.meta_flags(meta) & C.FLAG_COMPLETED:
-                        assert o["signalled"] >= o["required"], f"{h:#x} completed short"
-                    else:  # an expiry: never early, never once its amounts were all in
-                        assert o["deadline"] <= t, f"operation {h:#x} expired early"
-                        assert o["signalled"] < o["required"], f"{h:#x} expired although due"
-                        o["signalled_at_fire"] = o["signalled"]
-                    self.fired_at[h].append(t)
-                    continue
-                assert h not in self.cancelled_true, f"{h:#x} fired after a cancel won"
-                assert self.deadline[h] <= t, f"{h:#x} fired early: due {self.deadline[h]}"
-                self.fired_at[h].append(t)
-            self.backlog = np.concatenate([self.backlog, out[:n]])
-            if n < len(out):
-                break
+    def _fired(self, h: int, t: int) -> None:
+        o = self._ops().get(h)
+        if o is None:
+            return super()._fired(h, t)
+        assert not o["cancel_won"], f"operation {h:#x} ran after a cancel won"
+        meta = int(self.mem.side[C.handle_slot(h) * C.SIDE_WORDS + C.S_META])
+        if C.meta_flags(meta) & C.FLAG_COMPLETED:
+            assert o["signalled"] >= o["required"], f"{h:#x} completed short"
+        else:  # an expiry: never early, never once its amounts were all in
+            assert o["deadline"] <= t, f"operation {h:#x} expired early"
+            assert o["signalled"] < o["required"], f"{h:#x} expired although due"
+            o["signalled_at_fire"] = o["signalled"]
+        self.fired_at[h].append(t)
+        return None
 
     # -- the outcome of each operation, read from its out word as it ends -----------------
     @invariant()

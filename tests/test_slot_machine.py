@@ -223,12 +223,16 @@ class SlotMachine(RuleBasedStateMachine):
                 self.mem.counters[L.ROW_REAPER, C.C_RETIRED] += self.tables.take_retired()
             self.mem.counters[L.ROW_REAPER, C.C_FIRED] += n
             for h in out[:n].tolist():
-                assert h not in self.cancelled_true, f"{h:#x} fired after a cancel won"
-                assert self.deadline[h] <= t, f"{h:#x} fired early: due {self.deadline[h]}, now {t}"
-                self.fired_at[h].append(t)
+                self._fired(h, t)
             self.backlog = np.concatenate([self.backlog, out[:n]])
             if n < len(out):
                 break
+
+    def _fired(self, h: int, t: int) -> None:
+        """Advance to wheel time t won slot h (test_ops_machine adds operations)."""
+        assert h not in self.cancelled_true, f"{h:#x} fired after a cancel won"
+        assert self.deadline[h] <= t, f"{h:#x} fired early: due {self.deadline[h]}, now {t}"
+        self.fired_at[h].append(t)
 
     @rule(k=st.integers(1, 8))
     def dispatch(self, k: int) -> None:

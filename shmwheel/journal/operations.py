@@ -63,7 +63,7 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
     are `taken`) and watch them on their keys; returns their handles. Raises
     RecoveryError (recovery.py) when this service cannot hold them."""
     from ..service.operations import key_id
-    from .recovery import NO_RING, RecoveryError
+    from .recovery import NO_RING, RecoveryError, store_block
 
     ops = pending.pending()
     if not ops:
@@ -93,15 +93,7 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
         keys = msgpack.unpackb(blob)[0]
         data = np.int64(C.op_header(required, tids[0], len(keys))).tobytes()
         data += bytes(C.OP_HEADER - 8) + blob
-        for c in range(C.ARENA_CLASSES):
-            if len(data) <= C.ARENA_CLASS_BYTES[c] and (b := tables.arena_alloc(c, slot)) >= 0:
-                break
-        else:
-            raise RecoveryError(
-                "the payload arena cannot hold the journal's pending operations: start "
-                "the service with a larger arena_bytes"
-            )
-        mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+        c, b = store_block(mem, slot, data, "operations")
         side[slot, C.S_META] = C.meta_make(tids[1], C.FLAG_OP | C.FLAG_ARENA, c, len(blob), NO_RING)
         side[slot, C.S_PAYLOAD] = b
         nodes[slot, C.F_DEADLINE] = deadline

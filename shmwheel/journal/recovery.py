@@ -215,6 +215,20 @@ def scan(directory: str) -> JournalState:
     return st
 
 
+def store_block(mem: L.ServiceMemory, slot: int, data: bytes, what: str) -> tuple[int, int]:
+    """An arena block of the smallest class that holds `data`, owned by `slot` and filled
+    with it: (class, block). RecoveryError naming `what` when the arena is full."""
+    tables = mem.bind_tables()
+    for c in range(C.ARENA_CLASSES):
+        if len(data) <= C.ARENA_CLASS_BYTES[c] and (b := tables.arena_alloc(c, slot)) >= 0:
+            mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+            return c, b
+    raise RecoveryError(
+        f"the payload arena cannot hold the journal's pending {what}: start the service "
+        f"with a larger arena_bytes"
+    )
+
+
 def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     """Write the pending timers of `st` into a freshly formatted segment (no process runs
     on it yet) and start every other slot at generation ``st.next_gen``; returns the
@@ -256,17 +270,7 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     for i, blob in p.blobs.items():  # payloads that need an arena block
         slot, period = int(slots[i]), int(p.periods[i])
         data = (np.array([period, p.runs[i]], np.int64).tobytes() + blob) if period > 0 else blob
-        for c in range(C.ARENA_CLASSES):
-            if len(data) <= C.ARENA_CLASS_BYTES[c]:
-                b = tables.arena_alloc(c, slot)
-                if b >= 0:
-                    break
-        else:
-            raise RecoveryError(
-                "the payload arena cannot hold the journal's pending "
-                "payloads: start the service with a larger arena_bytes"
-            )
-        mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+        c, b = store_block(mem, slot, data, "payloads")
         metas[i] = C.meta_make(
             int(tmap[p.tasks[i]]),
             (int(p.flags[i]) & C.FLAG_KEY) | C.FLAG_ARENA | (C.FLAG_REPEAT if period > 0 else 0),
