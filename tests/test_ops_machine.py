@@ -21,7 +21,6 @@ from shmwheel.segment import layout as L
 from tests.test_slot_machine import RUNS, QuietClient, SlotMachine
 
 
-
 class RacingClient(QuietClient):
     """Runs `before_submit` (once) between writing an operation and publishing it: a
     signal from another process that meets the operation still RESERVED."""
@@ -36,6 +35,7 @@ class RacingClient(QuietClient):
         if hook is not None:
             hook()
         return super()._submit(h, meta, word, deadline)
+
 
 KEYS = ["a", "b", "c"]
 
