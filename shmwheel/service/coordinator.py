@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import numpy as np
 
@@ -32,6 +33,9 @@ log = logging.getLogger("shmwheel.coordinator")
 
 BATCH = 8192
 IDLE_WAIT_S = 0.005  # also the bound on how long a cancelled slot waits to be freed
+# for HOT_NS after it linked something the coordinator polls every HOT_STEP_S without
+# announcing a sleep (W_COORD_SLEEPING stays 0), so clients in a burst do not wake it
+HOT_NS, HOT_STEP_S = 5_000_000, 0.0005
 
 
 class Coordinator(ServiceProcess):
@@ -106,6 +110,7 @@ class Coordinator(ServiceProcess):
         header[L.W_PID_COORDINATOR] = os.getpid()
         header[L.W_READY] |= L.READY_COORDINATOR
         next_tend = 0
+        hot_until = 0
         while self.running():
             total = 0
             for r in np.flatnonzero(claimed != L.RING_FREE).tolist():
@@ -116,7 +121,15 @@ class Coordinator(ServiceProcess):
                 next_tend = 1000
                 if self.retention is not None and self.journal is not None:
                     self.retention.tick(self.journal)
-            if total == 0:
+            now = time.monotonic_ns()
+            if total:
+                hot_until = now + HOT_NS
+            elif now < hot_until:
+                # just after work: poll in short steps without announcing a sleep, so a
+                # burst of clients' records needs no wake-up (a system call and a context
+                # switch each) and waits at most HOT_STEP_S
+                self.wait(HOT_STEP_S)
+            else:
                 header[L.W_COORD_SLEEPING] = 1
                 if not any(mem.producer[r].pending() for r in np.flatnonzero(claimed).tolist()):
                     self.wait(IDLE_WAIT_S)

@@ -172,6 +172,8 @@ def check_and_complete(client: Client, key: str | bytes | int, amount: int) -> i
         done = int(mem.bind_tables().watch_signal(kid, amount))
     if done:
         client._row[C.C_OPS_COMPLETED] += done
-        if mem.header[L.W_REAPER_WAKE_AT] > now_ms():  # they are due now; it sleeps longer
+        # they are due now: wake the reaper if it sleeps longer than its hot step (it says
+        # when it wakes; reaper.py, HOT_S)
+        if mem.header[L.W_REAPER_WAKE_AT] > now_ms() + 1:
             client._wake_reaper()
     return done
