@@ -8,6 +8,8 @@ and the one-outcome rule after every step.
 from __future__ import annotations
 
 import os
+import time
+import types
 from collections import defaultdict
 
 import numpy as np
@@ -23,6 +25,7 @@ from shmwheel.segment import payload as P
 from shmwheel.segment.verify import firing_nowhere, verify
 from shmwheel.service import client as client_mod
 from shmwheel.service import context as ctx
+from shmwheel.service import operations as operations_mod
 from shmwheel.service.client import Client, now_ms
 from shmwheel.service.executor import recover_rings
 
@@ -55,6 +58,12 @@ class SlotMachine(RuleBasedStateMachine):
         self.waits = client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S
         # no coordinator runs here: a full ring or wheel refuses at once
         client_mod.RING_WAIT_S = client_mod.FREE_WAIT_S = 0.0
+        # The machine's only clock is the wheel's: a deadline read from the real clock
+        # would make which rules are enabled depend on how fast this machine runs (and
+        # hypothesis refuses a strategy that is not a function of its draws).
+        operations_mod.time = types.SimpleNamespace(
+            monotonic_ns=lambda: self.now() * 1_000_000, monotonic=time.monotonic
+        )
         cfg = L.ServiceConfig(
             capacity=CAPACITY,
             tick_ms=1,
@@ -104,6 +113,7 @@ class SlotMachine(RuleBasedStateMachine):
         client._closed = True
 
     def teardown(self) -> None:
+        operations_mod.time = time  # type: ignore[assignment]
         if not hasattr(self, "mem"):
             return
         for t in sorted(self.every):  # stop every repeating timer, then run everything out
@@ -142,7 +152,7 @@ class SlotMachine(RuleBasedStateMachine):
     )
     def schedule(self, c: int, delay: int, payload: object, task: str) -> None:
         try:
-            h = self.clients[c].schedule(task, payload, delay_ms=delay)
+            h = self.clients[c].schedule(task, payload, deadline_ms=self.now() + delay)
         except Full:  # the only refusal these arguments can meet
             return
         self.deadline[h.id] = h.deadline_ms
