@@ -28,7 +28,8 @@ SAMPLES = {  # one record of every kind, as format.body takes them
     F.CANCELLED: (0x2_0000_0007, 2**40),
     F.FIRED: (7, 99, 3, -5),
     F.OUTCOME: (7, 100, 3, 2, 70000, -1),
-    F.WATCHED: (9, 1, 2000, 2, ["a", b"b", 3], 0, -1, b"\xc0"),
+    # keys is the count; the blob is msgpack [keys, payload] (the native scanner decodes it)
+    F.WATCHED: (9, 1, 2000, 2, 3, 0, 65535, msgpack.packb([["a", b"b", 3], None])),
     F.COMPLETED: (9, 3),
     F.EXPIRED: (10, 2**62),
 }

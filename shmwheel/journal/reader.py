@@ -64,7 +64,7 @@ class Segment:
                 if rec is None:
                     kind = row[2]
                     n = len(F.FIELDS[kind])
-                    if kind == F.SCHEDULED:
+                    if kind in _BLOB_LAST:
                         rec = [kind, *row[3 : 3 + n - 1], data[row[11] : row[11] + row[12]]]
                     else:
                         rec = [kind, *row[3 : 3 + n]]
@@ -165,6 +165,7 @@ def _decode(data: bytes, off: int, seg: Segment) -> list[Any] | None:
     return rec
 
 
+_BLOB_LAST = (F.SCHEDULED, F.WATCHED)  # kinds whose last field is the blob (journal.c)
 _NATIVE = {F.SCHEDULED, F.CANCELLED, F.FIRED, F.OUTCOME, F.COMPLETED, F.EXPIRED}
 
 
