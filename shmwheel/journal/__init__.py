@@ -12,7 +12,7 @@ one decoder (``reader``) that recovery, the tests and the audit pipeline read th
 """
 
 from .format import FIELDS, KIND_NAMES, OUTCOMES, as_dict, segment_files
-from .reader import Reject, Segment, read, read_segment, records
+from .reader import Reject, Segment, parse_segment, read, read_segment, records
 from .writer import JournalInUse, JournalOptions
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Reject",
     "Segment",
     "as_dict",
+    "parse_segment",
     "read",
     "read_segment",
     "records",

@@ -90,9 +90,16 @@ def read_segment(path: str, limit: int = -1) -> Segment:
     """Decode one segment file (see the module docstring for what is rejected); with
     `limit`, only its first `limit` bytes. The frames are checked and the frequent kinds
     decoded by the native scanner (journal.c), the rest by msgpack here."""
-    seg = Segment(path)
     with open(path, "rb") as f:
         data = f.read(limit)
+    return parse_segment(path, data)
+
+
+def parse_segment(path: str, data: bytes) -> Segment:
+    """Decode a segment's bytes already in memory (read from `path`, which names it in
+    rejects): the same checks as read_segment. The audit pipeline's binaryFile reader
+    gives file contents this way."""
+    seg = Segment(path)
     seg.size, seg.data = len(data), data
     if len(data) < len(F.MAGIC) or data[:7] != F.MAGIC_PREFIX:
         if len(data) < len(F.MAGIC) and F.MAGIC_PREFIX.startswith(data[:7]):

@@ -1,0 +1,141 @@
+"""``python -m shmwheel.pipeline audit JOURNAL OUT``: the command line of the audit job.
+
+Exit status: 0 the journal is clean, 1 a violation or a reject was found, 2 bad arguments,
+an unreadable journal, or no Spark to run on (the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+from .audit import DEFAULT_GRACE_MS
+
+EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m shmwheel.pipeline",
+        description="Audit a shmwheel journal on Spark: exactly one outcome per timer, none "
+        "early, lateness, throughput, per-producer and per-task figures (docs/pipeline.md).",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("audit", help="audit JOURNAL, writing the tables and report under OUT")
+    a.add_argument(
+        "journal", help="the journal directory (a local path, or a URI with --reader binaryfile)"
+    )
+    a.add_argument("out", help="output directory (Parquet tables, report/)")
+    a.add_argument(
+        "--master",
+        help="Spark master URL (default: local[*]; under spark-submit, its --master decides)",
+    )
+    a.add_argument(
+        "--shuffle-partitions",
+        type=_positive,
+        metavar="N",
+        help="spark.sql.shuffle.partitions (default embedded: 2 per core)",
+    )
+    a.add_argument(
+        "--reader",
+        choices=("datasource", "binaryfile"),
+        default="datasource",
+        help="the shmwheel-journal data source (default) or binaryFile + "
+        "mapInArrow (for HDFS, S3-style URIs)",
+    )
+    a.add_argument(
+        "--grace-ms",
+        type=_positive,
+        default=DEFAULT_GRACE_MS,
+        help="a timer due this long before the journal's end must have an "
+        f"outcome; later ones are pending (default {DEFAULT_GRACE_MS})",
+    )
+    a.add_argument("--json", action="store_true", help="print the summary as JSON")
+    a.add_argument("--verbose", action="store_true", help="Spark's own logs (default: errors)")
+    return p
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _progress(line: str) -> None:
+    print(f"shmwheel.pipeline: {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    if "://" not in args.journal or args.journal.startswith("file://"):
+        local = args.journal.removeprefix("file://")
+        if not os.path.isdir(local):
+            print(f"error: no journal directory at {args.journal!r}", file=sys.stderr)
+            return EXIT_USAGE
+    if os.path.isfile(args.out):
+        print(f"error: OUT {args.out!r} is a file, not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    from .session import SparkUnavailable, spark_session
+
+    t0 = time.perf_counter()
+    try:
+        spark = spark_session(args.master, args.shuffle_partitions, verbose=args.verbose)
+    except SparkUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    _progress(
+        f"[session] Spark {spark.version}, master {spark.sparkContext.master} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
+    from . import job
+
+    try:
+        summary = job.run(spark, args.journal, args.out, args.reader, args.grace_ms, _progress)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        spark.stop()
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(text_summary(summary, args.out))
+    return EXIT_CLEAN if summary["clean"] else EXIT_FOUND
+
+
+def text_summary(s: dict, out: str) -> str:
+    """The summary a person reads at the end of a run."""
+    lat = s["lateness_ms"]
+    lines = [
+        f"journal {s['journal']}: {s['records']:,} records in {s['epochs']} epochs, "
+        f"{s['rejects']:,} rejects",
+    ]
+    for typ, t in sorted(s["timers"].items()):
+        lines.append(
+            f"  {typ:<11} {t['n']:>10,}  ran {t['ran']:,}  cancelled {t['cancelled']:,}  "
+            f"completed {t['completed']:,}  expired {t['expired']:,}  pending {t['pending']:,}"
+            f"  runs {t['runs']:,}  repeats in the crash window {t['repeats_in_window']:,}"
+        )
+    if lat["fires"]:
+        lines.append(
+            f"  lateness ms: p50 {lat['p50_ms']:.3f}  p99 {lat['p99_ms']:.3f}  "
+            f"p99.9 {lat['p999_ms']:.3f}  max {lat['max_ms']:.3f}  ({lat['fires']:,} fires)"
+        )
+    for rule, n in sorted(s["violations_by_rule"].items()):
+        lines.append(f"  VIOLATION {rule}: {n:,}")
+    for v in s["violation_sample"][:5]:
+        lines.append(f"    {v['rule']}: {v['detail']}")
+    for r in s["reject_sample"][:5]:
+        lines.append(f"  REJECT {r}")
+    verdict = "clean" if s["clean"] else "NOT clean"
+    lines.append(f"{verdict}; tables and report under {out} (report/index.md)")
+    return "\n".join(lines)

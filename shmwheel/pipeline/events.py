@@ -1,0 +1,218 @@
+"""The journal as Arrow: one table of events per segment, built from the rows of the one
+decoder (``shmwheel.journal.reader``) with numpy, never a Python loop per record.
+
+This module owns the pipeline's table encoding: the column names, their types and what
+each holds (``COLUMNS``), and how a segment's records and rejects become one Arrow record
+batch (``segment_batch``). Both entry points (the ``shmwheel-journal`` data source and the
+``binaryFile`` + ``mapInArrow`` reader) call ``segment_batch``, so they give the same rows.
+
+A reject (a torn tail, a bad CRC, a foreign file, ...) is a row of kind ``"reject"`` with
+the file, the byte offset and the reason; nothing the decoder could not read is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..journal import format as F
+from ..journal.reader import Segment
+
+#: the event table: (column, Arrow type, Spark DDL type, what it holds). A column that does
+#: not apply to a row's kind is null.
+COLUMNS: tuple[tuple[str, pa.DataType, str, str], ...] = (
+    ("file", pa.string(), "string", "the segment file's path"),
+    ("offset", pa.int64(), "bigint", "the record's byte offset in its file"),
+    ("epoch", pa.int32(), "int", "the service run that wrote it (the header's epoch)"),
+    ("role", pa.string(), "string", "the writer: coordinator, reaper or recovery"),
+    ("writer_pid", pa.int64(), "bigint", "the writer's process id"),
+    (
+        "kind",
+        pa.string(),
+        "string",
+        "scheduled, cancelled, fired, outcome, watched, completed, expired, or reject",
+    ),
+    ("id", pa.int64(), "bigint", "the timer's (or operation's) id"),
+    ("t_us", pa.int64(), "bigint", "when the writer recorded it (monotonic us)"),
+    ("wall_us", pa.int64(), "bigint", "the same instant on the wall clock (us since 1970)"),
+    ("run", pa.int32(), "int", "scheduled, fired, outcome: the run (from 1; 0 unknown)"),
+    (
+        "deadline_ms",
+        pa.int64(),
+        "bigint",
+        "scheduled, fired: the run's deadline; watched: the timeout (monotonic ms)",
+    ),
+    ("task", pa.string(), "string", "scheduled: the task's name"),
+    ("producer", pa.int64(), "bigint", "scheduled: the client's pid (0: re-armed)"),
+    ("flags", pa.int32(), "int", "scheduled: 1 keyed, 8 repeating, 256 re-armed"),
+    ("period_ms", pa.int64(), "bigint", "scheduled: the period (0: a one-shot)"),
+    ("outcome", pa.string(), "string", "outcome: ok, error or crashed"),
+    ("duration_us", pa.int64(), "bigint", "outcome: the task's duration"),
+    ("next_deadline_ms", pa.int64(), "bigint", "outcome: the next run's deadline (-1: none)"),
+    ("required", pa.int32(), "int", "watched: the amount that completes it"),
+    ("keys", pa.int32(), "int", "watched: how many keys it watches"),
+    ("on_complete", pa.string(), "string", "watched: the task run when it completes"),
+    ("on_expire", pa.string(), "string", "watched: the task run when it expires"),
+    ("payload_bytes", pa.int32(), "int", "scheduled, watched: the payload's size"),
+    ("reason", pa.string(), "string", "reject: why the bytes were not read as a record"),
+)
+NAMES = tuple(c[0] for c in COLUMNS)
+ARROW_SCHEMA = pa.schema([(c[0], c[1]) for c in COLUMNS])
+DDL = ", ".join(f"{c[0]} {c[2]}" for c in COLUMNS)
+REJECT = "reject"
+
+_KINDS = np.array(
+    [F.KIND_NAMES.get(k, "") for k in range(max(F.KIND_NAMES) + 1)] + [REJECT], dtype=object
+)
+_OUTCOMES = [F.OUTCOMES.get(k, "") for k in range(max(F.OUTCOMES) + 1)]
+_NO_TASK = 0xFFFF  # watched: on_complete / on_expire not given
+
+# where field k of a record is in a reader row (reader.Segment.rows): column 3 + k
+_BLOB_LEN = 12
+
+
+def _field(kind: int, name: str) -> int:
+    return 3 + F.FIELDS[kind].index(name)
+
+
+def _int_column(
+    rows: np.ndarray, kinds: np.ndarray, sources: dict[int, int], dtype: pa.DataType
+) -> pa.Array:
+    """One int column: for each kind in `sources`, row column sources[kind]; else null."""
+    values = np.zeros(len(rows), np.int64)
+    valid = np.zeros(len(rows), bool)
+    for kind, col in sources.items():
+        m = kinds == kind
+        values[m] = rows[m, col]
+        valid |= m
+    return pa.array(values, type=pa.int64(), mask=~valid).cast(dtype)
+
+
+def _names(index: np.ndarray, valid: np.ndarray, names: Sequence[str]) -> pa.Array:
+    """Strings by index into `names` (an index out of range is null)."""
+    valid = valid & (index >= 0) & (index < len(names))
+    idx = pa.array(np.where(valid, index, 0).astype(np.int32), mask=~valid)
+    return pa.DictionaryArray.from_arrays(idx, pa.array(list(names) or [""], pa.string())).cast(
+        pa.string()
+    )
+
+
+def _repeat(value: object, n: int, typ: pa.DataType) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, typ)
+    if typ == pa.string():
+        return pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array([value], typ)
+        ).cast(typ)
+    return pa.array(np.full(n, value, np.int64)).cast(typ)
+
+
+def segment_batch(seg: Segment, columns: Sequence[str] = NAMES) -> pa.RecordBatch:
+    """One segment's events and rejects as one Arrow record batch with `columns` (a
+    subset of NAMES, in that order): the records first, in file order, then one row per
+    reject."""
+    rows, hdr = seg.rows, seg.header or {}
+    kinds = rows[:, 2]
+    n, nrej = len(rows), len(seg.rejects)
+    tasks = list(hdr.get("tasks", ()))
+    mono0, wall0 = hdr.get("mono_us"), hdr.get("wall_us")
+    sched, watched, outcome = kinds == F.SCHEDULED, kinds == F.WATCHED, kinds == F.OUTCOME
+    everything = np.ones(n, bool)
+
+    def build(name: str) -> pa.Array:
+        if name == "file":
+            return _repeat(seg.path, n, pa.string())
+        if name == "offset":
+            return pa.array(rows[:, 0])
+        if name == "epoch":
+            return _repeat(hdr.get("epoch"), n, pa.int32())
+        if name == "role":
+            return _repeat(F.ROLES.get(hdr.get("role", 0)), n, pa.string())
+        if name == "writer_pid":
+            return _repeat(hdr.get("pid"), n, pa.int64())
+        if name == "kind":
+            return _names(kinds, everything, list(_KINDS))
+        if name in ("id", "t_us"):
+            return pa.array(rows[:, 3 if name == "id" else 4])
+        if name == "wall_us":
+            if mono0 is None or wall0 is None:
+                return pa.nulls(n, pa.int64())
+            return pa.array(rows[:, 4] - mono0 + wall0)
+        if name == "task":
+            return _names(rows[:, _field(F.SCHEDULED, "task")], sched, tasks)
+        if name in ("on_complete", "on_expire"):
+            idx = rows[:, _field(F.WATCHED, name)]
+            return _names(idx, watched & (idx != _NO_TASK), tasks)
+        if name == "outcome":
+            return _names(rows[:, _field(F.OUTCOME, "outcome")], outcome, _OUTCOMES)
+        if name == "reason":
+            return pa.nulls(n, pa.string())
+        if name == "payload_bytes":
+            return _int_column(
+                rows, kinds, {F.SCHEDULED: _BLOB_LEN, F.WATCHED: _BLOB_LEN}, pa.int32()
+            )
+        typ = ARROW_SCHEMA.field(name).type
+        sources = {k: 3 + f.index(name) for k, f in F.FIELDS.items() if name in f and k != F.HEADER}
+        return _int_column(rows, kinds, sources, typ)
+
+    arrays = []
+    for name in columns:
+        typ = ARROW_SCHEMA.field(name).type
+        events = build(name) if n else pa.array([], typ)
+        if nrej:
+            events = pa.concat_arrays([events.cast(typ), _reject_column(seg, name, typ)])
+        arrays.append(events.cast(typ))
+    return pa.RecordBatch.from_arrays(
+        arrays, schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+    )
+
+
+def _reject_column(seg: Segment, name: str, typ: pa.DataType) -> pa.Array:
+    hdr = seg.header or {}
+    values: list[object]
+    if name == "file":
+        values = [r.file for r in seg.rejects]
+    elif name == "offset":
+        values = [r.offset for r in seg.rejects]
+    elif name == "reason":
+        values = [r.reason for r in seg.rejects]
+    elif name == "kind":
+        values = [REJECT] * len(seg.rejects)
+    elif name == "epoch":
+        values = [hdr.get("epoch")] * len(seg.rejects)
+    elif name == "role":
+        values = [F.ROLES.get(hdr.get("role", 0))] * len(seg.rejects)
+    elif name == "writer_pid":
+        values = [hdr.get("pid")] * len(seg.rejects)
+    else:
+        return pa.nulls(len(seg.rejects), typ)
+    return pa.array(values, typ)
+
+
+def check_columns(columns: Sequence[str]) -> list[str]:
+    """The columns asked for, checked against the table (a clear error names the bad one)."""
+    unknown = [c for c in columns if c not in NAMES]
+    if unknown:
+        raise ValueError(
+            f"unknown journal column(s) {', '.join(map(repr, unknown))}; the columns are "
+            f"{', '.join(NAMES)}"
+        )
+    return list(columns)
+
+
+def plan_partitions(paths: Sequence[str], target_bytes: int) -> list[list[str]]:
+    """Group segment files (oldest first) into partitions of about `target_bytes`: a large
+    segment is a partition of its own, small ones are grouped."""
+    parts: list[list[str]] = []
+    size = 0
+    for p in paths:
+        s = os.path.getsize(p)
+        if not parts or size + s > target_bytes:
+            parts.append([])
+            size = 0
+        parts[-1].append(p)
+        size += s
+    return parts

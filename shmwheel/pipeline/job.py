@@ -1,0 +1,166 @@
+"""The audit job's stages: read the journal once, check it, write the tables and the report.
+
+    read     the journal through one of the two entry points, cached once
+    scope    the journal's extent and the records of each kind
+    events   events/ and rejects/ (Parquet)
+    timers   the per-run and per-timer aggregates (two shuffles), cached
+    rules    violations/
+    figures  lateness/, throughput/, per_producer/, per_task/, the operations
+    report   report/summary.json, the plots, report/index.md
+
+Each stage reports one progress line (``progress``); ``run`` returns the summary dict.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pyspark import StorageLevel
+from pyspark.sql import functions as f
+
+from . import audit as A
+from . import events as E
+from . import timers as T
+from .datasource import NAME, binaryfile_events, segment_paths
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+READERS = ("datasource", "binaryfile")
+TABLES = ("events", "violations", "lateness", "throughput", "per_producer", "per_task", "rejects")
+SAMPLE = 20  # violations and rejects shown in the summary
+
+
+def read_journal(
+    spark: SparkSession,
+    journal: str,
+    reader: str = "datasource",
+    columns: tuple[str, ...] = A.COLUMNS,
+) -> DataFrame:
+    """The journal's events (rejects included) through the entry point `reader`."""
+    if reader == "datasource":
+        if "://" not in journal:
+            segment_paths(journal)  # a clear error before Spark plans anything
+        ddl = ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in columns)
+        return spark.read.format(NAME).schema(ddl).load(journal)
+    if reader == "binaryfile":
+        return binaryfile_events(spark, journal, columns)
+    raise ValueError(f"unknown reader {reader!r}: use one of {', '.join(READERS)}")
+
+
+def run(
+    spark: SparkSession,
+    journal: str,
+    out: str,
+    reader: str = "datasource",
+    grace_ms: int = A.DEFAULT_GRACE_MS,
+    progress: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Audit `journal` into `out` (see the module docstring); the summary."""
+    t0 = time.perf_counter()
+    clock = [t0]
+
+    def stage(name: str, what: str) -> None:
+        now = time.perf_counter()
+        progress(f"[{name}] {what} ({now - clock[0]:.1f} s)")
+        clock[0] = now
+
+    mode = "overwrite"
+    events_dir = os.path.join(out, "events")
+    # one decoding pass: the journal's table goes to events/ as it is read (reject rows
+    # included, kind "reject"); everything after reads the columns it needs from Parquet
+    read_journal(spark, journal, reader).write.mode(mode).parquet(events_dir)
+    table = spark.read.parquet(events_dir)
+    events = table.filter(f.col("kind") != E.REJECT)
+    stage("read", "the journal decoded into events/")
+
+    win = A.windows(table).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [win]
+    try:
+        sc, kinds = A.scope(win, grace_ms)
+        records = sum(n for k, n in kinds.items() if k != E.REJECT)
+        rejects = table.filter(f.col("kind") == E.REJECT).select(
+            "file", "offset", "epoch", "reason"
+        )
+        rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
+        stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
+
+        timers = T.per_timer(events, sc).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(timers)
+        tally = A.timer_tally(timers, sc)
+        stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations")
+
+        viol = A.violations(timers, sc).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(viol)
+        viol.write.mode(mode).parquet(os.path.join(out, "violations"))
+        by_rule = {
+            r["rule"]: int(r["n"])
+            for r in viol.groupBy("rule").agg(f.count("*").alias("n")).collect()
+        }
+        sample = [r.asDict() for r in viol.orderBy("rule", "id").limit(SAMPLE).collect()]
+        stage("rules", f"{sum(by_rule.values()):,} violations")
+
+        lat, thr = A.lateness_tables(win)
+        lat.write.mode(mode).parquet(os.path.join(out, "lateness"))
+        thr.write.mode(mode).parquet(os.path.join(out, "throughput"))
+        prod, task = A.per_producer(timers), A.per_task(timers)
+        prod.write.mode(mode).parquet(os.path.join(out, "per_producer"))
+        task.write.mode(mode).parquet(os.path.join(out, "per_task"))
+        overall = A.overall_lateness(events)
+        ops = A.operations(timers)
+        small = {
+            "lateness": lat.toPandas(),
+            "throughput": thr.toPandas(),
+            "per_task": task.toPandas(),
+            "per_producer": prod.toPandas(),
+        }
+        stage("figures", "lateness, throughput, per producer, per task, operations")
+
+        rej_list = [
+            f"{r['file']} at byte {r['offset']}: {r['reason']}"
+            for r in rejects.orderBy("file", "offset").limit(SAMPLE).collect()
+        ]
+        summary = {
+            "journal": journal,
+            "reader": reader,
+            "records": records,
+            "records_by_kind": {k: n for k, n in kinds.items() if k != E.REJECT and n},
+            "rejects": kinds.get(E.REJECT, 0),
+            "reject_sample": rej_list,
+            "epochs": sc.final_epoch,
+            "span_s": (sc.end_us - sc.start_us) / 1e6,
+            "grace_ms": grace_ms,
+            "timers": tally,
+            "violations": sum(by_rule.values()),
+            "violations_by_rule": by_rule,
+            "violation_sample": sample,
+            "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
+            "operations": ops,
+            "per_task": _records(small["per_task"]),
+            "clean": not by_rule and not kinds.get(E.REJECT, 0),
+        }
+        from .report import write_report
+
+        write_report(out, summary, small, overall["cdf"])
+        summary["seconds"] = time.perf_counter() - t0
+        stage("report", f"report/ written; {summary['seconds']:.1f} s in all")
+        return summary
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+def _records(df: Any) -> list[dict[str, Any]]:
+    return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+def _plain(v: Any) -> Any:
+    """A value json can write (numpy scalars, NaN as None)."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and v != v:
+        return None
+    return v

@@ -1,0 +1,117 @@
+"""The pipeline's SparkSession: embedded by default, unchanged under ``spark-submit``.
+
+The master is never fixed in code when Spark was launched by ``spark-submit`` (settings
+made in code override its flags): then the session takes what ``--master`` and ``--conf``
+said. Run as a plain ``python -m shmwheel.pipeline``, the session is embedded
+(``local[*]``) unless ``--master`` names one, and ``PYSPARK_PYTHON`` is set to the running
+interpreter so Spark's Python workers import this very shmwheel. Logs are quiet (errors
+only) unless ``verbose``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("shmwheel.pipeline")
+
+_LOG4J = os.path.join(os.path.dirname(__file__), "log4j2-quiet.properties")
+
+
+class SparkUnavailable(RuntimeError):
+    """PySpark or Java is missing: the message says what to install."""
+
+
+def under_spark_submit() -> bool:
+    """Whether this Python driver was started by spark-submit (its JVM is already up)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def check_java() -> None:
+    """Java 17+ must be on PATH (or JAVA_HOME) for an embedded session."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise SparkUnavailable(
+            "the audit pipeline runs on Spark, which needs Java 17 or later: install it "
+            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SparkUnavailable(f"could not run {java} -version: {e}") from None
+    text = out.stderr + out.stdout
+    major = _java_major(text)
+    if major is not None and major < 17:
+        raise SparkUnavailable(f"Spark 4 needs Java 17 or later; {java} is Java {major}")
+
+
+def _java_major(version_text: str) -> int | None:
+    import re
+
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', version_text)
+    if not m:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major  # "1.8.0" is Java 8
+
+
+def spark_session(
+    master: str | None = None,
+    shuffle_partitions: int | None = None,
+    app_name: str = "shmwheel-audit",
+    verbose: bool = False,
+) -> SparkSession:
+    """The session the audit runs in (see the module docstring); the data source is
+    registered in it."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailable(
+            "the audit pipeline needs PySpark: pip install 'shmwheel[spark]'"
+        ) from None
+    builder = SparkSession.builder.appName(app_name)
+    if not under_spark_submit():
+        check_java()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        builder = builder.master(master or "local[*]")
+        builder = builder.config("spark.ui.enabled", "false")
+        builder = builder.config(
+            "spark.driver.memory", os.environ.get("SHMWHEEL_SPARK_MEMORY", "6g")
+        )
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
+        if not verbose:
+            opts = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+            builder = builder.config("spark.driver.extraJavaOptions", opts)
+            builder = builder.config("spark.executor.extraJavaOptions", opts)
+        if master and not master.startswith("local"):
+            # a cluster's executors run this interpreter too (same path on every host)
+            builder = builder.config("spark.pyspark.python", sys.executable)
+    elif master:
+        log.warning("--master %s ignored: spark-submit's --master decides", master)
+    if shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    elif not under_spark_submit():
+        builder = builder.config("spark.sql.shuffle.partitions", str(default_partitions()))
+    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    spark = builder.getOrCreate()
+    if not verbose:
+        spark.sparkContext.setLogLevel("ERROR")
+    from .datasource import register
+
+    register(spark)
+    return spark
+
+
+def default_partitions() -> int:
+    """Shuffle partitions for an embedded session: a few per core (Spark's 200 suits a
+    cluster, not two cores)."""
+    return max(4, 2 * (os.cpu_count() or 1))
