@@ -84,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.isfile(args.out):
         print(f"error: OUT {args.out!r} is a file, not a directory", file=sys.stderr)
         return EXIT_USAGE
-    from .session import SparkUnavailable, spark_session
+    from .session import SparkUnavailable, active_session, spark_session
 
     t0 = time.perf_counter()
+    embedder = active_session()  # a session already running (a notebook, a test) stays up
     try:
         spark = spark_session(args.master, args.shuffle_partitions, verbose=args.verbose)
     except SparkUnavailable as e:
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     finally:
-        spark.stop()
+        if embedder is None:
+            spark.stop()
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:

@@ -111,6 +111,15 @@ def spark_session(
     return spark
 
 
+def active_session() -> SparkSession | None:
+    """The SparkSession already running in this process, if any (None without PySpark)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    return SparkSession.getActiveSession()
+
+
 def default_partitions() -> int:
     """Shuffle partitions for an embedded session: a few per core (Spark's 200 suits a
     cluster, not two cores)."""

@@ -1,0 +1,142 @@
+"""A real journal to audit: a service run with timers, cancels, repeating timers, failing
+tasks and purgatory operations, recorded with ``TimerService(journal=DIR)`` and kept whole
+(retention off). ``python -m shmwheel.bench --journal-audit`` and the tests use it; the
+returned counts are what the audit must find.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+log = logging.getLogger("shmwheel.pipeline")
+
+TASKS = {
+    "noop": "shmwheel.examples.tasks:noop",
+    "fail": "shmwheel.examples.tasks:fail",
+}
+
+
+@dataclass
+class DemoCounts:
+    """What the run did: what an audit of its journal must count."""
+
+    one_shots: int = 0  # scheduled one-shot timers
+    cancelled: int = 0  # of which cancel() returned True
+    failing: int = 0  # one-shots (not cancelled) whose task raises
+    repeating: int = 0
+    repeating_runs: int = 0  # runs of the repeating timers with an outcome
+    operations: int = 0
+    completed: int = 0  # operations completed by check_and_complete
+    expired: int = 0
+    records: int = 0  # records the journal holds
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def write_demo_journal(
+    directory: str,
+    one_shots: int = 2000,
+    repeating: int = 4,
+    operations: int = 200,
+    spread_ms: float = 300.0,
+    seed: int = 1,
+) -> DemoCounts:
+    """Run a service on `directory` (a new journal) and stop it once every timer has its
+    outcome; returns what was done. A tenth of the one-shots are cancelled before they
+    are due, a tenth run the failing task, the repeating timers run every 10 ms until
+    cancelled, half the operations are completed and half expire."""
+    from .. import TimerService
+    from .. import journal as J
+
+    rng = np.random.default_rng(seed)
+    n = DemoCounts()
+    cap = max(1024, 2 * (one_shots + operations + repeating))
+    # the failing task's tracebacks are expected: the service processes log errors only
+    level = os.environ.get("SHMWHEEL_LOG_LEVEL")
+    os.environ["SHMWHEEL_LOG_LEVEL"] = "CRITICAL"
+    try:
+        svc = TimerService(
+            tasks=TASKS,
+            capacity=cap,
+            executors=1,
+            journal=directory,
+            journal_keep_hours=1e6,  # keep every segment: the audit reads the whole history
+            journal_fsync="none",
+        )
+        svc.start()
+    finally:
+        if level is None:
+            del os.environ["SHMWHEEL_LOG_LEVEL"]
+        else:
+            os.environ["SHMWHEEL_LOG_LEVEL"] = level
+    try:
+        c = svc.client()
+        try:
+            reps = [c.schedule("noop", i, delay_ms=5.0, every_ms=10.0) for i in range(repeating)]
+            n.repeating = repeating
+            chunk = 5000
+            for start in range(0, one_shots, chunk):
+                k = min(chunk, one_shots - start)
+                delays = rng.uniform(0, spread_ms, k)
+                fail = rng.random(k) < 0.1
+                cancel = (rng.random(k) < 0.1) & ~fail
+                delays[cancel] += 60_000.0  # not due before the cancel
+                ok = c.schedule_many("noop", delays[~fail])
+                c.schedule_many("fail", delays[fail])
+                n.cancelled += int(np.count_nonzero(c.cancel_many(ok.ids[cancel[~fail]])))
+                n.failing += int(np.count_nonzero(fail))
+            n.one_shots = one_shots
+            keys = [f"job:{i}" for i in range(operations)]
+            for i, key in enumerate(keys):
+                timeout = 50.0 if i % 2 else 60_000.0
+                c.watch([key], timeout, on_complete="noop", on_expire="noop", payload=i)
+            n.operations = operations
+            for key in keys[::2]:
+                n.completed += c.check_and_complete(key)
+            n.expired = operations - n.completed
+            time.sleep(0.06)  # let the repeating timers run a few times
+            for h in reps:
+                h.cancel()
+            expect_runs = (one_shots - n.cancelled) + operations
+            give_up = time.monotonic() + 60
+            while time.monotonic() < give_up:
+                s = svc.stats()
+                done = s["completed"] + s["task_errors"] + s["crashed"]
+                if s["pending"] == 0 and done >= expect_runs:
+                    break
+                time.sleep(0.02)
+            else:
+                raise TimeoutError("the demo service did not finish its timers in 60 s")
+        finally:
+            c.close()
+        time.sleep(0.05)  # the reaper settles the last outcomes before the stop
+    finally:
+        svc.stop()
+    records = 0
+    for seg in J.read(directory):
+        records += len(seg.rows)
+    n.records = records
+    n.repeating_runs = _count_repeating_runs(directory)
+    log.info("demo journal in %s: %s", directory, n.as_dict())
+    return n
+
+
+def _count_repeating_runs(directory: str) -> int:
+    """Outcomes of the repeating timers' runs, as the journal has them."""
+    from .. import journal as J
+
+    recs = list(J.records(directory))
+    ids = {r["id"] for r in recs if r["kind"] == "scheduled" and r["period_ms"] > 0}
+    return sum(1 for r in recs if r["kind"] == "outcome" and r["id"] in ids)
+
+
+def default_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="shmwheel-journal-", dir=os.environ.get("TMPDIR"))
