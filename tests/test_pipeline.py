@@ -42,8 +42,8 @@ T0 = 50_000_000_000  # monotonic us at the journal's start
 TASKS = ["noop", "fail"]
 
 
-def _writer(d: Path, role: str) -> SegmentWriter:
-    return SegmentWriter(JournalOptions(str(d), "none", epoch=1), role, "svc-test", TASKS, 1)
+def _writer(d: Path, role: str, epoch: int = 1) -> SegmentWriter:
+    return SegmentWriter(JournalOptions(str(d), "none", epoch=epoch), role, "svc-test", TASKS, 1)
 
 
 def synthetic(d: Path, faults: bool) -> dict[str, object]:
@@ -189,9 +189,7 @@ def test_schema_is_the_projection_and_partitions_follow_segments(spark, tmp_path
 
 
 # -- the audit ------------------------------------------------------------------------------
-def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(
-    spark, demo, tmp_path
-):
+def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spark, demo, tmp_path):
     journal, n = demo
     s = _audit(spark, journal, tmp_path / "out")
     assert s["clean"], (s["violations_by_rule"], s["reject_sample"])
@@ -245,8 +243,7 @@ def test_a_run_repeated_after_a_crash_is_inside_the_window_unless_it_had_an_outc
     d = tmp_path / "j"
     d.mkdir()
     for epoch in (1, 2):
-        co = SegmentWriter(JournalOptions(str(d), "none", epoch=epoch), "coordinator", "s", TASKS, 1)
-        re = SegmentWriter(JournalOptions(str(d), "none", epoch=epoch), "reaper", "s", TASKS, 1)
+        co, re = _writer(d, "coordinator", epoch), _writer(d, "reaper", epoch)
         for i, dl in ((1, 1000), (2, 1000)):
             co.append(F.body(F.SCHEDULED, i, 500_000, dl, 0, 1, 256 * (epoch - 1), 0, 1, b"\xc0"))
             re.append(F.body(F.FIRED, i, dl * 1000 + epoch, 1, dl))
