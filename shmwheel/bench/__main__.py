@@ -707,8 +707,26 @@ def main(argv: list[str] | None = None) -> int:
         help="write PNG charts to DIR (lateness CDF, rates, cost vs pending; "
         "needs matplotlib: pip install 'shmwheel[bench]')",
     )
+    ap.add_argument(
+        "--journal-audit",
+        action="store_true",
+        help="instead of the workloads: write a journal from a service run and audit it "
+        "with the PySpark pipeline (pip install 'shmwheel[spark]'; Java 17+), beside a "
+        "single-process pandas pass",
+    )
+    ap.add_argument(
+        "--audit-timers",
+        type=int,
+        default=20_000,
+        help="one-shot timers of the --journal-audit run (default 20,000)",
+    )
+    ap.add_argument("--audit-out", metavar="DIR", help="keep the audit's tables and report")
     args = ap.parse_args(argv)
 
+    if args.journal_audit:
+        from . import journal_audit
+
+        return journal_audit.run(args.audit_timers, args.audit_out, None, keep=False)
     if args.plot:
         try:
             import matplotlib  # noqa: F401
