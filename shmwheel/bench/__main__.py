@@ -726,7 +726,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.journal_audit:
         from . import journal_audit
 
-        return journal_audit.run(args.audit_timers, args.audit_out, None, keep=False)
+        return journal_audit.run(args.audit_timers, args.audit_out)
     if args.plot:
         try:
             import matplotlib  # noqa: F401

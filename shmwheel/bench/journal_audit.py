@@ -69,8 +69,9 @@ def pandas_pass(journal: str) -> dict[str, Any]:
     }
 
 
-def run(one_shots: int, out: str | None, master: str | None, keep: bool) -> int:
-    """Write a demo journal, audit it with Spark, run the pandas pass; print both."""
+def run(one_shots: int, out: str | None, master: str | None = None) -> int:
+    """Write a demo journal, audit it with Spark, run the pandas pass; print both. The
+    journal (and the audit's output, unless `out` names a directory to keep) is deleted."""
     from ..pipeline import job
     from ..pipeline.cli import text_summary
     from ..pipeline.demo import write_demo_journal
@@ -107,7 +108,4 @@ def run(one_shots: int, out: str | None, master: str | None, keep: bool) -> int:
         )
         return 0 if s["clean"] else 1
     finally:
-        if not keep:
-            shutil.rmtree(journal, ignore_errors=True)
-            if out.startswith(work):
-                shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)

@@ -64,6 +64,8 @@ COLUMNS = (
     "reason",
 )
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
+#: the name of each quantile's figure: p50, p90, p99, p999
+QNAMES = ("p50", "p90", "p99", "p999")
 DEFAULT_GRACE_MS = 10_000
 
 
@@ -229,7 +231,7 @@ def scope(win: DataFrame, grace_ms: int) -> tuple[Scope, dict[str, int]]:
 
 def lateness_tables(win: DataFrame) -> tuple[DataFrame, DataFrame]:
     """The lateness/ and throughput/ tables from the per-window aggregate."""
-    names = ["p50_ms", "p90_ms", "p99_ms", "p999_ms"]
+    names = [f"{q}_ms" for q in QNAMES]
     win = win.filter(f.col("window").isNotNull()).orderBy("window")
     lat = win.filter(f.col("fired") > 0).select(
         "window", "fired", *[f.col("q")[i].alias(n) for i, n in enumerate(names)], "max_ms"
@@ -257,10 +259,7 @@ def overall_lateness(events: DataFrame) -> dict[str, Any]:
     at = dict(zip(qs, values, strict=False))
     return {
         "fires": int(row["n"]),
-        **{
-            f"p{str(q * 100).rstrip('0').rstrip('.').replace('.', '')}_ms": at.get(q)
-            for q in QUANTILES
-        },
+        **{f"{name}_ms": at.get(q) for q, name in zip(QUANTILES, QNAMES, strict=True)},
         "max_ms": row["max"],
         "min_ms": row["min"],
         "cdf": [[q, v] for q, v in zip(qs, values, strict=False)],
@@ -327,10 +326,7 @@ def operations(timers: DataFrame) -> dict[str, Any]:
         - int(row["expired"])
         - int(row["cancelled"]),
         "time_to_complete_ms": {
-            **{
-                f"p{str(x * 100).rstrip('0').rstrip('.').replace('.', '')}": v
-                for x, v in zip(QUANTILES, q, strict=True)
-            },
+            **dict(zip(QNAMES, q, strict=True)),
             "max": row["max"],
         },
     }

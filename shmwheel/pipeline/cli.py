@@ -77,9 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     if "://" not in args.journal or args.journal.startswith("file://"):
-        local = args.journal.removeprefix("file://")
-        if not os.path.isdir(local):
-            print(f"error: no journal directory at {args.journal!r}", file=sys.stderr)
+        from .events import segment_paths
+
+        try:  # before Spark starts: a missing or empty journal costs no session
+            segment_paths(args.journal.removeprefix("file://"))
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
             return EXIT_USAGE
     if os.path.isfile(args.out):
         print(f"error: OUT {args.out!r} is a file, not a directory", file=sys.stderr)

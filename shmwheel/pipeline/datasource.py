@@ -71,27 +71,13 @@ class _JournalReader(DataSourceReader):
         self.path, self.columns, self.target = path, columns, target_bytes
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [_Files(p) for p in E.plan_partitions(segment_paths(self.path), self.target)]
+        return [_Files(p) for p in E.plan_partitions(E.segment_paths(self.path), self.target)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from ..journal.reader import read_segment
 
         for path in partition.value:
             yield from _chunks(E.segment_batch(read_segment(path), self.columns))
-
-
-def segment_paths(directory: str) -> list[str]:
-    """The journal's segment files, oldest first; a clear error if there are none."""
-    import os
-
-    from ..journal.format import segment_files
-
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"no journal directory at {directory!r}")
-    paths = segment_files(directory)
-    if not paths:
-        raise FileNotFoundError(f"{directory!r} holds no journal segments (*.shwj)")
-    return paths
 
 
 def _chunks(batch: pa.RecordBatch, rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:

@@ -134,9 +134,3 @@ def _count_repeating_runs(directory: str) -> int:
     recs = list(J.records(directory))
     ids = {r["id"] for r in recs if r["kind"] == "scheduled" and r["period_ms"] > 0}
     return sum(1 for r in recs if r["kind"] == "outcome" and r["id"] in ids)
-
-
-def default_dir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="shmwheel-journal-", dir=os.environ.get("TMPDIR"))

@@ -121,18 +121,13 @@ def segment_batch(seg: Segment, columns: Sequence[str] = NAMES) -> pa.RecordBatc
     mono0, wall0 = hdr.get("mono_us"), hdr.get("wall_us")
     sched, watched, outcome = kinds == F.SCHEDULED, kinds == F.WATCHED, kinds == F.OUTCOME
     everything = np.ones(n, bool)
+    per_file = _per_file(seg)
 
     def build(name: str) -> pa.Array:
-        if name == "file":
-            return _repeat(seg.path, n, pa.string())
+        if name in per_file:
+            return _repeat(per_file[name], n, ARROW_SCHEMA.field(name).type)
         if name == "offset":
             return pa.array(rows[:, 0])
-        if name == "epoch":
-            return _repeat(hdr.get("epoch"), n, pa.int32())
-        if name == "role":
-            return _repeat(F.ROLES.get(hdr.get("role", 0)), n, pa.string())
-        if name == "writer_pid":
-            return _repeat(hdr.get("pid"), n, pa.int64())
         if name == "kind":
             return _names(kinds, everything, list(_KINDS))
         if name in ("id", "t_us"):
@@ -161,35 +156,40 @@ def segment_batch(seg: Segment, columns: Sequence[str] = NAMES) -> pa.RecordBatc
     arrays = []
     for name in columns:
         typ = ARROW_SCHEMA.field(name).type
-        events = build(name) if n else pa.array([], typ)
+        col = build(name).cast(typ) if n else pa.array([], typ)
         if nrej:
-            events = pa.concat_arrays([events.cast(typ), _reject_column(seg, name, typ)])
-        arrays.append(events.cast(typ))
+            col = pa.concat_arrays([col, _reject_column(seg, per_file, name, typ)])
+        arrays.append(col)
     return pa.RecordBatch.from_arrays(
         arrays, schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns])
     )
 
 
-def _reject_column(seg: Segment, name: str, typ: pa.DataType) -> pa.Array:
+def _per_file(seg: Segment) -> dict[str, object]:
+    """The columns every row of a segment shares (its records' and its rejects')."""
     hdr = seg.header or {}
-    values: list[object]
-    if name == "file":
-        values = [r.file for r in seg.rejects]
-    elif name == "offset":
-        values = [r.offset for r in seg.rejects]
-    elif name == "reason":
-        values = [r.reason for r in seg.rejects]
-    elif name == "kind":
-        values = [REJECT] * len(seg.rejects)
-    elif name == "epoch":
-        values = [hdr.get("epoch")] * len(seg.rejects)
-    elif name == "role":
-        values = [F.ROLES.get(hdr.get("role", 0))] * len(seg.rejects)
-    elif name == "writer_pid":
-        values = [hdr.get("pid")] * len(seg.rejects)
-    else:
-        return pa.nulls(len(seg.rejects), typ)
-    return pa.array(values, typ)
+    return {
+        "file": seg.path,
+        "epoch": hdr.get("epoch"),
+        "role": F.ROLES.get(hdr.get("role", 0)),
+        "writer_pid": hdr.get("pid"),
+    }
+
+
+def _reject_column(
+    seg: Segment, per_file: dict[str, object], name: str, typ: pa.DataType
+) -> pa.Array:
+    """Column `name` of a segment's reject rows: offset, reason, the per-file values."""
+    k = len(seg.rejects)
+    if name == "offset":
+        return pa.array([r.offset for r in seg.rejects], typ)
+    if name == "reason":
+        return pa.array([r.reason for r in seg.rejects], typ)
+    if name == "kind":
+        return pa.array([REJECT] * k, typ)
+    if name in per_file:
+        return _repeat(per_file[name], k, typ)
+    return pa.nulls(k, typ)
 
 
 def check_columns(columns: Sequence[str]) -> list[str]:
@@ -201,6 +201,17 @@ def check_columns(columns: Sequence[str]) -> list[str]:
             f"{', '.join(NAMES)}"
         )
     return list(columns)
+
+
+def segment_paths(directory: str) -> list[str]:
+    """A journal directory's segment files, oldest first; FileNotFoundError (with a clear
+    message) if there is no such directory or it holds no segment."""
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no journal directory at {directory!r}")
+    paths = F.segment_files(directory)
+    if not paths:
+        raise FileNotFoundError(f"{directory!r} holds no journal segments (*.shwj)")
+    return paths
 
 
 def plan_partitions(paths: Sequence[str], target_bytes: int) -> list[list[str]]:

@@ -1,14 +1,16 @@
-"""The audit job's stages: read the journal once, check it, write the tables and the report.
+"""The audit job's stages: decode the journal once, check it, write the tables and report.
 
-    read     the journal through one of the two entry points, cached once
-    scope    the journal's extent and the records of each kind
-    events   events/ and rejects/ (Parquet)
-    timers   the per-run and per-timer aggregates (two shuffles), cached
+    read     the journal through one of the two entry points, written as events/
+             (Parquet); every later stage reads the columns it needs from there
+    scope    per second of wall time: throughput, lateness, the journal's extent and
+             task names (cached); rejects/
+    timers   the per-timer table (timers.py: one shuffle by id), cached
     rules    violations/
     figures  lateness/, throughput/, per_producer/, per_task/, the operations
     report   report/summary.json, the plots, report/index.md
 
-Each stage reports one progress line (``progress``); ``run`` returns the summary dict.
+Each stage reports one progress line (``progress``); ``run`` returns the summary dict and
+unpersists everything it cached, even when a stage fails.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pyspark.sql import functions as f
 from . import audit as A
 from . import events as E
 from . import timers as T
-from .datasource import NAME, binaryfile_events, segment_paths
+from .datasource import NAME, binaryfile_events
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -43,7 +45,7 @@ def read_journal(
     """The journal's events (rejects included) through the entry point `reader`."""
     if reader == "datasource":
         if "://" not in journal:
-            segment_paths(journal)  # a clear error before Spark plans anything
+            E.segment_paths(journal)  # a clear error before Spark plans anything
         ddl = ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in columns)
         return spark.read.format(NAME).schema(ddl).load(journal)
     if reader == "binaryfile":
@@ -88,7 +90,7 @@ def run(
         rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
         stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
 
-        timers = T.per_timer(events, sc).persist(StorageLevel.MEMORY_AND_DISK)
+        timers = T.per_timer(events, sc, cached).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(timers)
         tally = A.timer_tally(timers, sc)
         stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations")

@@ -157,9 +157,10 @@ RUN_TALLIES = (
 )
 
 
-def per_timer(events: DataFrame, sc: Scope) -> DataFrame:
+def per_timer(events: DataFrame, sc: Scope, cached: list[DataFrame]) -> DataFrame:
     """One row per id (see the module docstring). Runs a job (it counts the ids with
-    several runs) and caches two intermediate tables (released with the session)."""
+    several runs) and caches two intermediate tables, appended to `cached`: the caller
+    unpersists them when it is done with the result."""
     rows = coded(events, sc)
     lifecycle = f.col("kc").isin(KIND["scheduled"], KIND["watched"])
     by_id = rows.groupBy("id").agg(
@@ -196,6 +197,7 @@ def per_timer(events: DataFrame, sc: Scope) -> DataFrame:
     by_id = by_id.persist(StorageLevel.MEMORY_AND_DISK)  # read twice: below, and as `single`
     multi_ids = by_id.filter((f.col("n_fired") > 1) | (f.col("n_outcome") > 1)).select("id")
     multi_ids = multi_ids.persist(StorageLevel.MEMORY_AND_DISK)
+    cached += [by_id, multi_ids]
     small = multi_ids.count() <= BROADCAST_IDS
     per_run = (
         rows.filter(f.col("kc").isin(KIND["fired"], KIND["outcome"]))
