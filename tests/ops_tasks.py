@@ -16,6 +16,8 @@ import numpy as np
 
 import shmwheel
 
+from .race_tasks import share
+
 COMPLETED_ENV = "SHMWHEEL_OPS_COMPLETED"  # int32[n]: runs of operation i's on_complete
 EXPIRED_ENV = "SHMWHEEL_OPS_EXPIRED"  # int32[n]: runs of its on_expire
 
@@ -71,13 +73,9 @@ def completer(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: An
         ready.set()
         if not go.wait(60):
             raise RuntimeError("no go signal")
-        deadlines = np.load(d / "deadlines.npy")
         won = np.memmap(d / "won", dtype=np.int8, mode="r+")
-        mine = np.arange(j, len(deadlines), k)
-        rng = np.random.default_rng(2000 + j)
-        at = deadlines[mine] + rng.integers(-jitter_ms, jitter_ms + 1, len(mine))
-        order = np.argsort(at, kind="stable")
-        for i, t in zip(mine[order].tolist(), at[order].tolist(), strict=True):
+        mine, at = share(np.load(d / "deadlines.npy"), k, j, jitter_ms, seed=2000)
+        for i, t in zip(mine.tolist(), at.tolist(), strict=True):
             wait = t - now_ms()
             if wait > 0:
                 time.sleep(wait / 1000)

@@ -22,6 +22,7 @@ from shmwheel import Full, ShmwheelError, TimerService
 from shmwheel.segment import layout as L
 from tests import ops_tasks
 from tests.conftest import service_processes
+from tests.race_tasks import racing
 from tests.test_service import wait_for
 
 TASKS = {
@@ -197,25 +198,13 @@ def test_completion_races_expiry_across_processes(counts, tmp_path):
     n, completers, jitter_ms = 10_000, 3, 3
     read = counts(n)
     np.memmap(tmp_path / "won", dtype=np.int8, mode="w+", shape=n).flush()
-    spawn = mp.get_context("spawn")
     with (
         TimerService(tasks=TASKS, capacity=2 * n, executors=2, watch_capacity=4 * n) as svc,
         svc.client() as c,
     ):
-        ready = [spawn.Event() for _ in range(completers)]
-        go = spawn.Event()
-        procs = [
-            spawn.Process(
-                target=ops_tasks.completer,
-                args=(svc.name, str(tmp_path), completers, j, jitter_ms, ready[j], go),
-            )
-            for j in range(completers)
-        ]
-        for p in procs:
-            p.start()
-        try:
-            for e in ready:
-                assert e.wait(60), "a completer did not connect"
+        with racing(
+            ops_tasks.completer, svc.name, str(tmp_path), completers, jitter_ms, "completer"
+        ) as release:
             start = ops_tasks.now_ms() + 1500
             ops = []
             for i in range(n):
@@ -233,15 +222,7 @@ def test_completion_races_expiry_across_processes(counts, tmp_path):
             for op in ops:  # asked for before any ends: the outcome ring brings each
                 op.add_done_callback(lambda h: None)
             np.save(tmp_path / "deadlines.npy", np.array([op.deadline_ms for op in ops]))
-            go.set()
-            for p in procs:
-                p.join(60)
-            assert [p.exitcode for p in procs] == [0] * completers, "a completer failed"
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+            release()
         results = [op.result(30) for op in ops]
         time.sleep(0.1)  # a second run would show now
         st = svc.stats()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 
 import numpy as np
@@ -24,42 +23,20 @@ def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatc
     np.memmap(tmp_path / "results", dtype=np.int8, mode="w+", shape=N).flush()
     monkeypatch.setenv(race_tasks.COUNTS_ENV, str(counts_path))  # executors inherit it
     monkeypatch.setenv(race_tasks.SEEN_ENV, str(seen_path))
-    spawn = mp.get_context("spawn")
     t0 = time.monotonic()
     with (
         TimerService(tasks={"hit": "race_tasks:hit"}, capacity=2 * N, executors=2) as svc,
         svc.client() as c,
     ):
-        ready = [spawn.Event() for _ in range(CANCELLERS)]
-        go = spawn.Event()
-        procs = [
-            spawn.Process(
-                target=race_tasks.canceller,
-                args=(svc.name, str(tmp_path), CANCELLERS, j, JITTER_MS, ready[j], go),
-            )
-            for j in range(CANCELLERS)
-        ]
-        for p in procs:
-            p.start()
-        try:
-            for e, p in zip(ready, procs, strict=True):
-                while not e.wait(0.1):
-                    assert p.is_alive(), "a canceller died before it connected"
-                    assert time.monotonic() < t0 + 60, "a canceller did not connect"
+        with race_tasks.racing(
+            race_tasks.canceller, svc.name, str(tmp_path), CANCELLERS, JITTER_MS, "canceller"
+        ) as release:
             hs = c.schedule_many("hit", LEAD_MS + np.arange(N) * (WINDOW_MS / N), list(range(N)))
             scheduled_by = race_tasks.now_ms()
             np.save(tmp_path / "ids.npy", hs.ids)
             np.save(tmp_path / "deadlines.npy", hs.deadlines_ms)
-            go.set()
+            release()
             margin = int(hs.deadlines_ms.min()) - scheduled_by  # printed: ~150-250 ms
-            for p in procs:
-                p.join(60)
-            assert [p.exitcode for p in procs] == [0] * CANCELLERS, "a canceller failed"
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
         end = time.monotonic() + 30
         while True:
             st = svc.stats()
