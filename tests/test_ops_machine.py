@@ -30,6 +30,13 @@ class RacingClient(QuietClient):
     def _wake_reaper(self) -> None:
         pass
 
+    def watch(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        """The Python path: its deadlines come from operations.time, which the machine
+        makes the wheel's clock; the native path reads the real one (what it writes is the
+        Python path's record: tests/test_watch_native.py). check_and_complete, which reads
+        no clock, stays native."""
+        return self._watch_slow(*args, **kwargs)
+
     def _submit(self, h: int, meta: int, word: int, deadline: int) -> bool:
         hook, self.before_submit = self.before_submit, None
         if hook is not None:

@@ -34,7 +34,7 @@
 static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms;
 static PyObject *s_schedule_slow, *s_schedule_checked, *s_restock, *s_bell, *s_check;
 
-static i64 monotonic_ns(void) {
+i64 producer_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);   /* time.monotonic_ns() on Linux */
     return (i64)ts.tv_sec * 1000000000LL + ts.tv_nsec;
@@ -48,8 +48,23 @@ static int is_bound(Producer *p) {
     return 0;
 }
 
+int producer_due(Producer *p, PyObject *delay, i64 *now_ns, i64 *due) {
+    double d;
+    if (PyFloat_CheckExact(delay)) d = PyFloat_AS_DOUBLE(delay);
+    else if (PyLong_CheckExact(delay)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(delay, &overflow);
+        if (overflow) return 0;
+        d = (double)v;
+    } else return 0;
+    if (!(d >= 0 && d < (double)p->max_delay_ms)) return 0;   /* NaN fails too */
+    *now_ns = producer_now_ns();
+    *due = ceil_div(*now_ns + (i64)ceil(d * 1e6), 1000000);
+    return 1;
+}
+
 /* ---- writing and publishing one slot --------------------------------------------- */
-static void write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
+void producer_write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
     i64 slot = HANDLE_SLOT(h), *mem = p->seg.mem, node = wheel_node(mem, slot);
     *side_payload(&p->seg, slot) = word;
     /* release: crash repair (slots.c, slot_rebuild) that reads meta sees the word */
@@ -62,14 +77,14 @@ static void write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
     gs_store(gs_word(mem, node), GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED));
 }
 
-static int push_record(Producer *p, i64 h, i64 check) {
+int producer_push(Producer *p, i64 h, i64 check) {
     i64 rec[2] = {h, h ^ check};
     return (int)ring_push(&p->ring, rec, 1);
 }
 
 /* ---- schedule ------------------------------------------------------------------- */
-static PyObject *new_handle(Producer *p, i64 h, i64 deadline) {
-    Handle *hd = (Handle *)p->handle_type->tp_alloc(p->handle_type, 0);
+PyObject *producer_new_handle(Producer *p, PyTypeObject *type, i64 h, i64 deadline) {
+    Handle *hd = (Handle *)type->tp_alloc(type, 0);
     if (!hd) return NULL;
     Py_INCREF(p);
     hd->client = (PyObject *)p;
@@ -87,7 +102,7 @@ static PyObject *go_slow(Producer *p, PyObject *task, PyObject *payload, PyObjec
                                      7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
-static int call_method0(Producer *p, PyObject *name) {
+int producer_call0(Producer *p, PyObject *name) {
     PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, name);
     if (!r) return -1;
     Py_DECREF(r);
@@ -118,18 +133,8 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         if (PyErr_Occurred()) return NULL;
         goto slow;
     }
-    i64 tid = PyLong_AsLongLong(tid_obj);
-    double d;
-    if (PyFloat_CheckExact(delay)) d = PyFloat_AS_DOUBLE(delay);
-    else if (PyLong_CheckExact(delay)) {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(delay, &overflow);
-        if (overflow) goto slow;
-        d = (double)v;
-    } else goto slow;
-    if (!(d >= 0 && d < (double)p->max_delay_ms)) goto slow;   /* NaN fails too */
-    i64 now_ns = monotonic_ns();
-    i64 due = ceil_div(now_ns + (i64)ceil(d * 1e6), 1000000);
+    i64 tid = PyLong_AsLongLong(tid_obj), now_ns, due;
+    if (!producer_due(p, delay, &now_ns, &due)) goto slow;
 
     i64 meta, word, block = -1;
     PyObject *blob = NULL;
@@ -151,7 +156,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
             meta = META_MAKE(tid, 0, 0, len, p->ring_index);
             word = (i64)v;
         } else if (len <= ARENA_CLASS_BYTES(0)) {
-            if (!p->nblocks && call_method0(p, s_restock) < 0) { Py_DECREF(blob); return NULL; }
+            if (!p->nblocks && producer_call0(p, s_restock) < 0) { Py_DECREF(blob); return NULL; }
             if (!p->nblocks) { Py_DECREF(blob); goto slow; }
             block = p->blocks[--p->nblocks];
             memcpy(arena_block(&p->seg, 0, block), bytes, (size_t)len);
@@ -163,7 +168,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         }
         Py_DECREF(blob);
     }
-    if (!p->ncache && (call_method0(p, s_restock) < 0 || !p->ncache)) {
+    if (!p->ncache && (producer_call0(p, s_restock) < 0 || !p->ncache)) {
         /* give the block back; if other threads refilled the cache meanwhile and there is
          * no room, it stays owned by this ring, and the coordinator frees it at close */
         if (block >= 0 && p->nblocks < CACHE_MAX) p->blocks[p->nblocks++] = block;
@@ -171,8 +176,8 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         goto slow;   /* no free slot: Python raises Full */
     }
     i64 h = p->cache[--p->ncache];
-    write_slot(p, h, meta, word, due);
-    if (push_record(p, h, CHECK_SUBMIT)) {
+    producer_write_slot(p, h, meta, word, due);
+    if (producer_push(p, h, CHECK_SUBMIT)) {
         relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
     } else {   /* ring full: wait for the coordinator (_push counts it once published) */
         PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
@@ -183,10 +188,10 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
     if (due - now_ns / 1000000 < URGENT_MS ||
             ring_room(&p->ring, relaxed_load(&p->ring.w[RING_HEAD])) < p->ring.cap * 3 / 4) {
         if (sleep_flag_after_publish(&p->header[p->w_sleeping]) &&
-                call_method0(p, s_bell) < 0)
+                producer_call0(p, s_bell) < 0)
             return NULL;
     }
-    return new_handle(p, h, due);
+    return producer_new_handle(p, p->handle_type, h, due);
 
 unusual:
     /* argument shapes only Python can judge (it raises the TypeError): pass them as given */
@@ -225,7 +230,7 @@ static int cancel_one(Producer *p, i64 h) {
     int code = slot_cancel(&p->seg, h);
     if (code != CANCEL_WON) return code;
     relaxed_store(&p->counters[C_CANCELLED], ++p->cancelled);
-    if (!push_record(p, h, CHECK_CANCEL)) {
+    if (!producer_push(p, h, CHECK_CANCEL)) {
         /* ring full: the slot stays CANCELLED until the record gets through (or the
          * reaper meets it); the cancel itself is decided already */
         PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
@@ -236,7 +241,7 @@ static int cancel_one(Producer *p, i64 h) {
     return code;
 }
 
-static int usable(Producer *p) {
+int producer_usable(Producer *p) {
     if (!p->closed && !p->forked && p->holds.n && !relaxed_load(&p->header[p->w_stopping]))
         return 1;
     PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, s_check);   /* raises */
@@ -248,7 +253,7 @@ static int usable(Producer *p) {
 PyObject *producer_cancel(PyObject *self, PyObject *arg) {
     Producer *p = (Producer *)self;
     i64 h;
-    if (!usable(p) || handle_id(arg, &h) < 0) return NULL;
+    if (!producer_usable(p) || handle_id(arg, &h) < 0) return NULL;
     int code = cancel_one(p, h);
     if (code < 0) return NULL;
     return PyBool_FromLong(code == CANCEL_WON);
@@ -257,7 +262,7 @@ PyObject *producer_cancel(PyObject *self, PyObject *arg) {
 static PyObject *prod_cancel_many(Producer *p, PyObject *const *args, Py_ssize_t nargs) {
     I64Buf ids, out;
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "_cancel_many(ids, out)");
-    if (!usable(p) || i64buf_get(args[0], &ids, 0) < 0) return NULL;
+    if (!producer_usable(p) || i64buf_get(args[0], &ids, 0) < 0) return NULL;
     if (i64buf_get(args[1], &out, 1) < 0) { i64buf_release(&ids); return NULL; }
     i64 won = 0;
     if (out.n < ids.n) { PyErr_SetString(PyExc_ValueError, "out too short"); won = -1; }
@@ -294,7 +299,7 @@ static PyObject *prod_bind(Producer *p, PyObject *args) {
         holds_add(&p->holds, adata, &p->seg.adata, NULL) < 0 ||
         holds_add(&p->holds, ring, &p->ring.w, &nring) < 0 ||
         holds_add(&p->holds, counters, &p->counters, &ncount) < 0 ||
-        holds_add(&p->holds, header, &p->header, NULL) < 0) {
+        holds_add(&p->holds, header, &p->header, &p->nheader) < 0) {
         holds_release(&p->holds);
         return NULL;
     }
@@ -334,7 +339,7 @@ static PyObject *prod_restock_locked(Producer *p, PyObject *unused) {
 
 static PyObject *prod_take(Producer *p, PyObject *unused) {
     if (!is_bound(p)) return NULL;
-    if (!p->ncache && call_method0(p, s_restock) < 0) return NULL;
+    if (!p->ncache && producer_call0(p, s_restock) < 0) return NULL;
     return PyLong_FromLongLong(p->ncache ? p->cache[--p->ncache] : -1);
 }
 
@@ -351,8 +356,8 @@ static PyObject *prod_submit(Producer *p, PyObject *args) {
     long long h, meta, word, deadline;
     if (!PyArg_ParseTuple(args, "LLLL:_submit", &h, &meta, &word, &deadline)) return NULL;
     if (!is_bound(p)) return NULL;
-    write_slot(p, h, meta, word, deadline);
-    int ok = push_record(p, h, CHECK_SUBMIT);
+    producer_write_slot(p, h, meta, word, deadline);
+    int ok = producer_push(p, h, CHECK_SUBMIT);
     if (ok) relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
     return PyBool_FromLong(ok);
 }
@@ -370,7 +375,7 @@ static PyObject *prod_write_many(Producer *p, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "arrays of different lengths");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < b[0].n; i++) write_slot(p, b[0].p[i], b[1].p[i], b[2].p[i], b[3].p[i]);
+    for (Py_ssize_t i = 0; i < b[0].n; i++) producer_write_slot(p, b[0].p[i], b[1].p[i], b[2].p[i], b[3].p[i]);
     ret = Py_None;
     Py_INCREF(ret);
 done:
@@ -419,7 +424,7 @@ static PyObject *prod_unsubmit(Producer *p, PyObject *arg) {
 static PyObject *prod_push(Producer *p, PyObject *args) {
     long long h, check;
     if (!PyArg_ParseTuple(args, "LL:_push", &h, &check) || !is_bound(p)) return NULL;
-    int ok = push_record(p, h, check);
+    int ok = producer_push(p, h, check);
     if (ok && check == CHECK_SUBMIT) relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
     return PyBool_FromLong(ok);
 }
@@ -436,6 +441,9 @@ static void prod_dealloc(Producer *p) {
     Py_CLEAR(p->task_ids);
     Py_CLEAR(p->encode);
     Py_CLEAR(p->handle_type);
+    Py_CLEAR(p->tables);
+    Py_CLEAR(p->thread_lock);
+    Py_CLEAR(p->op_type);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
@@ -443,6 +451,9 @@ static int prod_traverse(Producer *p, visitproc visit, void *arg) {
     Py_VISIT(p->task_ids);
     Py_VISIT(p->encode);
     Py_VISIT(p->handle_type);
+    Py_VISIT(p->tables);
+    Py_VISIT(p->thread_lock);
+    Py_VISIT(p->op_type);
     Py_VISIT(Py_TYPE(p));
     return 0;
 }
@@ -451,6 +462,9 @@ static int prod_clear(Producer *p) {
     Py_CLEAR(p->task_ids);
     Py_CLEAR(p->encode);
     Py_CLEAR(p->handle_type);
+    Py_CLEAR(p->tables);
+    Py_CLEAR(p->thread_lock);
+    Py_CLEAR(p->op_type);
     return 0;
 }
 
@@ -466,6 +480,7 @@ static PyMethodDef prod_methods[] = {
      "its slot: a racing fire and this cancel have exactly one winner). For a repeating "
      "timer with a run in flight: False, and it will not run again."},
     {"_cancel_many", (PyCFunction)(void (*)(void))prod_cancel_many, METH_FASTCALL, NULL},
+    PRODUCER_OPS_METHODS
     {"_bind", (PyCFunction)prod_bind, METH_VARARGS, NULL},
     {"_restock_locked", (PyCFunction)prod_restock_locked, METH_NOARGS, NULL},
     {"_take", (PyCFunction)prod_take, METH_NOARGS, NULL},
@@ -508,6 +523,7 @@ int shmwheel_add_client_types(PyObject *m) {
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].s = PyUnicode_InternFromString(names[i].v))) return -1;
+    if (producer_ops_init() < 0) return -1;
     if (PyType_Ready(&ProducerType) < 0 || PyType_Ready(&HandleType) < 0) return -1;
     Py_INCREF(&ProducerType);
     if (PyModule_AddObject(m, "Producer", (PyObject *)&ProducerType) < 0) return -1;

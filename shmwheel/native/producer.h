@@ -18,7 +18,8 @@ typedef struct {
     Ring ring;
     Holds holds;
     i64 *counters;        /* this client's counter row (single writer: this process) */
-    i64 *header;          /* the segment header */
+    i64 *header;          /* the segment header (nheader words) */
+    Py_ssize_t nheader;
     i64 w_sleeping, w_stopping;
     i64 ring_index, max_delay_ms, batch;
     i64 scheduled, cancelled;
@@ -30,6 +31,13 @@ typedef struct {
     PyObject *encode;       /* payload -> bytes: msgpack's Packer.pack (its errors are
                                replaced by the slow path's, which say what to change) */
     PyTypeObject *handle_type;
+    /* the purgatory's hot path (watch.c), set by _bind_ops; NULL until then */
+    PyObject *tables;       /* the attachment's Tables: its seg has the watch lists */
+    PyObject *thread_lock;  /* the segment lock's thread half (shm.Locked) ... */
+    int lock_fd;            /* ... and its flock half (-1: a segment in this process) */
+    i64 w_dirty, w_reaper_wake_at;   /* header words: the lock's dirty word, the reaper's
+                                        wake-up time (ms) */
+    PyTypeObject *op_type;  /* the class of the handles watch() returns (Operation) */
 } Producer;
 
 typedef struct {
@@ -42,7 +50,50 @@ typedef struct {
 
 extern PyTypeObject ProducerType, HandleType;
 
-/* Producer.cancel(handle_or_id) (producer.c) */
-PyObject *producer_cancel(PyObject *producer, PyObject *handle);
+/* producer.c, for watch.c */
+PyObject *producer_cancel(PyObject *producer, PyObject *handle);   /* Producer.cancel */
+i64 producer_now_ns(void);                                        /* CLOCK_MONOTONIC */
+/* a delay given as an int or float in [0, max_delay_ms): now and its deadline (ms, rounded
+ * up); 0 for anything else (the slow path raises what the API says) */
+int producer_due(Producer *p, PyObject *delay, i64 *now_ns, i64 *due);
+int producer_usable(Producer *p);            /* 0 with the API's exception set if not */
+int producer_call0(Producer *p, PyObject *name);   /* p.name(); -1 if it raised */
+/* write a RESERVED slot's record and deadline, then store SUBMITTED (release) */
+void producer_write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline);
+int producer_push(Producer *p, i64 h, i64 check);   /* 1 if it fit on the ring */
+PyObject *producer_new_handle(Producer *p, PyTypeObject *type, i64 h, i64 deadline);
+
+/* watch.c: Producer.watch, .check_and_complete and ._bind_ops, and the module's key_id */
+int producer_ops_init(void);
+PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
+PyObject *producer_check_and_complete(Producer *p, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames);
+PyObject *producer_bind_ops(Producer *p, PyObject *const *args, Py_ssize_t nargs);
+PyObject *shmwheel_key_id(PyObject *module, PyObject *key);
+
+#define PRODUCER_OPS_METHODS                                                              \
+    {"watch", (PyCFunction)(void (*)(void))producer_watch, METH_FASTCALL | METH_KEYWORDS, \
+     WATCH_DOC},                                                                           \
+    {"check_and_complete", (PyCFunction)(void (*)(void))producer_check_and_complete,       \
+     METH_FASTCALL | METH_KEYWORDS, CHECK_AND_COMPLETE_DOC},                               \
+    {"_bind_ops", (PyCFunction)(void (*)(void))producer_bind_ops, METH_FASTCALL, NULL},
+
+#define WATCH_DOC                                                                          \
+    "watch(keys, timeout_ms, *, on_complete=None, on_expire=None, payload=None, "          \
+    "required=1) -> Operation\n\nWatch a delayed operation on `keys` (Kafka's "            \
+    "tryCompleteElseWatch across processes). It completes once check_and_complete calls "  \
+    "on its keys, from any process, have added up to `required`; or it expires "           \
+    "`timeout_ms` from now. Exactly one of the two happens, and then the task named "      \
+    "`on_complete` or `on_expire` (None: no task) runs once in the executor pool with "    \
+    "`payload`; context().key is the list of keys. A key named twice counts once. "        \
+    "Refused with ValueError / TypeError: no keys, an unknown task, `required` < 1, a bad " \
+    "timeout, a payload msgpack cannot encode or too large; Full when the service or its " \
+    "watch lists (watch_capacity) are full."
+#define CHECK_AND_COMPLETE_DOC                                                             \
+    "check_and_complete(key, amount=1) -> int\n\nAdd `amount` to every live operation "    \
+    "watching `key` (once per operation, however many of its keys this is) and complete "  \
+    "those that reach their `required` amount; returns how many this call completed "      \
+    "(Kafka's checkAndComplete)."
 
 #endif

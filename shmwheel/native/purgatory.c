@@ -49,6 +49,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,13 +60,16 @@
 #include "wheel.h"
 
 /* ---- keys ------------------------------------------------------------------------ */
-i64 watch_key_hash(const void *p, size_t n) {
+u64 key_hash_step(u64 h, const void *p, size_t n) {
     const unsigned char *b = p;
-    u64 h = 0xCBF29CE484222325ULL;                 /* FNV-1a over the msgpack bytes */
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ULL;
-    h ^= h >> 33;                                  /* then murmur3's finaliser, so that */
-    h *= 0xFF51AFD7ED558CCDULL;                    /* every bit of the key reaches the  */
-    h ^= h >> 33;                                  /* bucket index (low bits)           */
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ULL;   /* FNV-1a */
+    return h;
+}
+
+i64 key_hash_end(u64 h) {
+    h ^= h >> 33;                                  /* murmur3's finaliser, so that every */
+    h *= 0xFF51AFD7ED558CCDULL;                    /* bit of the key reaches the bucket  */
+    h ^= h >> 33;                                  /* index (low bits)                   */
     h *= 0xC4CEB9FE1A85EC53ULL;
     h ^= h >> 33;
     return (i64)h;
@@ -199,6 +203,19 @@ i64 watch_add(Seg *s, i64 h, const i64 *keys, i64 n) {
         wt[WT_USED]++;
     }
     return n;
+}
+
+i64 op_store(Seg *s, i64 h, const void *data, i64 len, const i64 *keys, i64 n) {
+    i64 slot = HANDLE_SLOT(h);
+    if (watch_add(s, h, keys, n) < 0) return -1;
+    for (int c = 0; c < ARENA_CLASSES; c++) {   /* the smallest class with a free block */
+        if (len > ARENA_CLASS_BYTES(c)) continue;
+        i64 b = arena_alloc(s, c, slot);
+        if (b < 0) continue;
+        memcpy(arena_block(s, c, b), data, (size_t)len);
+        return (i64)c << 32 | b;
+    }
+    return -2;
 }
 
 i64 watch_signal(Seg *s, i64 key, i64 amount) {

@@ -2,6 +2,7 @@
  * of the outcome notifications, and two module functions (a key's id, the outcome ring's
  * wait). Every Tables method here but outcome_watch is called with the segment lock
  * held. */
+#include "producer.h"
 #include "tables.h"
 
 #include <string.h>
@@ -95,21 +96,12 @@ PyObject *tables_op_store(Tables *self, PyObject *const *args, Py_ssize_t nargs)
         if (kp != ids) PyMem_Free(kp);
         return NULL;
     }
-    i64 r = -2, slot = HANDLE_SLOT(h);
+    i64 r;
     if (data.len > MAX_PAYLOAD) {
         PyErr_SetString(PyExc_ValueError, "op_store: data larger than an arena block");
         r = -3;
-    } else if (watch_add(&self->seg, h, kp, n) < 0) {
-        r = -1;
     } else {
-        for (int c = 0; c < ARENA_CLASSES; c++) {
-            if (data.len > ARENA_CLASS_BYTES(c)) continue;
-            i64 b = arena_alloc(&self->seg, c, slot);
-            if (b < 0) continue;
-            memcpy(arena_block(&self->seg, c, b), data.buf, (size_t)data.len);
-            r = (i64)c << 32 | b;
-            break;
-        }
+        r = op_store(&self->seg, h, data.buf, data.len, kp, n);
     }
     PyBuffer_Release(&data);
     if (kp != ids) PyMem_Free(kp);
@@ -144,14 +136,6 @@ PyObject *tables_outcome_watch(Tables *self, PyObject *const *args, Py_ssize_t n
 }
 
 /* ---- module functions ----------------------------------------------------------------- */
-static PyObject *py_key_hash(PyObject *m, PyObject *arg) {
-    Py_buffer b;
-    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
-    i64 h = watch_key_hash(b.buf, (size_t)b.len);
-    PyBuffer_Release(&b);
-    return PyLong_FromLongLong(h);
-}
-
 /* outq_wait(ring words, timeout_s) -> whether records were waiting (else it slept) */
 static PyObject *py_outq_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     I64Buf w;
@@ -183,8 +167,9 @@ static PyObject *py_outq_ring(PyObject *m, PyObject *arg) {
 PyMethodDef shmwheel_purgatory_methods[] = {
     {"outq_ring", (PyCFunction)py_outq_ring, METH_O,
      "outq_ring(ring words): ring the bell of an outcome ring (wakes its listener)."},
-    {"key_hash", (PyCFunction)py_key_hash, METH_O,
-     "key_hash(msgpack bytes) -> the key's 64-bit id in the watch lists."},
+    {"key_id", (PyCFunction)shmwheel_key_id, METH_O,
+     "key_id(key) -> the 64-bit id of a str, bytes or int key in the watch lists (a hash "
+     "of its msgpack encoding; TypeError / ValueError for what cannot be a key)."},
     {"outq_wait", (PyCFunction)(void (*)(void))py_outq_wait, METH_FASTCALL,
      "outq_wait(ring words, timeout_s) -> True if outcomes were waiting, else after "
      "sleeping until a freer rang the bell or the timeout passed (GIL released)."},

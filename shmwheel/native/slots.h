@@ -148,12 +148,21 @@ int slot_retire_hook(void *ctx, i64 *mem, i64 slot);
 void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code);
 
 /* ---- the purgatory (purgatory.c), all under the segment lock -------------------------- */
-i64 watch_key_hash(const void *p, size_t n);  /* a key's msgpack bytes -> its 64-bit id */
+/* a key's 64-bit id in the watch lists: FNV-1a over its msgpack bytes, fed in pieces
+ * from KEY_HASH_START (key_hash_step), then mixed (key_hash_end) */
+#define KEY_HASH_START 0xCBF29CE484222325ULL
+u64 key_hash_step(u64 h, const void *p, size_t n);
+i64 key_hash_end(u64 h);
 void watch_format(Seg *s, i64 nbuckets, i64 capacity);
 /* Watch the operation `h` (RESERVED by the caller, its block written) on n keys: its
  * count starts at 0. All or none: -1 when the table has too few free entries even after a
  * full purge. */
 i64 watch_add(Seg *s, i64 h, const i64 *keys, i64 n);
+/* An operation's block (data: OP_HEADER then msgpack [keys, payload], len <= MAX_PAYLOAD)
+ * and its watch entries, for the RESERVED handle h: class << 32 | block; -1 when the
+ * watch lists are full, -2 when the arena has no block (the entries are in then: the
+ * caller retires the slot, which leaves them dead for the next purge). */
+i64 op_store(Seg *s, i64 h, const void *data, i64 len, const i64 *keys, i64 n);
 /* Add `amount` to every live operation watching `key`; complete those reaching their
  * required amount (CAS PENDING -> COMPLETED, relinked into the current bucket). Entries of
  * finished operations met on the way are purged. Returns the operations completed. */

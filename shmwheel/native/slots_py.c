@@ -339,7 +339,7 @@ static PyMethodDef tables_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject TablesType = {
+PyTypeObject TablesType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "shmwheel._native.Tables",
     .tp_basicsize = sizeof(Tables),

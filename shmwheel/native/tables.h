@@ -18,6 +18,7 @@ typedef struct {
 } Tables;
 
 JBuf *shmwheel_jbuf_of(PyObject *o);   /* journal.c */
+extern PyTypeObject TablesType;        /* slots_py.c */
 
 /* argument helpers (slots_py.c) */
 int arg_i64(PyObject *o, i64 *v);

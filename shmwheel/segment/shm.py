@@ -174,6 +174,11 @@ class Locked:
             self._thread_lock.release()
             raise
 
+    def parts(self) -> tuple[int, threading.Lock, int]:
+        """(flock fd or -1, thread lock, dirty word): what native code needs to take this
+        same lock (shmwheel/native/watch.c)."""
+        return self._fd, self._thread_lock, self._dirty
+
     def __exit__(self, *exc: object) -> None:
         self._words[self._dirty] = 0
         if self._fd >= 0:

@@ -105,6 +105,8 @@ class Client(N.Producer):
             P.fast_pack,
             TimerHandle,
         )
+        fd, thread_lock, dirty = mem.locked().parts()
+        self._bind_ops(mem.bind_tables(), fd, thread_lock, dirty, L.W_REAPER_WAKE_AT, Operation)
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -360,7 +362,9 @@ class Client(N.Producer):
         """Cancel a batch (no lock); a bool array, True where that timer will never run."""
         return _batch.cancel_many(self, handles)
 
-    def watch(
+    # watch() and check_and_complete() are native (shmwheel/native/watch.c, their
+    # docstrings there); what their common case does not cover comes here, as given
+    def _watch_slow(
         self,
         keys: Sequence[str | bytes | int],
         timeout_ms: float,
@@ -370,21 +374,9 @@ class Client(N.Producer):
         payload: Any = None,
         required: int = 1,
     ) -> Operation:
-        """Watch a delayed operation on `keys` (Kafka's tryCompleteElseWatch across
-        processes). It completes once ``check_and_complete`` calls on its keys, from any
-        process, have added up to `required`; or it expires `timeout_ms` from now. Exactly
-        one of the two happens, and then the task named `on_complete` or `on_expire` (None:
-        no task) runs once in the executor pool with `payload`; ``context().key`` is the
-        list of keys. A key named twice counts once. Refused with ValueError / TypeError:
-        no keys, an unknown task, `required` < 1, a bad timeout, a payload msgpack cannot
-        encode or too large; ``Full`` when the service or its watch lists
-        (``watch_capacity``) are full."""
         return _ops.watch(self, keys, timeout_ms, on_complete, on_expire, payload, required)
 
-    def check_and_complete(self, key: str | bytes | int, amount: int = 1) -> int:
-        """Add `amount` to every live operation watching `key` (once per operation, however
-        many of its keys this is) and complete those that reach their `required` amount;
-        returns how many this call completed (Kafka's checkAndComplete)."""
+    def _check_and_complete_slow(self, key: str | bytes | int, amount: int = 1) -> int:
         return _ops.check_and_complete(self, key, amount)
 
     def handle(self, id: int) -> TimerHandle:

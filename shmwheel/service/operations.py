@@ -1,6 +1,8 @@
-"""Kafka's purgatory across processes, the client's half: ``Client.watch`` and
-``Client.check_and_complete`` (their bodies are here; the shared-memory side is
-shmwheel/native/purgatory.c, whose header explains the design).
+"""Kafka's purgatory across processes, the client's half: the Python path of
+``Client.watch`` and ``Client.check_and_complete``. Their common case runs natively
+(shmwheel/native/watch.c); every other case comes here with the arguments as given, and
+this path validates them and raises what the API promises. The shared-memory side is
+shmwheel/native/purgatory.c, whose header explains the design.
 
 An operation is a timer slot: its timeout is the deadline, its on_expire task the slot's
 task, its arena block holds (required, on_complete, key count) then msgpack [keys,
@@ -70,14 +72,10 @@ class Operation(_FutureLike):
 
 def key_id(key: object) -> int:
     """The 64-bit id of a key in the watch lists (the same in every process): a hash of its
-    msgpack encoding, so 1 and "1" and b"1" are different keys."""
-    if isinstance(key, bool) or not isinstance(key, (str, bytes, int)):
-        raise TypeError(f"a key must be a str, bytes or int, got {type(key).__name__}")
-    try:
-        blob: bytes = msgpack.packb(key)
-    except OverflowError:
-        raise ValueError(f"integer key {key!r} does not fit in 64 bits") from None
-    return int(N.key_hash(blob))
+    msgpack encoding, so 1 and "1" and b"1" are different keys. TypeError for what is not
+    a str, bytes or int, ValueError for an int beyond 64 bits. (The encoding is native,
+    shmwheel/native/watch.c, the one the hot path uses.)"""
+    return N.key_id(key)  # type: ignore[arg-type]
 
 
 def _task_or_none(client: Client, name: str | None, what: str) -> int:
