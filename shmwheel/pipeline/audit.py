@@ -189,7 +189,6 @@ def windows(table: DataFrame) -> DataFrame:
     the window that is null."""
     late_ms = (f.col("t_us") - f.col("deadline_ms") * 1000) / 1000.0
     q = f.percentile_approx(_when("fired", late_ms), list(QUANTILES), 1000)
-    names = f.array_compact(f.array("task", "on_complete", "on_expire"))
     return (
         table.withColumn("second", f.floor(f.col("wall_us") / 1_000_000))
         .groupBy("second")
@@ -202,9 +201,10 @@ def windows(table: DataFrame) -> DataFrame:
             f.min("t_us").alias("lo_us"),
             f.max("t_us").alias("hi_us"),
             f.max("epoch").alias("epoch"),
-            f.array_distinct(f.flatten(f.collect_set(f.when(f.size(names) > 0, names)))).alias(
-                "tasks"
-            ),
+            f.array_union(
+                f.collect_set("task"),
+                f.array_union(f.collect_set("on_complete"), f.collect_set("on_expire")),
+            ).alias("tasks"),
         )
         .select(f.timestamp_seconds("second").alias("window"), "*")
         .drop("second")

@@ -1,0 +1,86 @@
+"""Where the audit's time goes on Spark: the pieces of its two heaviest stages timed one
+by one on one journal (written from a real service run, like bench/audit_scale.py), each
+in the same session, so the first of a kind pays Spark's warm-up (Python workers, code
+generation, the JIT) and the second of the same kind does not.
+
+    python bench/audit_parts.py --records 3000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from pyspark import StorageLevel
+from pyspark.sql import functions as f
+
+from shmwheel.pipeline import audit as A
+from shmwheel.pipeline import events as E
+from shmwheel.pipeline import job
+from shmwheel.pipeline import timers as T
+from shmwheel.pipeline.demo import write_demo_journal
+from shmwheel.pipeline.session import spark_session
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=3_000_000)
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="shmwheel-audit-parts-")
+    try:
+        journal, pq = os.path.join(work, "journal"), os.path.join(work, "events")
+        n = write_demo_journal(journal, one_shots=int(args.records / 3.2),
+                               operations=args.records // 320, spread_ms=2000.0)  # fmt: skip
+        print(f"journal: {n.records:,} records", flush=True)
+        spark = spark_session(args.master, 4)
+
+        def timed(label: str, fn: Callable[[], object]) -> None:
+            t = time.perf_counter()
+            fn()
+            print(f"{label:58s} {time.perf_counter() - t:6.1f} s", flush=True)
+
+        def read(columns: tuple[str, ...]) -> Callable[[], object]:
+            df = job.read_journal(spark, journal, columns=columns)
+            return lambda: df.write.format("noop").mode("overwrite").save()
+
+        ints = tuple(c[0] for c in E.COLUMNS if c[2] != "string")
+        try:
+            timed("read, all 24 columns, into a no-op sink (first job)", read(E.NAMES))
+            timed("the same again", read(E.NAMES))
+            timed(f"read, the {len(ints)} numeric columns only", read(ints))
+            whole = job.read_journal(spark, journal)
+            timed("read, written as Parquet (snappy): events/",
+                  lambda: whole.write.mode("overwrite").parquet(pq))  # fmt: skip
+            timed("the same, uncompressed", lambda: whole.write.mode("overwrite")
+                  .option("compression", "none").parquet(pq))  # fmt: skip
+            table = spark.read.parquet(pq)
+            events = table.filter(f.col("kind") != E.REJECT)
+            win = A.windows(table).persist(StorageLevel.MEMORY_AND_DISK)
+            sc, _ = A.scope(win, A.DEFAULT_GRACE_MS)
+            timed("events/ groupBy(id).count()",
+                  lambda: events.groupBy("id").count().write.format("noop")
+                  .mode("overwrite").save())  # fmt: skip
+            cached: list = []
+            timed("per-timer table into a no-op sink (first)",
+                  lambda: T.per_timer(events, sc, cached).write.format("noop")
+                  .mode("overwrite").save())  # fmt: skip
+            for df in cached:
+                df.unpersist()
+            timed("the same again",
+                  lambda: T.per_timer(events, sc, cached).write.format("noop")
+                  .mode("overwrite").save())  # fmt: skip
+        finally:
+            spark.stop()
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
