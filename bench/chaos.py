@@ -2,6 +2,7 @@
 prove every timer had exactly one outcome and none ran early.
 
     python bench/chaos.py [--seconds 60] [--rate 20000] [--kill-every-ms 300] [--seed 1]
+                          [--roles coordinator,reaper,exec0]
 
 Timers run
 ``workers.tasks.append_line``, which writes one line per run; a cancel that returned True
@@ -39,10 +40,12 @@ def killer(
     every_ms: float,
     rng: random.Random,
     kills: Counter[str],
+    roles: list[str] | None = None,
 ) -> None:
-    """SIGKILL a random service process about every `every_ms`, until stopped."""
+    """SIGKILL a random service process (of `roles`, if given) about every `every_ms`,
+    until stopped."""
     while not stop.wait(rng.uniform(0.5, 1.5) * every_ms / 1000):
-        role = rng.choice(sorted(svc.procs))
+        role = rng.choice(roles or sorted(svc.procs))
         proc = svc.procs.get(role)
         if proc is None or proc.poll() is not None:
             continue
@@ -60,20 +63,27 @@ def main() -> int:
     ap.add_argument("--kill-every-ms", type=float, default=300.0)
     ap.add_argument("--cancel-fraction", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--roles", help="kill only these roles, e.g. coordinator,exec0 (default: every one)"
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
     nprng = np.random.default_rng(args.seed)
     fd, log = tempfile.mkstemp(prefix="shmwheel-chaos-", suffix=".log")
     os.close(fd)  # the executors append to it by name
     kills: Counter[str] = Counter()
+    roles = args.roles.split(",") if args.roles else None
     stop = threading.Event()
     cancelled: set[int] = set()
     not_cancelled: set[int] = set()
     scheduled = 0
     t0 = time.monotonic()
     with shmwheel.TimerService(tasks={"rec": "workers.tasks:append_line"}, capacity=200_000) as svc:
+        if roles and set(roles) - set(svc.procs):
+            ap.error(f"--roles: unknown {sorted(set(roles) - set(svc.procs))}; the roles are "
+                     f"{', '.join(sorted(svc.procs))}")  # fmt: skip
         thread = threading.Thread(
-            target=killer, daemon=True, args=(svc, stop, args.kill_every_ms, rng, kills)
+            target=killer, daemon=True, args=(svc, stop, args.kill_every_ms, rng, kills, roles)
         )
         with svc.client() as client:
             thread.start()
