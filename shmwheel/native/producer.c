@@ -42,7 +42,7 @@ i64 producer_now_ns(void) {
 
 static inline i64 ceil_div(i64 a, i64 b) { return -((-a) / b); }
 
-static int is_bound(Producer *p) {
+int producer_bound(Producer *p) {
     if (p->holds.n) return 1;
     PyErr_SetString(PyExc_ValueError, "this client is closed");
     return 0;
@@ -82,6 +82,20 @@ int producer_push(Producer *p, i64 h, i64 check) {
     return (int)ring_push(&p->ring, rec, 1);
 }
 
+int producer_submit(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
+    producer_write_slot(p, h, meta, word, deadline);
+    if (producer_push(p, h, CHECK_SUBMIT)) {
+        relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
+        return 0;
+    }
+    /* ring full: wait for the coordinator (_push counts it once published) */
+    PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
+                                      (long long)CHECK_SUBMIT);
+    if (!r) return -1;   /* it took the slot back and raised Full */
+    Py_DECREF(r);
+    return 0;
+}
+
 /* ---- schedule ------------------------------------------------------------------- */
 PyObject *producer_new_handle(Producer *p, PyTypeObject *type, i64 h, i64 deadline) {
     Handle *hd = (Handle *)type->tp_alloc(type, 0);
@@ -102,12 +116,25 @@ static PyObject *go_slow(Producer *p, PyObject *task, PyObject *payload, PyObjec
                                      7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
+PyObject *producer_pass_on(Producer *p, PyObject *name, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames) {
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *stack[16];
+    if (total + 1 > 16) return PyErr_Format(PyExc_TypeError, "too many arguments");
+    stack[0] = (PyObject *)p;
+    for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
+    return PyObject_VectorcallMethod(name, stack, (size_t)(nargs + 1), kwnames);
+}
+
 int producer_call0(Producer *p, PyObject *name) {
     PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, name);
     if (!r) return -1;
     Py_DECREF(r);
     return 0;
 }
+
+int producer_restock(Producer *p) { return producer_call0(p, s_restock); }
+int producer_bell(Producer *p) { return producer_call0(p, s_bell); }
 
 static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames) {
@@ -126,8 +153,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
     if (!delay || (deadline && deadline != Py_None) || (key && key != Py_None) ||
             (every && every != Py_None) || !PyUnicode_CheckExact(task))
         goto slow;
-    if (p->closed || p->forked || !p->holds.n || relaxed_load(&p->header[p->w_stopping]))
-        goto slow;
+    if (!producer_ready(p)) goto slow;
     PyObject *tid_obj = PyDict_GetItemWithError(p->task_ids, task);
     if (!tid_obj) {
         if (PyErr_Occurred()) return NULL;
@@ -156,7 +182,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
             meta = META_MAKE(tid, 0, 0, len, p->ring_index);
             word = (i64)v;
         } else if (len <= ARENA_CLASS_BYTES(0)) {
-            if (!p->nblocks && producer_call0(p, s_restock) < 0) { Py_DECREF(blob); return NULL; }
+            if (!p->nblocks && producer_restock(p) < 0) { Py_DECREF(blob); return NULL; }
             if (!p->nblocks) { Py_DECREF(blob); goto slow; }
             block = p->blocks[--p->nblocks];
             memcpy(arena_block(&p->seg, 0, block), bytes, (size_t)len);
@@ -168,7 +194,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         }
         Py_DECREF(blob);
     }
-    if (!p->ncache && (producer_call0(p, s_restock) < 0 || !p->ncache)) {
+    if (!p->ncache && (producer_restock(p) < 0 || !p->ncache)) {
         /* give the block back; if other threads refilled the cache meanwhile and there is
          * no room, it stays owned by this ring, and the coordinator frees it at close */
         if (block >= 0 && p->nblocks < CACHE_MAX) p->blocks[p->nblocks++] = block;
@@ -176,33 +202,18 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         goto slow;   /* no free slot: Python raises Full */
     }
     i64 h = p->cache[--p->ncache];
-    producer_write_slot(p, h, meta, word, due);
-    if (producer_push(p, h, CHECK_SUBMIT)) {
-        relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
-    } else {   /* ring full: wait for the coordinator (_push counts it once published) */
-        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
-                                          (long long)CHECK_SUBMIT);
-        if (!r) return NULL;   /* it took the slot back and raised Full */
-        Py_DECREF(r);
-    }
+    if (producer_submit(p, h, meta, word, due) < 0) return NULL;
     if (due - now_ns / 1000000 < URGENT_MS ||
             ring_room(&p->ring, relaxed_load(&p->ring.w[RING_HEAD])) < p->ring.cap * 3 / 4) {
         if (sleep_flag_after_publish(&p->header[p->w_sleeping]) &&
-                producer_call0(p, s_bell) < 0)
+                producer_bell(p) < 0)
             return NULL;
     }
     return producer_new_handle(p, p->handle_type, h, due);
 
 unusual:
     /* argument shapes only Python can judge (it raises the TypeError): pass them as given */
-    {
-        Py_ssize_t total = nargs + nkw;
-        PyObject *stack[16];
-        if (total + 1 > 16) return PyErr_Format(PyExc_TypeError, "too many arguments");
-        stack[0] = (PyObject *)p;
-        for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
-        return PyObject_VectorcallMethod(s_schedule_checked, stack, (nargs + 1), kwnames);
-    }
+    return producer_pass_on(p, s_schedule_checked, args, nargs, kwnames);
 slow:
     return go_slow(p, task, payload, delay, deadline, key, every);
 }
@@ -241,9 +252,12 @@ static int cancel_one(Producer *p, i64 h) {
     return code;
 }
 
+int producer_ready(Producer *p) {
+    return !p->closed && !p->forked && p->holds.n && !relaxed_load(&p->header[p->w_stopping]);
+}
+
 int producer_usable(Producer *p) {
-    if (!p->closed && !p->forked && p->holds.n && !relaxed_load(&p->header[p->w_stopping]))
-        return 1;
+    if (producer_ready(p)) return 1;
     PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, s_check);   /* raises */
     Py_XDECREF(r);
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "this client is closed");
@@ -279,7 +293,7 @@ static PyObject *prod_cancel_many(Producer *p, PyObject *const *args, Py_ssize_t
     return won < 0 ? NULL : PyLong_FromLongLong(won);
 }
 
-/* ---- the primitives the Python slow paths build on ------------------------------ */
+/* ---- binding (the primitives the Python slow paths build on: producer_slow.c) ---- */
 static PyObject *prod_bind(Producer *p, PyObject *args) {
     PyObject *wheel, *side, *arena, *adata, *ring, *counters, *header, *task_ids, *encode;
     PyObject *htype;
@@ -323,115 +337,6 @@ static PyObject *prod_bind(Producer *p, PyObject *args) {
     Py_XSETREF(p->encode, encode);
     Py_INCREF(htype);
     Py_XSETREF(p->handle_type, (PyTypeObject *)htype);
-    Py_RETURN_NONE;
-}
-
-/* caller holds the segment lock */
-static PyObject *prod_restock_locked(Producer *p, PyObject *unused) {
-    if (!is_bound(p)) return NULL;
-    i64 want = p->batch - p->ncache;
-    if (want > 0) p->ncache += (int)slot_reserve(&p->seg, p->ring_index, &p->cache[p->ncache], want);
-    want = p->batch - p->nblocks;
-    if (want > 0)
-        p->nblocks += (int)arena_reserve(&p->seg, 0, p->ring_index, &p->blocks[p->nblocks], want);
-    return Py_BuildValue("(ii)", p->ncache, p->nblocks);
-}
-
-static PyObject *prod_take(Producer *p, PyObject *unused) {
-    if (!is_bound(p)) return NULL;
-    if (!p->ncache && producer_call0(p, s_restock) < 0) return NULL;
-    return PyLong_FromLongLong(p->ncache ? p->cache[--p->ncache] : -1);
-}
-
-static PyObject *prod_give_back(Producer *p, PyObject *arg) {
-    i64 h = PyLong_AsLongLong(arg);
-    if (h == -1 && PyErr_Occurred()) return NULL;
-    if (p->ncache == CACHE_MAX) Py_RETURN_FALSE;   /* the caller frees it instead */
-    p->cache[p->ncache++] = h;
-    Py_RETURN_TRUE;
-}
-
-/* _submit(h, meta, word, deadline) -> published: write the record, SUBMITTED, push */
-static PyObject *prod_submit(Producer *p, PyObject *args) {
-    long long h, meta, word, deadline;
-    if (!PyArg_ParseTuple(args, "LLLL:_submit", &h, &meta, &word, &deadline)) return NULL;
-    if (!is_bound(p)) return NULL;
-    producer_write_slot(p, h, meta, word, deadline);
-    int ok = producer_push(p, h, CHECK_SUBMIT);
-    if (ok) relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
-    return PyBool_FromLong(ok);
-}
-
-/* _write_many(handles, metas, words, deadlines): records of a batch, all SUBMITTED */
-static PyObject *prod_write_many(Producer *p, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf b[4];
-    int got = 0;
-    PyObject *ret = NULL;
-    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "_write_many takes 4 arrays");
-    if (!is_bound(p)) return NULL;
-    for (; got < 4; got++)
-        if (i64buf_get(args[got], &b[got], 0) < 0) goto done;
-    if (b[1].n < b[0].n || b[2].n < b[0].n || b[3].n < b[0].n) {
-        PyErr_SetString(PyExc_ValueError, "arrays of different lengths");
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < b[0].n; i++) producer_write_slot(p, b[0].p[i], b[1].p[i], b[2].p[i], b[3].p[i]);
-    ret = Py_None;
-    Py_INCREF(ret);
-done:
-    while (got > 0) i64buf_release(&b[--got]);
-    return ret;
-}
-
-/* _publish(handles, check) -> how many of them (from the first) fit on the ring */
-static PyObject *prod_publish(Producer *p, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf hs;
-    i64 check;
-    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "_publish(handles, check)");
-    if (!is_bound(p) || i64buf_get(args[0], &hs, 0) < 0) return NULL;
-    check = PyLong_AsLongLong(args[1]);
-    if (check == -1 && PyErr_Occurred()) { i64buf_release(&hs); return NULL; }
-    i64 done = 0, recs[2 * 64];
-    while (done < hs.n) {
-        i64 k = hs.n - done < 64 ? hs.n - done : 64;
-        for (i64 i = 0; i < k; i++) {
-            recs[2 * i] = hs.p[done + i];
-            recs[2 * i + 1] = hs.p[done + i] ^ check;
-        }
-        i64 pushed = ring_push(&p->ring, recs, k);
-        done += pushed;
-        if (pushed < k) break;
-    }
-    if (check == CHECK_SUBMIT) {
-        p->scheduled += done;
-        relaxed_store(&p->counters[C_SCHEDULED], p->scheduled);
-    }
-    i64buf_release(&hs);
-    return PyLong_FromLongLong(done);
-}
-
-/* _unsubmit(h) -> True if a written but unpublished slot is RESERVED again (ours); False
- * if a cancel won it meanwhile (its cancel record retires it) */
-static PyObject *prod_unsubmit(Producer *p, PyObject *arg) {
-    i64 h = PyLong_AsLongLong(arg);
-    if ((h == -1 && PyErr_Occurred()) || !is_bound(p)) return NULL;
-    i64 *w = gs_word(p->seg.mem, wheel_node(p->seg.mem, HANDLE_SLOT(h)));
-    return PyBool_FromLong(gs_cas(w, GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED),
-                                  GS_MAKE(HANDLE_GEN(h), ST_RESERVED)));
-}
-
-/* _push(h, check) -> published (a schedule record is counted once it is) */
-static PyObject *prod_push(Producer *p, PyObject *args) {
-    long long h, check;
-    if (!PyArg_ParseTuple(args, "LL:_push", &h, &check) || !is_bound(p)) return NULL;
-    int ok = producer_push(p, h, check);
-    if (ok && check == CHECK_SUBMIT) relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
-    return PyBool_FromLong(ok);
-}
-
-static PyObject *prod_release(Producer *p, PyObject *unused) {
-    holds_release(&p->holds);
-    p->ncache = p->nblocks = 0;
     Py_RETURN_NONE;
 }
 
@@ -482,15 +387,7 @@ static PyMethodDef prod_methods[] = {
     {"_cancel_many", (PyCFunction)(void (*)(void))prod_cancel_many, METH_FASTCALL, NULL},
     PRODUCER_OPS_METHODS
     {"_bind", (PyCFunction)prod_bind, METH_VARARGS, NULL},
-    {"_restock_locked", (PyCFunction)prod_restock_locked, METH_NOARGS, NULL},
-    {"_take", (PyCFunction)prod_take, METH_NOARGS, NULL},
-    {"_give_back", (PyCFunction)prod_give_back, METH_O, NULL},
-    {"_submit", (PyCFunction)prod_submit, METH_VARARGS, NULL},
-    {"_write_many", (PyCFunction)(void (*)(void))prod_write_many, METH_FASTCALL, NULL},
-    {"_publish", (PyCFunction)(void (*)(void))prod_publish, METH_FASTCALL, NULL},
-    {"_unsubmit", (PyCFunction)prod_unsubmit, METH_O, NULL},
-    {"_push", (PyCFunction)prod_push, METH_VARARGS, NULL},
-    {"_release", (PyCFunction)prod_release, METH_NOARGS, NULL},
+    PRODUCER_SLOW_METHODS
     {NULL, NULL, 0, NULL},
 };
 

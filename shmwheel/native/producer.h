@@ -56,12 +56,44 @@ i64 producer_now_ns(void);                                        /* CLOCK_MONOT
 /* a delay given as an int or float in [0, max_delay_ms): now and its deadline (ms, rounded
  * up); 0 for anything else (the slow path raises what the API says) */
 int producer_due(Producer *p, PyObject *delay, i64 *now_ns, i64 *due);
-int producer_usable(Producer *p);            /* 0 with the API's exception set if not */
+int producer_ready(Producer *p);    /* open, bound, not forked, the service not stopping */
+int producer_usable(Producer *p);  /* producer_ready, or 0 with the API's exception set */
 int producer_call0(Producer *p, PyObject *name);   /* p.name(); -1 if it raised */
+int producer_restock(Producer *p);                 /* p._restock(): refill the caches */
+int producer_bell(Producer *p);                    /* p._bell(): wake the coordinator */
+/* the arguments of a call as given, to the Python method `name` of p */
+PyObject *producer_pass_on(Producer *p, PyObject *name, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames);
 /* write a RESERVED slot's record and deadline, then store SUBMITTED (release) */
 void producer_write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline);
 int producer_push(Producer *p, i64 h, i64 check);   /* 1 if it fit on the ring */
+/* write_slot, then publish it (waiting on a full ring) and count it: 0, or -1 with Full
+ * raised (the slot taken back) */
+int producer_submit(Producer *p, i64 h, i64 meta, i64 word, i64 deadline);
 PyObject *producer_new_handle(Producer *p, PyTypeObject *type, i64 h, i64 deadline);
+
+/* producer_slow.c: the private methods the Python slow paths build on */
+int producer_bound(Producer *p);   /* 0 with ValueError set if the client is closed */
+PyObject *producer_restock_locked(Producer *p, PyObject *unused);
+PyObject *producer_take(Producer *p, PyObject *unused);
+PyObject *producer_give_back(Producer *p, PyObject *arg);
+PyObject *producer_submit_one(Producer *p, PyObject *args);
+PyObject *producer_write_many(Producer *p, PyObject *const *args, Py_ssize_t nargs);
+PyObject *producer_publish(Producer *p, PyObject *const *args, Py_ssize_t nargs);
+PyObject *producer_unsubmit(Producer *p, PyObject *arg);
+PyObject *producer_push_one(Producer *p, PyObject *args);
+PyObject *producer_release(Producer *p, PyObject *unused);
+
+#define PRODUCER_SLOW_METHODS                                                             \
+    {"_restock_locked", (PyCFunction)producer_restock_locked, METH_NOARGS, NULL},          \
+    {"_take", (PyCFunction)producer_take, METH_NOARGS, NULL},                              \
+    {"_give_back", (PyCFunction)producer_give_back, METH_O, NULL},                         \
+    {"_submit", (PyCFunction)producer_submit_one, METH_VARARGS, NULL},                     \
+    {"_write_many", (PyCFunction)(void (*)(void))producer_write_many, METH_FASTCALL, NULL}, \
+    {"_publish", (PyCFunction)(void (*)(void))producer_publish, METH_FASTCALL, NULL},      \
+    {"_unsubmit", (PyCFunction)producer_unsubmit, METH_O, NULL},                           \
+    {"_push", (PyCFunction)producer_push_one, METH_VARARGS, NULL},                         \
+    {"_release", (PyCFunction)producer_release, METH_NOARGS, NULL},
 
 /* watch.c: Producer.watch, .check_and_complete and ._bind_ops, and the module's key_id */
 int producer_ops_init(void);

@@ -39,11 +39,11 @@
 #define MAX_AMOUNT 0xFFFFFFFFLL              /* an operation's count saturates here */
 
 static PyObject *s_on_complete, *s_on_expire, *s_payload, *s_required, *s_amount;
-static PyObject *s_watch_slow, *s_cac_slow, *s_restock, *s_bell, *s_wake_reaper;
+static PyObject *s_watch_slow, *s_cac_slow, *s_wake_reaper;
 static PyObject *s_acquire, *s_release;
 
 /* ---- keys ---------------------------------------------------------------------------- */
-/* A key's msgpack encoding, msgpack-python's (the smallest form; tests/test_operations.py
+/* A key's msgpack encoding, msgpack-python's (the smallest form; tests/test_watch_native.py
  * compares it with msgpack.packb): `hdr` is the type byte and length or the integer,
  * `body` the UTF-8 or the bytes (a pointer into the key; none for an int). */
 typedef struct {
@@ -181,19 +181,7 @@ static void seglock_drop(Producer *p) {
 static Seg *ops_seg(Producer *p) { return &((Tables *)p->tables)->seg; }
 
 static int fast_ok(Producer *p) {
-    return p->tables && !p->closed && !p->forked && p->holds.n &&
-           ((Tables *)p->tables)->seg.watch && !relaxed_load(&p->header[p->w_stopping]);
-}
-
-/* the arguments as given, to the Python method `name` */
-static PyObject *pass_on(Producer *p, PyObject *name, PyObject *const *args, Py_ssize_t nargs,
-                         PyObject *kwnames) {
-    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject *stack[16];
-    if (total + 1 > 16) return PyErr_Format(PyExc_TypeError, "too many arguments");
-    stack[0] = (PyObject *)p;
-    for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
-    return PyObject_VectorcallMethod(name, stack, (size_t)(nargs + 1), kwnames);
+    return p->tables && ((Tables *)p->tables)->seg.watch && producer_ready(p);
 }
 
 /* an int in [1, MAX_AMOUNT], else 0 */
@@ -239,7 +227,7 @@ static int encode_keys(PyObject *keys, unsigned char *kb, Py_ssize_t *kn, i64 *i
         len[unique++] = size;
         at += size;
         i64 id = key_hash(&k);
-        for (int j = 0; j < *nids && id >= 0; j++) seen |= ids[j] == id;
+        for (int j = 0; j < *nids; j++) seen |= ids[j] == id;
         if (!seen) ids[(*nids)++] = id;   /* two keys with one id count once */
     }
     *kn = at;
@@ -305,7 +293,7 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     memcpy(data, head, sizeof head);
 
     /* a slot (refilled under the Python lock, before this takes it), then the lock */
-    if (!p->ncache && (producer_call0(p, s_restock) < 0 || !p->ncache)) {
+    if (!p->ncache && (producer_restock(p) < 0 || !p->ncache)) {
         if (PyErr_Occurred()) return NULL;
         goto slow;   /* no free slot: the Python path waits, then raises Full */
     }
@@ -325,24 +313,16 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
 
     i64 meta = META_MAKE(expire_task, FLAG_OP | FLAG_ARENA, where >> 32, blob_len,
                          p->ring_index);
-    producer_write_slot(p, h, meta, where & 0xFFFFFFFFLL, due);
-    if (producer_push(p, h, CHECK_SUBMIT)) {
-        relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
-    } else {   /* ring full: wait for the coordinator (_push counts it once published) */
-        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
-                                          (long long)CHECK_SUBMIT);
-        if (!r) return NULL;
-        Py_DECREF(r);
-    }
+    if (producer_submit(p, h, meta, where & 0xFFFFFFFFLL, due) < 0) return NULL;
     relaxed_store(&p->counters[C_OPS_WATCHED], relaxed_load(&p->counters[C_OPS_WATCHED]) + 1);
     /* a sleeping coordinator links the operation only when it wakes: a signal that
      * completes it meanwhile would wait for that (seq_cst fence, as for a schedule) */
-    if (sleep_flag_after_publish(&p->header[p->w_sleeping]) && producer_call0(p, s_bell) < 0)
+    if (sleep_flag_after_publish(&p->header[p->w_sleeping]) && producer_bell(p) < 0)
         return NULL;
     return producer_new_handle(p, p->op_type, h, due);
 
 slow:
-    return pass_on(p, s_watch_slow, args, nargs, kwnames);
+    return producer_pass_on(p, s_watch_slow, args, nargs, kwnames);
 }
 
 /* ---- check_and_complete --------------------------------------------------------------- */
@@ -378,7 +358,7 @@ PyObject *producer_check_and_complete(Producer *p, PyObject *const *args, Py_ssi
     return PyLong_FromLongLong(done);
 
 slow:
-    return pass_on(p, s_cac_slow, args, nargs, kwnames);
+    return producer_pass_on(p, s_cac_slow, args, nargs, kwnames);
 }
 
 /* _bind_ops(tables, lock_fd, thread_lock, w_dirty, w_reaper_wake_at, op_type) */
@@ -412,7 +392,7 @@ int producer_ops_init(void) {
         {&s_on_complete, "on_complete"}, {&s_on_expire, "on_expire"},
         {&s_payload, "payload"}, {&s_required, "required"}, {&s_amount, "amount"},
         {&s_watch_slow, "_watch_slow"}, {&s_cac_slow, "_check_and_complete_slow"},
-        {&s_restock, "_restock"}, {&s_bell, "_bell"}, {&s_wake_reaper, "_wake_reaper"},
+        {&s_wake_reaper, "_wake_reaper"},
         {&s_acquire, "acquire"}, {&s_release, "release"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
