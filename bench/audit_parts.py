@@ -66,20 +66,31 @@ def main() -> int:
             timed("events/ groupBy(id).count()",
                   lambda: events.groupBy("id").count().write.format("noop")
                   .mode("overwrite").save())  # fmt: skip
-            cached: list = []
-            timed("per-timer table into a no-op sink (first)",
-                  lambda: T.per_timer(events, sc, cached).write.format("noop")
+            records = events.count()
+            parts = T.partitions(spark, records)
+            rows = T.coded(events, sc).repartition(parts, "id")
+            timed(f"coded records shuffled by id ({parts} partitions)",
+                  lambda: rows.write.format("noop").mode("overwrite").save())  # fmt: skip
+            timed("the same, handed to Python (mapInArrow, a count)",
+                  lambda: rows.mapInArrow(_count, "n long").write.format("noop")
                   .mode("overwrite").save())  # fmt: skip
-            for df in cached:
-                df.unpersist()
+            timed("per-timer table (numpy kernel) into a no-op sink (first)",
+                  lambda: T.per_timer(events, sc, parts).write.format("noop")
+                  .mode("overwrite").save())  # fmt: skip
             timed("the same again",
-                  lambda: T.per_timer(events, sc, cached).write.format("noop")
+                  lambda: T.per_timer(events, sc, parts).write.format("noop")
                   .mode("overwrite").save())  # fmt: skip
         finally:
             spark.stop()
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _count(batches):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
 
 
 if __name__ == "__main__":

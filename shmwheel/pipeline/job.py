@@ -90,7 +90,8 @@ def run(
         rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
         stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
 
-        timers = T.per_timer(events, sc, cached).persist(StorageLevel.MEMORY_AND_DISK)
+        timers = T.per_timer(events, sc, T.partitions(spark, records))
+        timers = timers.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(timers)
         tally = A.timer_tally(timers, sc)
         stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations")

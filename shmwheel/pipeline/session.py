@@ -22,6 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("shmwheel.pipeline")
 
+#: rows per Arrow batch between the JVM and Python: Spark's 10,000 made the per-timer
+#: shuffle's hand-over to numpy cost 1.7x as much (docs/performance.md)
+ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+ARROW_BATCH_ROWS = 1 << 19
 _LOG4J = os.path.join(os.path.dirname(__file__), "log4j2-quiet.properties")
 
 
@@ -102,6 +106,8 @@ def spark_session(
         builder = builder.config("spark.sql.shuffle.partitions", str(default_partitions()))
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     spark = builder.getOrCreate()
+    if spark.sparkContext.getConf().get(ARROW_BATCH) is None:  # not set by spark-submit
+        spark.conf.set(ARROW_BATCH, str(ARROW_BATCH_ROWS))
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
     from .datasource import register
