@@ -172,15 +172,21 @@ def rules(sc: Scope) -> list[tuple[str, Column, Column]]:
 
 
 def violations(timers: DataFrame, sc: Scope) -> DataFrame:
-    """Every violation: rule, id, type, detail (one row per timer and rule broken)."""
-    parts = [
-        timers.filter(cond).select(f.lit(rule).alias("rule"), "id", "type", detail.alias("detail"))
-        for rule, cond, detail in rules(sc)
-    ]
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out
+    """Every violation: rule, id, type, detail (one row per timer and rule broken). One
+    pass over the table: the rows breaking any rule, then one row per rule each breaks."""
+    found = rules(sc)
+    broken = f.array(
+        *[f.when(cond, f.struct(f.lit(rule).alias("rule"), detail.alias("detail")))
+          for rule, cond, detail in found]
+    )  # fmt: skip
+    any_rule = found[0][1]
+    for _, cond, _ in found[1:]:
+        any_rule = any_rule | cond
+    return (
+        timers.filter(any_rule)
+        .select("id", "type", f.explode(f.filter(broken, lambda v: v.isNotNull())).alias("v"))
+        .select(f.col("v.rule").alias("rule"), "id", "type", f.col("v.detail").alias("detail"))
+    )
 
 
 def windows(table: DataFrame) -> DataFrame:

@@ -4,7 +4,7 @@
              (Parquet); every later stage reads the columns it needs from there
     scope    per second of wall time: throughput, lateness, the journal's extent and
              task names (cached); rejects/
-    timers   the per-timer table (timers.py: one shuffle by id), cached
+    timers   the per-timer table (timers.py: one shuffle by id, numpy) written as timers/
     rules    violations/
     figures  lateness/, throughput/, per_producer/, per_task/, the operations
     report   report/summary.json, the plots, report/index.md
@@ -32,7 +32,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
 READERS = ("datasource", "binaryfile")
-TABLES = ("events", "violations", "lateness", "throughput", "per_producer", "per_task", "rejects")
+TABLES = (
+    "events", "timers", "violations", "lateness", "throughput", "per_producer", "per_task",
+    "rejects",
+)  # fmt: skip
 SAMPLE = 20  # violations and rejects shown in the summary
 
 
@@ -90,15 +93,14 @@ def run(
         rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
         stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
 
-        timers = T.per_timer(events, sc, T.partitions(spark, records))
-        timers = timers.persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(timers)
+        timers, _ = T.per_timer(
+            events, sc, T.partitions(spark, records), os.path.join(out, "timers")
+        )
         tally = A.timer_tally(timers, sc)
-        stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations")
+        stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
-        viol = A.violations(timers, sc).persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(viol)
-        viol.write.mode(mode).parquet(os.path.join(out, "violations"))
+        A.violations(timers, sc).write.mode(mode).parquet(os.path.join(out, "violations"))
+        viol = spark.read.parquet(os.path.join(out, "violations"))
         by_rule = {
             r["rule"]: int(r["n"])
             for r in viol.groupBy("rule").agg(f.count("*").alias("n")).collect()
@@ -106,20 +108,16 @@ def run(
         sample = [r.asDict() for r in viol.orderBy("rule", "id").limit(SAMPLE).collect()]
         stage("rules", f"{sum(by_rule.values()):,} violations")
 
+        # the small tables are written, then read back for the report (not computed twice)
         lat, thr = A.lateness_tables(win)
-        lat.write.mode(mode).parquet(os.path.join(out, "lateness"))
-        thr.write.mode(mode).parquet(os.path.join(out, "throughput"))
-        prod, task = A.per_producer(timers), A.per_task(timers)
-        prod.write.mode(mode).parquet(os.path.join(out, "per_producer"))
-        task.write.mode(mode).parquet(os.path.join(out, "per_task"))
+        small: dict[str, Any] = {}
+        for name, df in (("lateness", lat), ("throughput", thr),
+                         ("per_producer", A.per_producer(timers)),
+                         ("per_task", A.per_task(timers))):  # fmt: skip
+            df.write.mode(mode).parquet(os.path.join(out, name))
+            small[name] = spark.read.parquet(os.path.join(out, name)).toPandas()
         overall = A.overall_lateness(events)
         ops = A.operations(timers)
-        small = {
-            "lateness": lat.toPandas(),
-            "throughput": thr.toPandas(),
-            "per_task": task.toPandas(),
-            "per_producer": prod.toPandas(),
-        }
         stage("figures", "lateness, throughput, per producer, per task, operations")
 
         rej_list = [

@@ -2,7 +2,7 @@
 
 This is the audit's arithmetic, with no Spark in it: ``timers.py`` shuffles the coded
 records by id (every record of an id lands in one partition) and hands each partition's
-Arrow batches to ``per_timer_batches``; the tests call ``per_timer_table`` on a table
+Arrow batches to ``per_timer_of``; the tests call ``per_timer_table`` on a table
 directly.
 
 Theory of operation. A partition's records are sorted by id once; every per-id figure is
@@ -20,7 +20,7 @@ task names as 1-based indexes into the scope's ``tasks``, 0 or null for none).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -226,8 +226,7 @@ def per_timer_table(records: pa.Table, bounds: Bounds) -> pa.Table:
         for c in INPUT
     }
     if len(r["id"]) == 0:
-        return pa.table({c: pa.array([], pa.int64() if t == "bigint" else pa.string())
-                         for c, t in OUTPUT})  # fmt: skip
+        return empty()
     order = np.argsort(r["id"], kind="stable")
     r = {k: v[order] for k, v in r.items()}
     g = _Groups.of(r["id"])
@@ -314,13 +313,16 @@ def _strings(index: np.ndarray, names: Sequence[str]) -> pa.Array:
     )
 
 
-def per_timer_batches(
-    batches: Iterable[pa.RecordBatch], bounds: Bounds
-) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function: a partition's records (all of each id's) in, its
-    per-timer rows out."""
+def per_timer_of(batches: Iterable[pa.RecordBatch], bounds: Bounds) -> pa.Table:
+    """The per-timer table of a partition given as Arrow batches (all of each id's
+    records; any number of batches, none included)."""
     got = list(batches)
     if not got:
-        return
-    table = pa.Table.from_batches(got)
-    yield from per_timer_table(table.select(list(INPUT)), bounds).to_batches(1 << 18)
+        return empty()
+    return per_timer_table(pa.Table.from_batches(got).select(list(INPUT)), bounds)
+
+
+def empty() -> pa.Table:
+    """A per-timer table with no row."""
+    return pa.table({c: pa.array([], pa.int64() if t == "bigint" else pa.string())
+                     for c, t in OUTPUT})  # fmt: skip

@@ -7,10 +7,15 @@ shuffle by id; Spark's partial aggregation cannot help (an id's records are neve
 input partition), so the shuffle carries every record and is the audit's main cost. It
 carries ints only: ``coded`` turns kinds, outcomes and task names into small ints before
 it (strings cost about twice as much to move between the JVM and Python). Each shuffle
-partition then goes to ``pertimer.per_timer_batches`` as Arrow batches, and numpy does
-the per-id arithmetic (``pertimer.py`` says how): one sort and a few dozen ``reduceat``
+partition then goes to ``pertimer.per_timer_of`` as Arrow batches, and numpy does the
+per-id arithmetic (``pertimer.py`` says how): one sort and a few dozen ``reduceat``
 calls, against Spark's hash aggregation of thirty expressions, which took 36 s of a 78 s
 audit of 9.2 M records (docs/performance.md).
+
+The task writes its rows to ``timers/`` itself, with pyarrow, and Spark reads the table
+back from there: handing 3 M rows of 37 columns back to the JVM and caching them cost as
+much again as the kernel and the shuffle together (docs/performance.md); Parquet read
+back is columnar and cheap, and the table is an output users can query.
 
 A partition is held whole in one Python worker while numpy works on it, so the number of
 partitions grows with the journal (``partitions``): about ``ROWS_PER_TASK`` records each.
@@ -20,9 +25,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
 from pyspark.sql import Column
 from pyspark.sql import functions as f
 
@@ -84,9 +94,48 @@ def partitions(spark: SparkSession, records: int) -> int:
     return n if n <= conf else math.ceil(n / cores) * cores
 
 
-def per_timer(events: DataFrame, sc: Scope, n_partitions: int) -> DataFrame:
-    """One row per id (``pertimer.OUTPUT``): the records shuffled by id into
-    `n_partitions`, each partition's per-timer rows computed by numpy."""
-    kernel = functools.partial(P.per_timer_batches, bounds=sc.bounds())
+def per_timer(
+    events: DataFrame, sc: Scope, n_partitions: int, directory: str
+) -> tuple[DataFrame, int]:
+    """The per-timer table (``pertimer.OUTPUT``) written as Parquet under `directory`
+    (emptied first), read back; and its rows. The records are shuffled by id into
+    `n_partitions`; each partition's task computes its rows with numpy and writes them
+    itself with pyarrow, as ``part-NNNNN.parquet`` by partition, so a retried task
+    replaces its own file. `directory` is a local or shared path, or a URI pyarrow opens
+    (hdfs://, s3://)."""
+    if "://" not in directory:
+        directory = os.path.abspath(directory)  # the driver's, not each executor's cwd
+    fs, path = _filesystem(directory)
+    fs.create_dir(path, recursive=True)
+    fs.delete_dir_contents(path)
+    kernel = functools.partial(_write_partition, bounds=sc.bounds(), directory=directory)
     rows = coded(events, sc).repartition(n_partitions, "id")
-    return rows.mapInArrow(kernel, P.DDL)
+    written = rows.mapInArrow(kernel, "partition int, timers bigint").collect()
+    return events.sparkSession.read.parquet(directory), sum(r["timers"] for r in written)
+
+
+def _filesystem(directory: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in directory:
+        return pafs.FileSystem.from_uri(directory)
+    return pafs.LocalFileSystem(), directory
+
+
+def _write_partition(
+    batches: Iterator[pa.RecordBatch], bounds: P.Bounds, directory: str
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: a partition's per-timer rows to their own file (written
+    under a name of this attempt, then moved onto the partition's); one row out."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    part, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
+    table = P.per_timer_of(batches, bounds)
+    fs, path = _filesystem(directory)
+    final = f"{path}/part-{part:05d}.parquet"
+    tmp = f"{path}/.part-{part:05d}-{attempt}.parquet.tmp"
+    pq.write_table(table, tmp, filesystem=fs)
+    fs.move(tmp, final)
+    yield pa.RecordBatch.from_pydict(
+        {"partition": [part], "timers": [table.num_rows]},
+        schema=pa.schema([("partition", pa.int32()), ("timers", pa.int64())]),
+    )
