@@ -214,6 +214,13 @@ def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spar
         assert (rep_dir / png).stat().st_size > 1000 and f"]({png})" in index
     producers = pq.read_table(tmp_path / "out" / "per_producer").to_pylist()
     assert sum(p["timers"] for p in producers) == n["one_shots"] + n["repeating"]
+    # timers/: one row per timer and operation, written by the per-timer tasks
+    timers = pq.read_table(tmp_path / "out" / "timers").to_pylist()
+    assert len(timers) == len({t["id"] for t in timers})
+    assert len(timers) == n["one_shots"] + n["repeating"] + n["operations"]
+    assert (
+        sum(t["type"] == "operation" and t["end"] == "completed" for t in timers) == n["completed"]
+    )
 
 
 def test_audit_finds_exactly_the_planted_faults(spark, tmp_path):
