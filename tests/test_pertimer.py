@@ -243,11 +243,33 @@ def test_nulls_and_an_empty_partition() -> None:
 
 @pytest.mark.parametrize("rows", [1, 3])
 def test_batches_in_and_out(rows: int) -> None:
-    """The partition comes as any number of batches."""
+    """The partition comes as any number of batches of the shuffle's (packed) columns."""
     b = P.Bounds(end_us=10, final_epoch=1, grace_us=0, tasks=TASKS)
-    recs = [{**dict.fromkeys(P.INPUT, 0), "id": i, "kc": K["scheduled"], "t_us": i,
-             "task_i": 1} for i in range(1, 8)]  # fmt: skip
-    table = pa.table({c: pa.array([r[c] for r in recs], pa.int64()) for c in P.INPUT})
+    n = 7
+    shared = {c: pa.array([0] * n, pa.int64()) for c in P.SHARED}
+    shared["id"] = pa.array(range(1, n + 1), pa.int64())
+    shared["kc"] = pa.array([K["scheduled"]] * n, pa.int32())
+    packed = {"a": pa.array([0] * n, pa.int64()), "b": pa.array([0] * n, pa.int64()),
+              "c": pa.array([1] * n, pa.int32())}  # fmt: skip
+    table = pa.table({**shared, **packed})
     out = P.per_timer_of(table.to_batches(rows), b)
-    assert out.column("id").to_pylist() == list(range(1, 8))
+    assert out.column("id").to_pylist() == list(range(1, n + 1))
     assert set(out.column("run_task").to_pylist()) == {"noop"}
+
+
+def test_unpack_gives_each_kind_its_fields() -> None:
+    """The packed columns read back as the fields of each record's kind; a null packed
+    value (an outcome whose name was unknown) is no outcome code, not code 0."""
+    kinds = [K["scheduled"], K["watched"], K["outcome"], K["outcome"]]
+    shared = {c: pa.array([7] * 4, pa.int64()) for c in P.SHARED}
+    shared["kc"] = pa.array(kinds, pa.int32())
+    table = pa.table({**shared, "a": pa.array([10, 2, 300, 1], pa.int64()),
+                      "b": pa.array([4242, 3, 55, 1], pa.int64()),
+                      "c": pa.array([1, None, OC["error"], None], pa.int32())})  # fmt: skip
+    r = P.unpack(table).to_pydict()
+    assert (r["period_ms"][0], r["producer"][0], r["task_i"][0]) == (10, 4242, 1)
+    assert (r["on_complete_i"][1], r["on_expire_i"][1]) == (2, 3)
+    assert (r["duration_us"][2], r["next_deadline_ms"][2], r["oc"][2]) == (300, 55, OC["error"])
+    assert r["oc"][3] == -1
+    for kind, fields in P.PACKED.items():
+        assert all(f in P.INPUT for f in fields.values()), kind

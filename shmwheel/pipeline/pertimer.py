@@ -38,6 +38,19 @@ INPUT = (
     "next_deadline_ms", "kc", "oc", "task_i", "on_complete_i", "on_expire_i",
 )  # fmt: skip
 
+#: What the shuffle carries: the fields every record has, and three columns that each hold
+#: fields no record has together, by the record's kind (a field is only ever read under
+#: its kind's mask). This moves 56 bytes a record instead of 100: the shuffle and the
+#: hand-over to Python cost by the byte.
+SHARED = ("id", "epoch", "t_us", "run", "deadline_ms", "kc")
+PACKED: dict[str, dict[str, str]] = {
+    "a": {"scheduled": "period_ms", "watched": "on_complete_i", "outcome": "duration_us"},
+    "b": {"scheduled": "producer", "watched": "on_expire_i", "outcome": "next_deadline_ms"},
+    "c": {"scheduled": "task_i", "outcome": "oc"},
+}
+#: a packed field's value where its record had none (-1: no outcome code; 0 no name)
+_PACKED_NULL = {"a": 0, "b": 0, "c": -1}
+
 #: the per-run tallies, summed over a timer's runs
 RUN_TALLIES = (
     "runs_fired", "outcomes", "early_runs", "twice_runs", "repeats", "lost_runs",
@@ -314,12 +327,22 @@ def _strings(index: np.ndarray, names: Sequence[str]) -> pa.Array:
 
 
 def per_timer_of(batches: Iterable[pa.RecordBatch], bounds: Bounds) -> pa.Table:
-    """The per-timer table of a partition given as Arrow batches (all of each id's
-    records; any number of batches, none included)."""
+    """The per-timer table of a partition given as Arrow batches of the shuffle's columns
+    (``SHARED`` and ``PACKED``; all of each id's records; any number of batches)."""
     got = list(batches)
     if not got:
         return empty()
-    return per_timer_table(pa.Table.from_batches(got).select(list(INPUT)), bounds)
+    return per_timer_table(unpack(pa.Table.from_batches(got)), bounds)
+
+
+def unpack(packed: pa.Table) -> pa.Table:
+    """The ``INPUT`` columns of a table of the shuffle's columns."""
+    cols = {c: packed.column(c) for c in SHARED}
+    for col, fields in PACKED.items():
+        values = pc.fill_null(packed.column(col), _PACKED_NULL[col])
+        for field in fields.values():
+            cols[field] = values
+    return pa.table({c: cols[c] for c in INPUT})
 
 
 def empty() -> pa.Table:

@@ -69,20 +69,28 @@ class Scope:
 
 
 def coded(events: DataFrame, sc: Scope) -> DataFrame:
-    """The columns the kernel reads (``pertimer.INPUT``), kinds and names as ints."""
+    """The columns the shuffle carries (``pertimer.SHARED`` and ``PACKED``): kinds,
+    outcomes and task names as ints, the fields of different kinds packed together."""
     kc = f.lit(None).cast("int")
     for name, code in KIND.items():
         kc = f.when(f.col("kind") == name, code).otherwise(kc)
-    oc = f.lit(None).cast("int")
+    field = {
+        "oc": f.lit(None).cast("int"),
+        "task_i": sc.task_index("task"),
+        "on_complete_i": sc.task_index("on_complete"),
+        "on_expire_i": sc.task_index("on_expire"),
+    }
     for name, code in OUTCOME.items():
-        oc = f.when(f.col("outcome") == name, code).otherwise(oc)
-    return events.select(
-        "id", "epoch", "t_us", "run", "deadline_ms", "period_ms", "producer", "duration_us",
-        "next_deadline_ms", kc.alias("kc"), oc.alias("oc"),
-        sc.task_index("task").alias("task_i"),
-        sc.task_index("on_complete").alias("on_complete_i"),
-        sc.task_index("on_expire").alias("on_expire_i"),
-    )  # fmt: skip
+        field["oc"] = f.when(f.col("outcome") == name, code).otherwise(field["oc"])
+    packed = []
+    for col, by_kind in P.PACKED.items():
+        typ = "int" if col == "c" else "bigint"
+        v = f.lit(None).cast(typ)
+        for kind, name in by_kind.items():
+            src = field[name] if name in field else f.col(name)
+            v = f.when(f.col("kind") == kind, src.cast(typ)).otherwise(v)
+        packed.append(v.alias(col))
+    return events.select(*[kc.alias(c) if c == "kc" else c for c in P.SHARED], *packed)
 
 
 def partitions(spark: SparkSession, records: int) -> int:
