@@ -6,7 +6,8 @@ spread over the coordinator's and the reaper's segments, so building the table n
 shuffle by id; Spark's partial aggregation cannot help (an id's records are never in one
 input partition), so the shuffle carries every record and is the audit's main cost. It
 carries ints only: ``coded`` turns kinds, outcomes and task names into small ints before
-it (strings cost about twice as much to move between the JVM and Python). Each shuffle
+it (strings cost about twice as much to move between the JVM and Python), and packs the
+fields no record has together into three columns (``pertimer.PACKED``). Each shuffle
 partition then goes to ``pertimer.per_timer_of`` as Arrow batches, and numpy does the
 per-id arithmetic (``pertimer.py`` says how): one sort and a few dozen ``reduceat``
 calls, against Spark's hash aggregation of thirty expressions, which took 36 s of a 78 s
