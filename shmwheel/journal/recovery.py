@@ -364,7 +364,12 @@ def salvage(service: str, directory: str, epoch: int) -> int:
                 written += _salvage_rings(mem)
                 gs = mem.nodes()[:, C.F_GS]
                 st = C.gs_state(gs)
-                slots = np.flatnonzero((st == C.ST_CANCELLED) | (st == C.ST_STOPPING))
+                # STOPPING is a run in flight whose cancel lost (cancel returned False):
+                # that run is still owed, so a one-shot's is left to the crash window like
+                # any FIRING run's; only a repeating timer's further runs were cancelled
+                flags = C.meta_flags(mem.side.reshape(-1, C.SIDE_WORDS)[:, C.S_META])
+                repeating = (flags & C.FLAG_REPEAT) != 0
+                slots = np.flatnonzero((st == C.ST_CANCELLED) | ((st == C.ST_STOPPING) & repeating))
                 for slot in slots.tolist():
                     writer.append(
                         F.body(
