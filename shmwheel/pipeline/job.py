@@ -93,9 +93,7 @@ def run(
         rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
         stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
 
-        timers, _ = T.per_timer(
-            events, sc, T.partitions(spark, records), os.path.join(out, "timers")
-        )
+        timers = T.per_timer(events, sc, T.partitions(spark, records), os.path.join(out, "timers"))
         tally = A.timer_tally(timers, sc)
         stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 

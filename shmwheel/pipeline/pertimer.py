@@ -286,6 +286,10 @@ def per_timer_table(records: pa.Table, bounds: Bounds) -> pa.Table:
     return _classify(t, names, bounds)
 
 
+#: the name index a timer's runs ran, by how it ended: completed, expired, neither (a timer)
+_TASK_OF = ("on_complete_i", "on_expire_i", "task_i")
+
+
 def _classify(t: dict[str, Col], names: dict[str, Col], b: Bounds) -> pa.Table:
     """Type, decisions, how it ended and the task its runs ran."""
     op = t["n_watched"][0] > 0
@@ -312,9 +316,6 @@ def _classify(t: dict[str, Col], names: dict[str, Col], b: Bounds) -> pa.Table:
     cols["end"] = _strings(end, _ENDS)
     cols["run_task"] = _strings(np.where(has_task, task - 1, -1), b.tasks)
     return pa.table(cols)
-
-
-_TASK_OF = ("on_complete_i", "on_expire_i", "task_i")
 
 
 def _strings(index: np.ndarray, names: Sequence[str]) -> pa.Array:

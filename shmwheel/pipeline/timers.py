@@ -44,7 +44,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: records per partition of the per-timer shuffle, at most (about 110 bytes each in numpy)
 ROWS_PER_TASK = 2_000_000
-KIND, OUTCOME, RUN_TALLIES = P.KIND, P.OUTCOME, P.RUN_TALLIES
 
 
 @dataclass
@@ -73,7 +72,7 @@ def coded(events: DataFrame, sc: Scope) -> DataFrame:
     """The columns the shuffle carries (``pertimer.SHARED`` and ``PACKED``): kinds,
     outcomes and task names as ints, the fields of different kinds packed together."""
     kc = f.lit(None).cast("int")
-    for name, code in KIND.items():
+    for name, code in P.KIND.items():
         kc = f.when(f.col("kind") == name, code).otherwise(kc)
     field = {
         "oc": f.lit(None).cast("int"),
@@ -81,7 +80,7 @@ def coded(events: DataFrame, sc: Scope) -> DataFrame:
         "on_complete_i": sc.task_index("on_complete"),
         "on_expire_i": sc.task_index("on_expire"),
     }
-    for name, code in OUTCOME.items():
+    for name, code in P.OUTCOME.items():
         field["oc"] = f.when(f.col("outcome") == name, code).otherwise(field["oc"])
     packed = []
     for col, by_kind in P.PACKED.items():
@@ -103,11 +102,9 @@ def partitions(spark: SparkSession, records: int) -> int:
     return n if n <= conf else math.ceil(n / cores) * cores
 
 
-def per_timer(
-    events: DataFrame, sc: Scope, n_partitions: int, directory: str
-) -> tuple[DataFrame, int]:
+def per_timer(events: DataFrame, sc: Scope, n_partitions: int, directory: str) -> DataFrame:
     """The per-timer table (``pertimer.OUTPUT``) written as Parquet under `directory`
-    (emptied first), read back; and its rows. The records are shuffled by id into
+    (emptied first), read back. The records are shuffled by id into
     `n_partitions`; each partition's task computes its rows with numpy and writes them
     itself with pyarrow, as ``part-NNNNN.parquet`` by partition, so a retried task
     replaces its own file. `directory` is a local or shared path, or a URI pyarrow opens
@@ -119,8 +116,8 @@ def per_timer(
     fs.delete_dir_contents(path)
     kernel = functools.partial(_write_partition, bounds=sc.bounds(), directory=directory)
     rows = coded(events, sc).repartition(n_partitions, "id")
-    written = rows.mapInArrow(kernel, "partition int, timers bigint").collect()
-    return events.sparkSession.read.parquet(directory), sum(r["timers"] for r in written)
+    rows.mapInArrow(kernel, "partition int, timers bigint").collect()  # the writing job
+    return events.sparkSession.read.parquet(directory)
 
 
 def _filesystem(directory: str) -> tuple[pafs.FileSystem, str]:
