@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from shmwheel.bench import journal_workloads as JW
+from shmwheel.bench import service_workloads as SW
 from shmwheel.bench.__main__ import service_workloads, workloads
 from shmwheel.bench.baselines import HeapTimer, RedisDelayQueue, redis_status
 
@@ -215,7 +216,8 @@ def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
         end = time.monotonic() + 60
         producers_seen = False
         while time.monotonic() < end and proc.poll() is None:
-            # the service (coordinator, reaper, executors) and both producers are up
+            # the spawn context is in use: its resource tracker and a producer are up (the
+            # interrupt then lands in the producers or in the thread baselines after them)
             kids = _marked_processes(mark)
             if sum("multiprocessing" in " ".join(p.cmdline()) for p in kids if p.is_running()) >= 2:
                 producers_seen = True
@@ -319,3 +321,31 @@ def test_redis_delay_queue_fires_and_stops_its_server():
     except KeyError:
         pass
     assert proc.poll() is not None, "an exception left redis-server running"
+
+
+def test_threads_interrupted_before_release_leaves_no_worker_waiting(monkeypatch):
+    """Ctrl-C landing in _threads between starting the workers and releasing them (here:
+    in its gc.collect) must not leave a worker waiting on the barrier: such a worker kept
+    the bench from exiting after it printed "interrupted" (seen in CI)."""
+    ran = []
+
+    class Interrupting:
+        @staticmethod
+        def collect() -> None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(SW, "gc", Interrupting)
+    try:
+        SW._threads(2, ran.append)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt did not propagate")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [t for t in threading.enumerate() if t.name.startswith("bench-worker-")]
+        if not left:
+            break
+        time.sleep(0.01)
+    assert left == [], "a worker thread is still waiting after the interrupt"
+    assert ran == [], "a worker ran its work although the caller gave up"

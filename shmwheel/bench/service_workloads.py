@@ -310,20 +310,35 @@ def _collect(out: Any, procs: list[Any], timeout_s: float) -> list[tuple]:
 
 
 def _threads(k: int, work: Callable[[int], None]) -> tuple[float, float]:
-    """Run work(i) in k threads released together; (first start, last finish)."""
+    """Run work(i) in k threads released together; (first start, last finish).
+
+    If this thread is interrupted (Ctrl-C) or fails before the release, the barrier is
+    broken so no worker is left waiting on it; the workers are daemons, so one still
+    working never holds up the interpreter's exit (a worker left at the barrier did: the
+    bench printed "interrupted" and then waited forever in threading._shutdown)."""
     barrier = threading.Barrier(k + 1)
     ends = [0.0] * k
 
     def body(i: int) -> None:
-        barrier.wait()
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return  # the caller gave up before the release
         work(i)
         ends[i] = time.monotonic()
 
-    ts = [threading.Thread(target=body, args=(i,)) for i in range(k)]
-    for t in ts:
-        t.start()
-    gc.collect()
-    barrier.wait()
+    ts = [
+        threading.Thread(target=body, args=(i,), name=f"bench-worker-{i}", daemon=True)
+        for i in range(k)
+    ]
+    try:
+        for t in ts:
+            t.start()
+        gc.collect()
+        barrier.wait()
+    except BaseException:
+        barrier.abort()
+        raise
     t0 = time.monotonic()
     for t in ts:
         t.join()
