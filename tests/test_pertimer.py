@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -231,7 +230,6 @@ def test_nulls_and_an_empty_partition() -> None:
     b = P.Bounds(end_us=0, final_epoch=1, grace_us=0, tasks=())
     empty = pa.table({c: pa.array([], pa.int64()) for c in P.INPUT})
     assert P.per_timer_table(empty, b).num_rows == 0
-    assert P.per_timer_of(iter([]), b).schema == P.empty().schema
     # a scheduled record whose task is not among the names (null index) runs no named task
     cols = {c: pa.array([None], pa.int64()) for c in P.INPUT}
     cols.update(id=pa.array([9]), kc=pa.array([K["scheduled"]]), t_us=pa.array([1]))
@@ -241,35 +239,58 @@ def test_nulls_and_an_empty_partition() -> None:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("rows", [1, 3])
-def test_batches_in_and_out(rows: int) -> None:
-    """The partition comes as any number of batches of the shuffle's (packed) columns."""
-    b = P.Bounds(end_us=10, final_epoch=1, grace_us=0, tasks=TASKS)
-    n = 7
-    shared = {c: pa.array([0] * n, pa.int64()) for c in P.SHARED}
-    shared["id"] = pa.array(range(1, n + 1), pa.int64())
-    shared["kc"] = pa.array([K["scheduled"]] * n, pa.int32())
-    packed = {"a": pa.array([0] * n, pa.int64()), "b": pa.array([0] * n, pa.int64()),
-              "c": pa.array([1] * n, pa.int32())}  # fmt: skip
-    table = pa.table({**shared, **packed})
-    out = P.per_timer_of(table.to_batches(rows), b)
-    assert out.column("id").to_pylist() == list(range(1, n + 1))
-    assert set(out.column("run_task").to_pylist()) == {"noop"}
+def _events(rows: list[dict[str, Any]]) -> pa.Table:
+    """A table of events/'s columns (``P.EVENT_COLUMNS``) with these rows (missing: null)."""
+    strings = ("kind", "outcome", "task", "on_complete", "on_expire")
+    return pa.table(
+        {
+            c: pa.array([r.get(c) for r in rows], pa.string() if c in strings else pa.int64())
+            for c in P.EVENT_COLUMNS
+        }
+    )
 
 
-def test_unpack_gives_each_kind_its_fields() -> None:
-    """The packed columns read back as the fields of each record's kind; a null packed
-    value (an outcome whose name was unknown) is no outcome code, not code 0."""
-    kinds = [K["scheduled"], K["watched"], K["outcome"], K["outcome"]]
-    shared = {c: pa.array([7] * 4, pa.int64()) for c in P.SHARED}
-    shared["kc"] = pa.array(kinds, pa.int32())
-    table = pa.table({**shared, "a": pa.array([10, 2, 300, 1], pa.int64()),
-                      "b": pa.array([4242, 3, 55, 1], pa.int64()),
-                      "c": pa.array([1, None, OC["error"], None], pa.int32())})  # fmt: skip
-    r = P.unpack(table).to_pydict()
-    assert (r["period_ms"][0], r["producer"][0], r["task_i"][0]) == (10, 4242, 1)
-    assert (r["on_complete_i"][1], r["on_expire_i"][1]) == (2, 3)
+def test_coded_gives_each_kind_its_fields() -> None:
+    """Kinds and outcomes become the journal's codes, task names 1-based indexes into
+    the scope's names; an unknown outcome is no outcome (-1, not code 0), an unknown or
+    missing name is 0, a field a record does not have is 0; reject rows are left out."""
+    events = _events([
+        {"id": 1, "kind": "scheduled", "period_ms": 10, "producer": 4242, "task": "noop"},
+        {"id": 2, "kind": "watched", "on_complete": "fail", "on_expire": "noop"},
+        {"id": 3, "kind": "outcome", "outcome": "error", "duration_us": 300,
+         "next_deadline_ms": 55},
+        {"id": 4, "kind": "outcome", "outcome": "bogus"},
+        {"kind": "reject"},
+        {"id": 5, "kind": "scheduled", "task": "elsewhere"},
+        {"id": 6, "kind": "cancelled"},
+    ])  # fmt: skip
+    r = P.coded(events, TASKS).to_pydict()
+    assert list(r) == list(P.INPUT)
+    assert r["id"] == [1, 2, 3, 4, 5, 6]
+    assert r["kc"] == [K[k] for k in ("scheduled", "watched", "outcome", "outcome",
+                                      "scheduled", "cancelled")]  # fmt: skip
+    noop, fail = TASKS.index("noop") + 1, TASKS.index("fail") + 1
+    assert (r["period_ms"][0], r["producer"][0], r["task_i"][0]) == (10, 4242, noop)
+    assert (r["on_complete_i"][1], r["on_expire_i"][1]) == (fail, noop)
     assert (r["duration_us"][2], r["next_deadline_ms"][2], r["oc"][2]) == (300, 55, OC["error"])
-    assert r["oc"][3] == -1
-    for kind, fields in P.PACKED.items():
-        assert all(f in P.INPUT for f in fields.values()), kind
+    assert r["oc"][3] == -1 and r["oc"][0] == -1
+    assert r["task_i"][4] == 0 and r["task_i"][5] == 0 and r["period_ms"][5] == 0
+
+
+def test_per_timer_of_events_and_of_none() -> None:
+    """The kernel reads events/'s own columns: a bucket with a timer's schedule, fire and
+    outcome gives its row; an empty bucket gives an empty table of the output's schema."""
+    b = P.Bounds(end_us=10**9, final_epoch=1, grace_us=0, tasks=TASKS)
+    assert P.per_timer_of(_events([]), b).schema == P.empty().schema
+    events = _events([
+        {"id": 9, "epoch": 1, "t_us": 1000, "kind": "scheduled", "deadline_ms": 2,
+         "run": 1, "task": "noop", "producer": 77},
+        {"id": 9, "epoch": 1, "t_us": 2500, "kind": "fired", "deadline_ms": 2, "run": 1},
+        {"id": 9, "epoch": 1, "t_us": 2600, "kind": "outcome", "run": 1, "outcome": "ok",
+         "duration_us": 40, "next_deadline_ms": -1},
+    ])  # fmt: skip
+    row = P.per_timer_of(events, b).to_pylist()[0]
+    assert (row["id"], row["type"], row["end"], row["run_task"], row["producer"]) == (
+        9, "one-shot", "ran", "noop", 77,
+    )  # fmt: skip
+    assert (row["runs_fired"], row["outcomes"], row["ok"], row["late_sum_us"]) == (1, 1, 1, 500)

@@ -188,6 +188,36 @@ def test_schema_is_the_projection_and_partitions_follow_segments(spark, tmp_path
         spark.read.format("shmwheel-journal").schema("nope int").load(str(tmp_path)).count()
 
 
+def test_both_readers_write_the_same_bucketed_events(spark, tmp_path):
+    """writeTo (the data source) and write_to (binaryFile): each segment's events, rejects
+    included, written by its task as one Parquet file with a row group per bucket; the
+    DataFrame is a row per segment; both entry points write the same rows as the data
+    source returns."""
+    synthetic(tmp_path / "j", faults=True)
+    j = str(tmp_path / "j")
+    segs = list(J.read(j))
+    cols = ("file", "offset", "kind", "id", "t_us", "run", "deadline_ms", "outcome", "reason")
+    ds_dir, bf_dir = str(tmp_path / "ds"), str(tmp_path / "bf")
+    written = job.read_journal(spark, j, "datasource", cols, write_to=(ds_dir, 3)).collect()
+    assert sorted((r["file"], r["records"], r["rejects"]) for r in written) == sorted(
+        (s.path, len(s.rows), len(s.rejects)) for s in segs
+    )
+    job.read_journal(spark, j, "binaryfile", cols, write_to=(bf_dir, 3)).collect()
+    names = sorted(os.path.basename(s.path) + ".parquet" for s in segs)
+    assert sorted(os.listdir(ds_dir)) == names == sorted(os.listdir(bf_dir))
+    for name in names:
+        assert pq.ParquetFile(os.path.join(ds_dir, name)).num_row_groups == 3
+    returned = job.read_journal(spark, j, "datasource", cols)
+    assertDataFrameEqual(spark.read.parquet(ds_dir), returned)
+    assertDataFrameEqual(
+        spark.read.parquet(bf_dir).drop("file"), returned.drop("file")
+    )  # binaryFile names files by URI
+    with pytest.raises(Exception, match="one row per segment"):
+        spark.read.format("shmwheel-journal").schema("id bigint").option(
+            "writeTo", str(tmp_path / "x")
+        ).load(j).collect()
+
+
 # -- the audit ------------------------------------------------------------------------------
 def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spark, demo, tmp_path):
     journal, n = demo

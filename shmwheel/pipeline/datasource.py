@@ -12,15 +12,25 @@
   ``mapInArrow``, which decodes them with the same ``segment_batch``.
 
 Both give the table of ``events.COLUMNS``, rejects included as rows of kind "reject".
+
+Both can instead write that table to Parquet from the decoding tasks (options
+``writeTo``, ``buckets`` and ``columns``; the ``write_to`` argument): each segment's rows
+go to ``<segment name>.parquet`` under the directory, written with pyarrow and bucketed
+by id (``buckets.py``), and the DataFrame is then one row per segment (``WRITTEN``: its
+path, records and rejects). The audit decodes the journal this way: moving 10 M rows
+from Python into the JVM only for Spark to write them cost twice the decoding, and the
+buckets spare the per-timer table a shuffle (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from . import buckets
 from . import events as E
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,8 +38,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from ..journal.reader import Segment
+
 NAME = "shmwheel-journal"
 DEFAULT_PARTITION_BYTES = 64 << 20
+#: the table of a reader that writes the events (option writeTo): a row per segment
+WRITTEN = "file string, records bigint, rejects bigint"
 
 
 class _Files(InputPartition):
@@ -41,14 +55,16 @@ class _Files(InputPartition):
 
 
 class JournalDataSource(DataSource):
-    """``spark.read.format("shmwheel-journal").load(DIR)``; option ``partitionBytes``."""
+    """``spark.read.format("shmwheel-journal").load(DIR)``; options ``partitionBytes``,
+    and ``writeTo`` (a directory) with ``columns`` (comma-separated; default all) to
+    write the events instead of returning them."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> str:
-        return E.DDL
+        return WRITTEN if self.options.get("writeTo") else E.DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         path = self.options.get("path")
@@ -63,12 +79,38 @@ class JournalDataSource(DataSource):
             raise ValueError(
                 f"{NAME}: partitionBytes must be a positive int, got {raw!r}"
             ) from None
-        return _JournalReader(path, E.check_columns(schema.fieldNames()), target)
+        write_to = self.options.get("writeTo")
+        if not write_to:
+            return _JournalReader(path, E.check_columns(schema.fieldNames()), target, None)
+        if schema.fieldNames() != _WRITTEN_NAMES:
+            raise ValueError(
+                f"{NAME}: with writeTo the table is one row per segment ({WRITTEN}); "
+                "choose the columns written with the option columns, not .schema()"
+            )
+        raw_cols = self.options.get("columns")
+        cols = [c.strip() for c in raw_cols.split(",")] if raw_cols else list(E.NAMES)
+        if "id" not in cols:
+            raise ValueError(f"{NAME}: with writeTo the columns must include id (the bucket key)")
+        raw = self.options.get("buckets", "1")
+        try:
+            n = int(raw)
+            if n < 1:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{NAME}: buckets must be a positive int, got {raw!r}") from None
+        return _JournalReader(path, E.check_columns(cols), target, (write_to, n))
+
+
+_WRITTEN_NAMES = [c.split()[0] for c in WRITTEN.split(",")]
+_Target = tuple[str, int]  # where a writing reader writes: (directory, buckets)
 
 
 class _JournalReader(DataSourceReader):
-    def __init__(self, path: str, columns: list[str], target_bytes: int) -> None:
+    def __init__(
+        self, path: str, columns: list[str], target_bytes: int, write_to: _Target | None
+    ) -> None:
         self.path, self.columns, self.target = path, columns, target_bytes
+        self.write_to = write_to
 
     def partitions(self) -> Sequence[InputPartition]:
         return [_Files(p) for p in E.plan_partitions(E.segment_paths(self.path), self.target)]
@@ -77,7 +119,26 @@ class _JournalReader(DataSourceReader):
         from ..journal.reader import read_segment
 
         for path in partition.value:
-            yield from _chunks(E.segment_batch(read_segment(path), self.columns))
+            yield from _emit(read_segment(path), self.columns, self.write_to)
+
+
+def _emit(seg: Segment, columns: list[str], write_to: _Target | None) -> Iterator[pa.RecordBatch]:
+    """A decoded segment as the reader's batches: its events (in slices), or, writing to
+    `write_to` (directory, buckets), its events written there bucketed by id
+    (``buckets.py``) and one row of ``WRITTEN`` out."""
+    import pyarrow as pa
+
+    batch = E.segment_batch(seg, columns)
+    if write_to is None:
+        yield from _chunks(batch)
+        return
+    directory, n = write_to
+    name = posixpath.basename(seg.path)
+    buckets.write(pa.Table.from_batches([batch]), directory, f"{name}.parquet", n)
+    yield pa.RecordBatch.from_pydict(
+        {"file": [seg.path], "records": [len(seg.rows)], "rejects": [len(seg.rejects)]},
+        schema=pa.schema([("file", pa.string()), ("records", pa.int64()), ("rejects", pa.int64())]),
+    )
 
 
 def _chunks(batch: pa.RecordBatch, rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
@@ -93,11 +154,16 @@ def register(spark: SparkSession) -> None:
 
 
 def binaryfile_events(
-    spark: SparkSession, directory: str, columns: Sequence[str] = E.NAMES
+    spark: SparkSession,
+    directory: str,
+    columns: Sequence[str] = E.NAMES,
+    write_to: _Target | None = None,
 ) -> DataFrame:
     """The same table through Spark's binaryFile source and mapInArrow (for storage the
     driver cannot list with os.listdir: HDFS, S3-style URIs). One file is one row of the
-    binaryFile table, so a partition holds whole segments."""
+    binaryFile table, so a partition holds whole segments. With `write_to` (directory,
+    buckets), the events (`columns`, id among them) are written there bucketed instead,
+    and the table is ``WRITTEN``."""
     cols = E.check_columns(columns)
     files = (
         spark.read.format("binaryFile")
@@ -106,10 +172,14 @@ def binaryfile_events(
         .select("path", "content")
     )
     schema = ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in cols)
-    return files.mapInArrow(lambda batches: _decode_files(batches, cols), schema)
+    if write_to is not None:
+        schema = WRITTEN
+    return files.mapInArrow(lambda batches: _decode_files(batches, cols, write_to), schema)
 
 
-def _decode_files(batches: Iterator[Any], columns: list[str]) -> Iterator[pa.RecordBatch]:
+def _decode_files(
+    batches: Iterator[Any], columns: list[str], write_to: _Target | None
+) -> Iterator[pa.RecordBatch]:
     from ..journal.reader import parse_segment
 
     for b in batches:
@@ -118,4 +188,4 @@ def _decode_files(batches: Iterator[Any], columns: list[str]) -> Iterator[pa.Rec
         for i, path in enumerate(paths):
             data = contents[i].as_py()
             local = path[len("file:") :] if path.startswith("file:") else path
-            yield from _chunks(E.segment_batch(parse_segment(local, data), columns))
+            yield from _emit(parse_segment(local, data), columns, write_to)

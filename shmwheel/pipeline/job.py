@@ -1,7 +1,8 @@
 """The audit job's stages: decode the journal once, check it, write the tables and report.
 
     read     the journal through one of the two entry points, written as events/
-             (Parquet); every later stage reads the columns it needs from there
+             (Parquet) by the decoding tasks themselves (``write_events``); every
+             later stage reads the columns it needs from there
     scope    per second of wall time: throughput, lateness, the journal's extent and
              task names (cached); rejects/
     timers   the per-timer table (timers.py: one shuffle by id, numpy) written as timers/
@@ -25,6 +26,7 @@ from pyspark.sql import functions as f
 
 from . import audit as A
 from . import events as E
+from . import parts
 from . import timers as T
 from .datasource import NAME, binaryfile_events
 
@@ -44,16 +46,49 @@ def read_journal(
     journal: str,
     reader: str = "datasource",
     columns: tuple[str, ...] = A.COLUMNS,
+    write_to: tuple[str, int] | None = None,
 ) -> DataFrame:
-    """The journal's events (rejects included) through the entry point `reader`."""
+    """The journal's events (rejects included) through the entry point `reader`; with
+    `write_to` (directory, buckets), a table of one row per segment
+    (``datasource.WRITTEN``) whose tasks write the events there instead, one Parquet
+    file per segment bucketed by id (``buckets.py``)."""
     if reader == "datasource":
         if "://" not in journal:
             E.segment_paths(journal)  # a clear error before Spark plans anything
+        if write_to is not None:
+            return (
+                spark.read.format(NAME)
+                .option("writeTo", write_to[0])
+                .option("buckets", str(write_to[1]))
+                .option("columns", ",".join(columns))
+                .load(journal)
+            )
         ddl = ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in columns)
         return spark.read.format(NAME).schema(ddl).load(journal)
     if reader == "binaryfile":
-        return binaryfile_events(spark, journal, columns)
+        return binaryfile_events(spark, journal, columns, write_to)
     raise ValueError(f"unknown reader {reader!r}: use one of {', '.join(READERS)}")
+
+
+def write_events(
+    spark: SparkSession, journal: str, directory: str, reader: str = "datasource"
+) -> tuple[int, int]:
+    """The journal's events (the audit's columns, rejects included) through the entry
+    point `reader`, written by the decoding tasks as Parquet under `directory` (emptied
+    first), one file per segment, bucketed by id for the per-timer table (as many
+    buckets as ``timers.buckets_for`` the journal's size). (segments, buckets)."""
+    n = T.buckets_for(spark, journal_bytes(spark, journal))
+    df = read_journal(spark, journal, reader, write_to=(parts.location(directory), n))
+    parts.prepare(directory)  # only once the journal is known to be there
+    return len(df.collect()), n
+
+
+def journal_bytes(spark: SparkSession, journal: str) -> int:
+    """The size of the journal's segments (listed by Hadoop's filesystems for a URI)."""
+    if "://" not in journal:
+        return sum(os.path.getsize(p) for p in E.segment_paths(journal))
+    files = spark.read.format("binaryFile").option("pathGlobFilter", "*.shwj").load(journal)
+    return int(files.agg(f.sum("length")).collect()[0][0] or 0)
 
 
 def run(
@@ -74,13 +109,13 @@ def run(
         clock[0] = now
 
     mode = "overwrite"
-    events_dir = os.path.join(out, "events")
     # one decoding pass: the journal's table goes to events/ as it is read (reject rows
     # included, kind "reject"); everything after reads the columns it needs from Parquet
-    read_journal(spark, journal, reader).write.mode(mode).parquet(events_dir)
+    events_dir = os.path.join(out, "events")
+    segments, n = write_events(spark, journal, events_dir, reader)
     table = spark.read.parquet(events_dir)
     events = table.filter(f.col("kind") != E.REJECT)
-    stage("read", "the journal decoded into events/")
+    stage("read", f"{segments} segment(s) decoded into events/, in {n} buckets by id")
 
     win = A.windows(table).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [win]
@@ -93,7 +128,7 @@ def run(
         rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
         stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
 
-        timers = T.per_timer(events, sc, T.partitions(spark, records), os.path.join(out, "timers"))
+        timers = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
         tally = A.timer_tally(timers, sc)
         stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 

@@ -1,9 +1,9 @@
 """The per-timer kernel: one row per timer (or operation) from its records, in numpy.
 
-This is the audit's arithmetic, with no Spark in it: ``timers.py`` shuffles the coded
-records by id (every record of an id lands in one partition) and hands each partition's
-Arrow batches to ``per_timer_of``; the tests call ``per_timer_table`` on a table
-directly.
+This is the audit's arithmetic, with no Spark in it: each of ``timers.py``'s tasks reads
+one bucket of events/ (every record of its ids, ``buckets.py``) and hands it to
+``per_timer_of``, which codes it (``coded``) for ``per_timer_table``; the tests call both
+on tables directly.
 
 Theory of operation. A partition's records are sorted by id once; every per-id figure is
 then a ``reduceat`` over the runs of equal ids (``_Groups``). A *run* of a timer is what
@@ -20,7 +20,7 @@ task names as 1-based indexes into the scope's ``tasks``, 0 or null for none).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,18 +38,14 @@ INPUT = (
     "next_deadline_ms", "kc", "oc", "task_i", "on_complete_i", "on_expire_i",
 )  # fmt: skip
 
-#: What the shuffle carries: the fields every record has, and three columns that each hold
-#: fields no record has together, by the record's kind (a field is only ever read under
-#: its kind's mask). This moves 56 bytes a record instead of 100: the shuffle and the
-#: hand-over to Python cost by the byte.
-SHARED = ("id", "epoch", "t_us", "run", "deadline_ms", "kc")
-PACKED: dict[str, dict[str, str]] = {
-    "a": {"scheduled": "period_ms", "watched": "on_complete_i", "outcome": "duration_us"},
-    "b": {"scheduled": "producer", "watched": "on_expire_i", "outcome": "next_deadline_ms"},
-    "c": {"scheduled": "task_i", "outcome": "oc"},
-}
-#: a packed field's value where its record had none (-1: no outcome code; 0 no name)
-_PACKED_NULL = {"a": 0, "b": 0, "c": -1}
+#: the events/ columns ``coded`` reads
+EVENT_COLUMNS = (
+    "id", "epoch", "t_us", "run", "deadline_ms", "period_ms", "producer", "duration_us",
+    "next_deadline_ms", "kind", "outcome", "task", "on_complete", "on_expire",
+)  # fmt: skip
+#: INPUT's fields that only some kinds have: 0 where a record has none
+_FIELDS_OF_SOME = ("period_ms", "producer", "duration_us", "next_deadline_ms")
+_NAMED = {"task": "task_i", "on_complete": "on_complete_i", "on_expire": "on_expire_i"}
 
 #: the per-run tallies, summed over a timer's runs
 RUN_TALLIES = (
@@ -327,22 +323,38 @@ def _strings(index: np.ndarray, names: Sequence[str]) -> pa.Array:
     )
 
 
-def per_timer_of(batches: Iterable[pa.RecordBatch], bounds: Bounds) -> pa.Table:
-    """The per-timer table of a partition given as Arrow batches of the shuffle's columns
-    (``SHARED`` and ``PACKED``; all of each id's records; any number of batches)."""
-    got = list(batches)
-    if not got:
+def per_timer_of(events: pa.Table, bounds: Bounds) -> pa.Table:
+    """The per-timer table of a table of events (``EVENT_COLUMNS`` of events/; all of
+    each id's records)."""
+    if events.num_rows == 0:
         return empty()
-    return per_timer_table(unpack(pa.Table.from_batches(got)), bounds)
+    return per_timer_table(coded(events, bounds.tasks), bounds)
 
 
-def unpack(packed: pa.Table) -> pa.Table:
-    """The ``INPUT`` columns of a table of the shuffle's columns."""
-    cols = {c: packed.column(c) for c in SHARED}
-    for col, fields in PACKED.items():
-        values = pc.fill_null(packed.column(col), _PACKED_NULL[col])
-        for field in fields.values():
-            cols[field] = values
+def coded(events: pa.Table, tasks: Sequence[str]) -> pa.Table:
+    """The ``INPUT`` columns of a table of events (``EVENT_COLUMNS``): kinds and outcomes
+    as the journal's codes (an unknown outcome is -1, no outcome), task names as 1-based
+    indexes into `tasks` (0: none, or a name not among them), the fields of some kinds
+    0 where a record has none. Rows of no known kind (rejects) are left out."""
+    kind_names = list(KIND)
+    kind_at = pc.index_in(events.column("kind"), value_set=pa.array(kind_names))
+    known = pc.is_valid(kind_at)
+    if not pc.all(known).as_py():
+        events, kind_at = events.filter(known), kind_at.filter(known)
+    codes = np.array([KIND[k] for k in kind_names], np.int64)
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {
+        c: events.column(c) for c in ("id", "epoch", "t_us", "run", "deadline_ms")
+    }
+    cols["kc"] = pa.array(codes[kind_at.to_numpy()])
+    oc_names = list(OUTCOME)
+    oc_codes = np.array([*[OUTCOME[o] for o in oc_names], -1], np.int64)
+    oc_at = pc.fill_null(pc.index_in(events.column("outcome"), pa.array(oc_names)), -1)
+    cols["oc"] = pa.array(oc_codes[oc_at.to_numpy()])
+    for name, col in _NAMED.items():
+        at = pc.index_in(events.column(name), value_set=pa.array(list(tasks), pa.string()))
+        cols[col] = pc.add(pc.fill_null(at, -1).cast(pa.int64()), 1)
+    for c in _FIELDS_OF_SOME:
+        cols[c] = pc.fill_null(events.column(c).cast(pa.int64()), 0)
     return pa.table({c: cols[c] for c in INPUT})
 
 

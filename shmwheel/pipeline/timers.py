@@ -2,48 +2,48 @@
 and the tallies of its runs, from which every rule of the audit is a filter.
 
 Theory of operation. A timer's records (its schedule, cancel, fires and outcomes) are
-spread over the coordinator's and the reaper's segments, so building the table needs one
-shuffle by id; Spark's partial aggregation cannot help (an id's records are never in one
-input partition), so the shuffle carries every record and is the audit's main cost. It
-carries ints only: ``coded`` turns kinds, outcomes and task names into small ints before
-it (strings cost about twice as much to move between the JVM and Python), and packs the
-fields no record has together into three columns (``pertimer.PACKED``). Each shuffle
-partition then goes to ``pertimer.per_timer_of`` as Arrow batches, and numpy does the
-per-id arithmetic (``pertimer.py`` says how): one sort and a few dozen ``reduceat``
-calls, against Spark's hash aggregation of thirty expressions, which took 36 s of a 78 s
-audit of 9.2 M records (docs/performance.md).
+spread over the coordinator's and the reaper's segments, so building the table needs
+every record of an id in one task. Spark's partial aggregation cannot help (an id's
+records are never in one input partition), and a shuffle of every record was the audit's
+main cost: 36 s of a 78 s audit of 9.2 M records with Spark's hash aggregation, still
+13 s with numpy doing the arithmetic behind a shuffle of packed ints
+(docs/performance.md). So there is no shuffle: the decoding tasks write events/ bucketed
+by id (``buckets.py``), and one task per bucket reads its row group of every events file
+with pyarrow, and numpy does the per-id arithmetic (``pertimer.py`` says how: one sort
+and a few dozen ``reduceat`` calls).
 
 The task writes its rows to ``timers/`` itself, with pyarrow, and Spark reads the table
 back from there: handing 3 M rows of 37 columns back to the JVM and caching them cost as
-much again as the kernel and the shuffle together (docs/performance.md); Parquet read
-back is columnar and cheap, and the table is an output users can query.
+much again as computing them (docs/performance.md); Parquet read back is columnar and
+cheap, and the table is an output users can query.
 
-A partition is held whole in one Python worker while numpy works on it, so the number of
-partitions grows with the journal (``partitions``): about ``ROWS_PER_TASK`` records each.
+A bucket is held whole in one Python worker while numpy works on it, so the number of
+buckets grows with the journal (``buckets_for``): about ``ROWS_PER_TASK`` records each.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyspark.sql import Column
-from pyspark.sql import functions as f
 
+from . import buckets, parts
 from . import pertimer as P
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-#: records per partition of the per-timer shuffle, at most (about 110 bytes each in numpy)
+#: records per bucket, at most (about 110 bytes each in numpy)
 ROWS_PER_TASK = 2_000_000
+#: the journal's bytes per record, at least: an 8-byte frame and a 4-byte body (a cancel
+#: of a small id at a small time; real records average about 28)
+MIN_RECORD_BYTES = 12
 
 
 @dataclass
@@ -57,9 +57,6 @@ class Scope:
     grace_us: int
     tasks: list[str]
 
-    def task_index(self, col: str) -> Column:
-        return f.array_position(f.array(*[f.lit(t) for t in self.tasks or [""]]), f.col(col))
-
     def overdue(self, deadline_ms: Column) -> Column:
         """The deadline is more than the grace before the journal's end."""
         return deadline_ms * 1000 < self.end_us - self.grace_us
@@ -68,80 +65,54 @@ class Scope:
         return P.Bounds(self.end_us, self.final_epoch, self.grace_us, tuple(self.tasks))
 
 
-def coded(events: DataFrame, sc: Scope) -> DataFrame:
-    """The columns the shuffle carries (``pertimer.SHARED`` and ``PACKED``): kinds,
-    outcomes and task names as ints, the fields of different kinds packed together."""
-    kc = f.lit(None).cast("int")
-    for name, code in P.KIND.items():
-        kc = f.when(f.col("kind") == name, code).otherwise(kc)
-    field = {
-        "oc": f.lit(None).cast("int"),
-        "task_i": sc.task_index("task"),
-        "on_complete_i": sc.task_index("on_complete"),
-        "on_expire_i": sc.task_index("on_expire"),
-    }
-    for name, code in P.OUTCOME.items():
-        field["oc"] = f.when(f.col("outcome") == name, code).otherwise(field["oc"])
-    packed = []
-    for col, by_kind in P.PACKED.items():
-        typ = "int" if col == "c" else "bigint"
-        v = f.lit(None).cast(typ)
-        for kind, name in by_kind.items():
-            src = field[name] if name in field else f.col(name)
-            v = f.when(f.col("kind") == kind, src.cast(typ)).otherwise(v)
-        packed.append(v.alias(col))
-    return events.select(*[kc.alias(c) if c == "kc" else c for c in P.SHARED], *packed)
-
-
-def partitions(spark: SparkSession, records: int) -> int:
-    """The per-timer shuffle's partitions: the session's shuffle partitions, or more so
-    that none holds over ROWS_PER_TASK records, rounded up to a multiple of the cores."""
+def buckets_for(spark: SparkSession, journal_bytes: int) -> int:
+    """The number of buckets of events/ (and tasks of the per-timer table): the session's
+    shuffle partitions, or more so that none holds over ROWS_PER_TASK records (a record
+    is at least ``MIN_RECORD_BYTES`` of the journal), rounded up to a multiple of the
+    cores."""
     conf = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
     cores = max(1, spark.sparkContext.defaultParallelism)
-    n = max(conf, math.ceil(records / ROWS_PER_TASK))
+    n = max(conf, math.ceil(journal_bytes / MIN_RECORD_BYTES / ROWS_PER_TASK))
     return n if n <= conf else math.ceil(n / cores) * cores
 
 
-def per_timer(events: DataFrame, sc: Scope, n_partitions: int, directory: str) -> DataFrame:
-    """The per-timer table (``pertimer.OUTPUT``) written as Parquet under `directory`
-    (emptied first), read back. The records are shuffled by id into
-    `n_partitions`; each partition's task computes its rows with numpy and writes them
-    itself with pyarrow, as ``part-NNNNN.parquet`` by partition, so a retried task
-    replaces its own file. `directory` is a local or shared path, or a URI pyarrow opens
-    (hdfs://, s3://)."""
-    if "://" not in directory:
-        directory = os.path.abspath(directory)  # the driver's, not each executor's cwd
-    fs, path = _filesystem(directory)
-    fs.create_dir(path, recursive=True)
-    fs.delete_dir_contents(path)
-    kernel = functools.partial(_write_partition, bounds=sc.bounds(), directory=directory)
-    rows = coded(events, sc).repartition(n_partitions, "id")
-    rows.mapInArrow(kernel, "partition int, timers bigint").collect()  # the writing job
-    return events.sparkSession.read.parquet(directory)
-
-
-def _filesystem(directory: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in directory:
-        return pafs.FileSystem.from_uri(directory)
-    return pafs.LocalFileSystem(), directory
-
-
-def _write_partition(
-    batches: Iterator[pa.RecordBatch], bounds: P.Bounds, directory: str
-) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function: a partition's per-timer rows to their own file (written
-    under a name of this attempt, then moved onto the partition's); one row out."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    part, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
-    table = P.per_timer_of(batches, bounds)
-    fs, path = _filesystem(directory)
-    final = f"{path}/part-{part:05d}.parquet"
-    tmp = f"{path}/.part-{part:05d}-{attempt}.parquet.tmp"
-    pq.write_table(table, tmp, filesystem=fs)
-    fs.move(tmp, final)
-    yield pa.RecordBatch.from_pydict(
-        {"partition": [part], "timers": [table.num_rows]},
-        schema=pa.schema([("partition", pa.int32()), ("timers", pa.int64())]),
+def per_timer(spark: SparkSession, events_dir: str, sc: Scope, directory: str) -> DataFrame:
+    """The per-timer table (``pertimer.OUTPUT``) of the bucketed events under
+    `events_dir`, written as Parquet under `directory` (emptied first), read back. One
+    task per bucket reads it, computes its rows with numpy and writes them itself with
+    pyarrow (``parts.py``) as ``part-NNNNN.parquet``. Both directories are local or
+    shared paths, or URIs pyarrow opens (hdfs://, s3://)."""
+    files = event_files(events_dir)
+    n = buckets.count(files[0]) if files else 1
+    directory = parts.prepare(directory)
+    task = functools.partial(
+        _bucket_task, files=files, n=n, bounds=sc.bounds(), directory=directory
     )
+    spark.range(0, n, 1, n).mapInArrow(task, "bucket bigint, timers bigint").collect()
+    return spark.read.parquet(directory)
+
+
+def event_files(events_dir: str) -> list[str]:
+    """The Parquet files of events/, by name."""
+    events_dir = parts.location(events_dir)
+    fs, path = parts.filesystem(events_dir)
+    infos = fs.get_file_info(pafs.FileSelector(path))
+    names = sorted(i.base_name for i in infos if i.base_name.endswith(".parquet"))
+    return [f"{events_dir}/{name}" for name in names]
+
+
+def _bucket_task(
+    batches: Iterator[pa.RecordBatch], files: list[str], n: int, bounds: P.Bounds,
+    directory: str,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """``mapInArrow``'s function over the bucket numbers: each bucket's per-timer rows to
+    their own file; one row out per bucket."""
+    for batch in batches:
+        for k in batch.column(0).to_pylist():
+            events = buckets.read(files, k, n, P.EVENT_COLUMNS)
+            table = P.per_timer_of(events, bounds)
+            parts.write(table, directory, f"part-{k:05d}.parquet")
+            yield pa.RecordBatch.from_pydict(
+                {"bucket": [k], "timers": [table.num_rows]},
+                schema=pa.schema([("bucket", pa.int64()), ("timers", pa.int64())]),
+            )

@@ -1,0 +1,71 @@
+"""The layout of events/ (shmwheel/pipeline/buckets.py), with no Spark: every record of an
+id lands in one bucket, every file has one row group per bucket (empty ones included),
+and a file written with another number of buckets is refused, not misread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from shmwheel.pipeline import buckets, parts
+
+
+def _table(ids: list[int | None], seg: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "pos": pa.array(range(len(ids))),
+            "seg": pa.array([seg] * len(ids)),
+        }
+    )
+
+
+def test_every_id_is_in_one_bucket_of_every_file(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    n = 5
+    d = parts.prepare(str(tmp_path / "events"))
+    files = []
+    for seg in range(3):  # three segments sharing ids, as coordinator and reaper do
+        ids = [int(x) for x in rng.integers(1, 40, 300)] + [None]  # and a reject row
+        buckets.write(_table(ids, seg), d, f"seg{seg}.parquet", n)
+        files.append(f"{d}/seg{seg}.parquet")
+    assert [buckets.count(f) for f in files] == [n] * 3
+    seen: dict[int, int] = {}
+    rows = 0
+    for k in range(n):
+        got = buckets.read(files, k, n, ["id", "pos", "seg"])
+        rows += got.num_rows
+        for i in got.column("id").to_pylist():
+            assert seen.setdefault(i if i is not None else -1, k) == k, "an id in two buckets"
+        # file by file, and in file order inside each file
+        key = list(zip(got.column("seg").to_pylist(), got.column("pos").to_pylist(), strict=True))
+        assert key == sorted(key)
+    assert rows == 3 * 301  # nothing lost, nothing doubled
+    assert seen[-1] == 0  # rows without an id (rejects) are in bucket 0
+
+
+def test_empty_buckets_keep_their_row_group(tmp_path: Path) -> None:
+    d = parts.prepare(str(tmp_path / "events"))
+    buckets.write(_table([7, 7, 7]), d, "one.parquet", 4)  # one id: three buckets empty
+    f = f"{d}/one.parquet"
+    sizes = [buckets.read([f], k, 4, ["id"]).num_rows for k in range(4)]
+    assert sorted(sizes) == [0, 0, 0, 3]
+    assert sizes.index(3) == int(buckets.bucket_of(np.array([7]), 4)[0])
+
+
+def test_a_file_of_other_buckets_is_refused(tmp_path: Path) -> None:
+    d = parts.prepare(str(tmp_path / "events"))
+    buckets.write(_table([1, 2, 3]), d, "a.parquet", 3)
+    with pytest.raises(ValueError, match="written with 4"):
+        buckets.read([f"{d}/a.parquet"], 0, 4, ["id"])
+    parts.write(_table([1]), d, "plain.parquet")
+    with pytest.raises(ValueError, match="not a bucketed events file"):
+        buckets.count(f"{d}/plain.parquet")
+
+
+def test_buckets_are_even_for_dense_ids() -> None:
+    sizes = np.bincount(buckets.bucket_of(np.arange(1, 100_001), 12), minlength=12)
+    assert sizes.min() > 0.9 * sizes.mean() and sizes.max() < 1.1 * sizes.mean()
