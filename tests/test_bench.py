@@ -12,9 +12,10 @@ from pathlib import Path
 import psutil
 
 from shmwheel.bench import journal_workloads as JW
-from shmwheel.bench import service_workloads as SW
-from shmwheel.bench.__main__ import service_workloads, workloads
+from shmwheel.bench import service_producers as SP
 from shmwheel.bench.baselines import HeapTimer, RedisDelayQueue, redis_status
+from shmwheel.bench.registry import workloads
+from shmwheel.bench.registry_service import service_workloads
 
 W_ORDER = [
     "svc_schedule_call",
@@ -334,9 +335,9 @@ def test_threads_interrupted_before_release_leaves_no_worker_waiting(monkeypatch
         def collect() -> None:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(SW, "gc", Interrupting)
+    monkeypatch.setattr(SP, "gc", Interrupting)
     try:
-        SW._threads(2, ran.append)
+        SP._threads(2, ran.append)
     except KeyboardInterrupt:
         pass
     else:
@@ -349,3 +350,17 @@ def test_threads_interrupted_before_release_leaves_no_worker_waiting(monkeypatch
         time.sleep(0.01)
     assert left == [], "a worker thread is still waiting after the interrupt"
     assert ran == [], "a worker ran its work although the caller gave up"
+
+
+def test_service_workloads_facade_keeps_the_old_names():
+    """shmwheel.bench.service_workloads gathers the workloads of its capability modules:
+    the task spec executors were given under its name still resolves, and the bench's
+    mutable run state lives only in service_common (a copy here would not see main()'s
+    assignments)."""
+    from shmwheel.bench import service_common, service_workloads
+    from shmwheel.service.tasks import resolve
+
+    assert resolve("shmwheel.bench.service_workloads:noop_task") is service_common.noop_task
+    assert service_workloads.TASKS is service_common.TASKS
+    for name in ("use_redis", "REDIS_CALL_N", "REDIS_BATCH_N", "leaked", "lateness_hists"):
+        assert hasattr(service_common, name) and not hasattr(service_workloads, name), name

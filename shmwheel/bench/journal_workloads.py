@@ -13,7 +13,7 @@ then ``start()`` of a new service on that directory, which re-arms them all, is 
 beside ``start()`` of the same service without a journal.
 
 Every temporary directory is removed on the way out, also on an error or Ctrl-C, after
-the services writing it have stopped (``service_workloads.owned``).
+the services writing it have stopped (``service_common.owned``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import time
 import numpy as np
 
 from ..service.supervisor import TimerService
-from . import service_workloads as SW
+from . import service_common as SC
+from . import service_ops as SO
 
 log = logging.getLogger("shmwheel.bench")
 
@@ -73,13 +74,13 @@ def _producer_side(
     after warm-up until the coordinator has linked every timer timed."""
     total = n if call else sum(map(len, chunks))
     options = {} if journal is None else {"journal": journal}
-    with SW._service(SW._capacity_for(total), **options) as svc, svc.client() as c:
-        SW.warm(c)
+    with SC._service(SC._capacity_for(total), **options) as svc, svc.client() as c:
+        SC.warm(c)
         before = 0
         if journal is not None:
             wait_linked(svc, 0, 30.0)  # the warm-up's records are not counted
             before = _journal_bytes(svc)
-        rate = SW.schedule_call_rate(c, delays) if call else SW.schedule_many_rate(c, chunks)
+        rate = SO.schedule_call_rate(c, delays) if call else SO.schedule_many_rate(c, chunks)
         if journal is None:
             return rate, 0.0
         pending = wait_linked(svc, total, 30.0 + total / 20_000)
@@ -95,8 +96,8 @@ def svc_journal(n: int) -> Figures:
     (delays 30-60 s, never due while measured), each with the journal off and on (fsync
     'interval', a fresh temporary directory per service), in that order; the on / off
     ratios and the journal's bytes per timer."""
-    delays = SW._far_delays(n).tolist()
-    _, chunks = SW.batch_delays(n)
+    delays = SC._far_delays(n).tolist()
+    _, chunks = SO.batch_delays(n)
     fig: Figures = {}
     for call, what, how in (
         (True, "Client.schedule", "per call"),
@@ -127,14 +128,14 @@ def svc_recovery(n: int) -> Figures:
     beside its own ``recovery['seconds']`` (claim, read, re-arm, compact), and checked:
     stats()['pending'] must come back to n. Peer: start() of the same service without a
     journal."""
-    cap = SW._capacity_for(n)
+    cap = SC._capacity_for(n)
     fill = np.random.default_rng(9).uniform(RECOVERY_LO_MS, RECOVERY_HI_MS, n)
     fig: Figures = {}
     with _journal_dir() as d:
-        with SW._service(cap, journal=d) as svc:
+        with SC._service(cap, journal=d) as svc:
             with svc.client() as c:
-                for i in range(0, n, SW.BATCH):
-                    c.schedule_many("noop", fill[i : i + SW.BATCH])
+                for i in range(0, n, SC.BATCH):
+                    c.schedule_many("noop", fill[i : i + SC.BATCH])
             pending = wait_linked(svc, n, 60.0 + n / 20_000)
             if pending != n:
                 raise RuntimeError(f"recovery: {pending} of {n} timers pending before stop()")
@@ -142,7 +143,7 @@ def svc_recovery(n: int) -> Figures:
             t = time.perf_counter()
             svc.stop()
             fig[f"{S} stop() with the timers pending"] = (time.perf_counter() - t) * 1000
-        with SW.owned(TimerService(tasks=SW.TASKS, capacity=cap, journal=d)) as svc:
+        with SC.owned(TimerService(tasks=SC.TASKS, capacity=cap, journal=d)) as svc:
             fig[f"{S} start(), recovering the pending timers"] = _timed_start(svc)
             rec = dict(svc.recovery)
             end = time.monotonic() + 5.0
@@ -159,6 +160,6 @@ def svc_recovery(n: int) -> Figures:
     fig["pending after recovery"] = float(pending)
     fig["journal disk bytes before recovery"] = float(disk)
     fig["journal segments read"] = float(rec["segments_read"])
-    with SW.owned(TimerService(tasks=SW.TASKS, capacity=cap)) as svc:
+    with SC.owned(TimerService(tasks=SC.TASKS, capacity=cap)) as svc:
         fig[f"{S} start(), no journal"] = _timed_start(svc)
     return fig
