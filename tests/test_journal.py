@@ -156,6 +156,25 @@ def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
     assert len(rejects) == 3  # the foreign file and the two odd records
 
 
+def test_records_shorter_than_the_scanners_guess_are_all_read(tmp_path):
+    """The scanner's rows array is sized for records of usual length and grows when they
+    are shorter (here 12-byte cancels, half the guess): every record is read, in order,
+    and a bad one past the first growth is still rejected alone."""
+    bodies = [F.body(F.CANCELLED, i, i) for i in range(3000)]
+    path = write_segment(tmp_path, bodies)
+    size = os.path.getsize(path)
+    assert size // reader._ROW_GUESS_BYTES < len(bodies)  # so the rows array must grow
+    seg = reader.read_segment(path)
+    assert [r[1] for r in seg.records] == list(range(3000)) and not seg.rejects
+    fr = frames(path)
+    bad = bytearray(Path(path).read_bytes())
+    bad[fr[2500][0] + 8] ^= 0x40  # frames[0] is the header: record 2499
+    Path(path).write_bytes(bytes(bad))
+    seg = reader.read_segment(path)
+    assert [r[1] for r in seg.records] == [i for i in range(3000) if i != 2499]
+    assert [r.reason for r in seg.rejects] == ["bad CRC-32"]
+
+
 def test_segments_rotate_and_sort_by_creation(tmp_path):
     w = SegmentWriter(
         JournalOptions(str(tmp_path), "always", segment_bytes=1 << 16),

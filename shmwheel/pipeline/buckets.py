@@ -13,7 +13,9 @@ the records of its ids, with no shuffle at all.
 
 A record's bucket is a multiplicative hash of its id modulo ``n`` (ids are dense and
 sequential; the hash keeps buckets even whatever their low bits mean). Reject rows have
-no id and go to bucket 0. ``n`` is written into each file's metadata and checked on read.
+no id and go in the last bucket. ``n`` is written into each file's metadata and checked
+on read. The decoding tasks order a segment's rows (the decoder's int64 matrix, one
+gather of whole rows) before building its Arrow columns, so no column is reordered.
 """
 
 from __future__ import annotations
@@ -38,17 +40,32 @@ def bucket_of(ids: np.ndarray, n: int) -> np.ndarray:
     return ((h >> np.uint64(32)) % np.uint64(n)).astype(np.int64)
 
 
+def order(ids: np.ndarray, n: int) -> tuple[np.ndarray, list[int]]:
+    """The permutation that orders rows by the bucket of their id (stable: file order
+    within a bucket), and each bucket's number of rows."""
+    b = bucket_of(ids, n)
+    return np.argsort(b, kind="stable"), np.bincount(b, minlength=n).tolist()
+
+
 def write(table: pa.Table, directory: str, name: str, n: int) -> None:
     """`table` as `directory`/`name` (``parts.write``), its rows ordered by the bucket of
-    their ``id`` (stable: file order within a bucket), one row group per bucket."""
-    ids = pc.fill_null(table.column("id"), 0).to_numpy()
-    buckets = bucket_of(ids, n)
-    order = np.argsort(buckets, kind="stable")
-    sizes = np.bincount(buckets, minlength=n)
+    their ``id``, one row group per bucket; rows without an id (rejects) in the last."""
+    ids = table.column("id")
+    valid = pc.is_valid(ids).to_numpy(zero_copy_only=False)
+    perm, sizes = order(pc.fill_null(ids, 0).to_numpy()[valid], n)
+    rest = np.flatnonzero(~valid)
+    perm = np.concatenate([np.flatnonzero(valid)[perm], rest])
+    sizes[-1] += len(rest)
+    write_ordered(table.take(perm), directory, name, n, sizes)
+
+
+def write_ordered(table: pa.Table, directory: str, name: str, n: int, sizes: list[int]) -> None:
+    """`table`, whose rows are already in bucket order, `sizes[k]` rows of bucket k, as
+    `directory`/`name`: one row group per bucket, `n` in the file's metadata."""
+    assert len(sizes) == n and sum(sizes) == table.num_rows, (len(sizes), n)
     meta = dict(table.schema.metadata or {})
     meta[META_KEY] = str(n).encode()
-    table = table.take(order).replace_schema_metadata(meta)
-    parts.write(table, directory, name, row_groups=sizes.tolist())
+    parts.write(table.replace_schema_metadata(meta), directory, name, row_groups=sizes)
 
 
 def count(path: str) -> int:

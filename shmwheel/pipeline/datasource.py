@@ -24,6 +24,7 @@ buckets spare the per-timer table a shuffle (docs/performance.md).
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -128,13 +129,17 @@ def _emit(seg: Segment, columns: list[str], write_to: _Target | None) -> Iterato
     (``buckets.py``) and one row of ``WRITTEN`` out."""
     import pyarrow as pa
 
-    batch = E.segment_batch(seg, columns)
     if write_to is None:
-        yield from _chunks(batch)
+        yield from _chunks(E.segment_batch(seg, columns))
         return
     directory, n = write_to
+    perm, sizes = buckets.order(E.record_ids(seg), n)
+    ordered = dataclasses.replace(seg, rows=seg.rows[perm])  # one gather of whole rows
+    batch = E.segment_batch(ordered, columns, dictionary=True)
+    sizes[-1] += len(seg.rejects)  # segment_batch puts them last: the last bucket's
     name = posixpath.basename(seg.path)
-    buckets.write(pa.Table.from_batches([batch]), directory, f"{name}.parquet", n)
+    table = pa.Table.from_batches([batch])
+    buckets.write_ordered(table, directory, f"{name}.parquet", n, sizes)
     yield pa.RecordBatch.from_pydict(
         {"file": [seg.path], "records": [len(seg.rows)], "rejects": [len(seg.rejects)]},
         schema=pa.schema([("file", pa.string()), ("records", pa.int64()), ("rejects", pa.int64())]),

@@ -72,6 +72,7 @@ _NO_TASK = 0xFFFF  # watched: on_complete / on_expire not given
 
 # where field k of a record is in a reader row (reader.Segment.rows): column 3 + k
 _BLOB_LEN = 12
+_ID_WORD = 3
 
 
 def _field(kind: int, name: str) -> int:
@@ -92,28 +93,30 @@ def _int_column(
 
 
 def _names(index: np.ndarray, valid: np.ndarray, names: Sequence[str]) -> pa.Array:
-    """Strings by index into `names` (an index out of range is null)."""
+    """Strings by index into `names` (an index out of range is null), dictionary-encoded."""
     valid = valid & (index >= 0) & (index < len(names))
     idx = pa.array(np.where(valid, index, 0).astype(np.int32), mask=~valid)
-    return pa.DictionaryArray.from_arrays(idx, pa.array(list(names) or [""], pa.string())).cast(
-        pa.string()
-    )
+    return pa.DictionaryArray.from_arrays(idx, pa.array(list(names) or [""], pa.string()))
 
 
 def _repeat(value: object, n: int, typ: pa.DataType) -> pa.Array:
     if value is None:
         return pa.nulls(n, typ)
-    if typ == pa.string():
+    if typ == pa.string():  # dictionary-encoded: one value
         return pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(n, np.int32)), pa.array([value], typ)
-        ).cast(typ)
+        )
     return pa.array(np.full(n, value, np.int64)).cast(typ)
 
 
-def segment_batch(seg: Segment, columns: Sequence[str] = NAMES) -> pa.RecordBatch:
+def segment_batch(
+    seg: Segment, columns: Sequence[str] = NAMES, dictionary: bool = False
+) -> pa.RecordBatch:
     """One segment's events and rejects as one Arrow record batch with `columns` (a
     subset of NAMES, in that order): the records first, in file order, then one row per
-    reject."""
+    reject. With `dictionary`, every string column is dictionary-encoded (the same
+    strings: cheaper to build, reorder and write to Parquet, where a segment's path,
+    say, is one value however many rows repeat it)."""
     rows, hdr = seg.rows, seg.header or {}
     kinds = rows[:, 2]
     n, nrej = len(rows), len(seg.rejects)
@@ -131,7 +134,7 @@ def segment_batch(seg: Segment, columns: Sequence[str] = NAMES) -> pa.RecordBatc
         if name == "kind":
             return _names(kinds, everything, list(_KINDS))
         if name in ("id", "t_us"):
-            return pa.array(rows[:, 3 if name == "id" else 4])
+            return pa.array(rows[:, _ID_WORD if name == "id" else _ID_WORD + 1])
         if name == "wall_us":
             if mono0 is None or wall0 is None:
                 return pa.nulls(n, pa.int64())
@@ -156,13 +159,23 @@ def segment_batch(seg: Segment, columns: Sequence[str] = NAMES) -> pa.RecordBatc
     arrays = []
     for name in columns:
         typ = ARROW_SCHEMA.field(name).type
-        col = build(name).cast(typ) if n else pa.array([], typ)
-        if nrej:
-            col = pa.concat_arrays([col, _reject_column(seg, per_file, name, typ)])
-        arrays.append(col)
+        col = build(name) if n else pa.array([], typ)
+        if nrej:  # rare: plain strings, then encoded again if asked
+            rej = _reject_column(seg, per_file, name, typ).cast(typ)
+            col = pa.concat_arrays([col.cast(typ), rej])
+        arrays.append(_string_form(col, typ, dictionary))
     return pa.RecordBatch.from_arrays(
-        arrays, schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+        arrays, schema=pa.schema([(c, a.type) for c, a in zip(columns, arrays, strict=True)])
     )
+
+
+def _string_form(col: pa.Array, typ: pa.DataType, dictionary: bool) -> pa.Array:
+    """`col` as `typ`; a string column dictionary-encoded if `dictionary`, else plain."""
+    if typ != pa.string():
+        return col.cast(typ)
+    if not dictionary:
+        return col.cast(typ)
+    return col if pa.types.is_dictionary(col.type) else col.dictionary_encode()
 
 
 def _per_file(seg: Segment) -> dict[str, object]:
@@ -190,6 +203,12 @@ def _reject_column(
     if name in per_file:
         return _repeat(per_file[name], k, typ)
     return pa.nulls(k, typ)
+
+
+def record_ids(seg: Segment) -> np.ndarray:
+    """The id of each of a segment's records (its rejects have none), in row order."""
+    ids: np.ndarray = seg.rows[:, _ID_WORD]
+    return ids
 
 
 def check_columns(columns: Sequence[str]) -> list[str]:

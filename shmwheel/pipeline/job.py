@@ -72,15 +72,16 @@ def read_journal(
 
 def write_events(
     spark: SparkSession, journal: str, directory: str, reader: str = "datasource"
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """The journal's events (the audit's columns, rejects included) through the entry
     point `reader`, written by the decoding tasks as Parquet under `directory` (emptied
     first), one file per segment, bucketed by id for the per-timer table (as many
-    buckets as ``timers.buckets_for`` the journal's size). (segments, buckets)."""
+    buckets as ``timers.buckets_for`` the journal's size). (segments, buckets, rejects)."""
     n = T.buckets_for(spark, journal_bytes(spark, journal))
     df = read_journal(spark, journal, reader, write_to=(parts.location(directory), n))
     parts.prepare(directory)  # only once the journal is known to be there
-    return len(df.collect()), n
+    rows = df.collect()
+    return len(rows), n, sum(int(r["rejects"]) for r in rows)
 
 
 def journal_bytes(spark: SparkSession, journal: str) -> int:
@@ -112,7 +113,7 @@ def run(
     # one decoding pass: the journal's table goes to events/ as it is read (reject rows
     # included, kind "reject"); everything after reads the columns it needs from Parquet
     events_dir = os.path.join(out, "events")
-    segments, n = write_events(spark, journal, events_dir, reader)
+    segments, n, n_rejects = write_events(spark, journal, events_dir, reader)
     table = spark.read.parquet(events_dir)
     events = table.filter(f.col("kind") != E.REJECT)
     stage("read", f"{segments} segment(s) decoded into events/, in {n} buckets by id")
@@ -125,6 +126,8 @@ def run(
         rejects = table.filter(f.col("kind") == E.REJECT).select(
             "file", "offset", "epoch", "reason"
         )
+        if not n_rejects:  # the decoding tasks counted none: no scan of events/ for them
+            rejects = spark.createDataFrame([], rejects.schema)
         rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
         stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
 
