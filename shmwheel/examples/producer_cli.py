@@ -199,18 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if value is not None and not a.standalone:
             p.error(f"{flag} only applies with --standalone")
+    # the load's shape, as check_args and run take it
+    shape = dict(
+        rate=a.rate,
+        count=a.count,
+        delay_ms=a.delay_ms,
+        distribution=a.distribution,
+        payload_size=a.payload_size,
+        cancel_fraction=a.cancel_fraction,
+        cancel_at=a.cancel_at,
+        batch=a.batch,
+        max_seconds=a.max_seconds,
+    )
     try:
-        check_args(
-            rate=a.rate,
-            count=a.count,
-            delay_ms=a.delay_ms,
-            distribution=a.distribution,
-            payload_size=a.payload_size,
-            cancel_fraction=a.cancel_fraction,
-            cancel_at=a.cancel_at,
-            batch=a.batch,
-            max_seconds=a.max_seconds,
-        )
+        check_args(**shape)
         if a.wait_timeout is not None and not a.wait_timeout >= 0:
             raise ValueError(f"wait_timeout must be >= 0, got {a.wait_timeout}")
         if a.standalone and a.task not in STANDALONE_TASKS:
@@ -257,22 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise shmwheel.ShmwheelError(
                     f"cannot connect to service {a.service!r}: {e}"
                 ) from None
-        figures = run(
-            client,
-            rate=a.rate,
-            count=a.count,
-            delay_ms=a.delay_ms,
-            distribution=a.distribution,
-            payload_size=a.payload_size,
-            cancel_fraction=a.cancel_fraction,
-            cancel_at=a.cancel_at,
-            task=a.task,
-            seed=a.seed,
-            batch=a.batch,
-            max_seconds=a.max_seconds,
-            progress=progress,
-            stop=stop,
-        )
+        figures = run(client, **shape, task=a.task, seed=a.seed, progress=progress, stop=stop)
         if figures["stopped"]:
             code = 130 if stop.is_set() else 1
         if svc is not None and stop.is_set():
