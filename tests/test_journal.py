@@ -175,6 +175,18 @@ def test_records_shorter_than_the_scanners_guess_are_all_read(tmp_path):
     assert [r.reason for r in seg.rejects] == ["bad CRC-32"]
 
 
+def test_the_clock_pair_is_read_as_one_instant(monkeypatch):
+    """A preemption between the monotonic and the wall clock read skews their difference,
+    which a recovery on another boot adds to every deadline (a CI run saw 5 ms): the pair
+    is the tightest of three bracketed reads."""
+    mono = iter([0, 5_000_000, 5_010_000, 5_012_000, 6_000_000, 9_000_000])  # ns
+    wall = iter([10**15 + 1_000, 10**15 + 5_011_000, 10**15 + 7_000_000])
+    monkeypatch.setattr(F.time, "monotonic_ns", lambda: next(mono))
+    monkeypatch.setattr(F.time, "time_ns", lambda: next(wall))
+    # tries: [0, 5 ms] preempted, [5.010, 5.012 ms] tight, [6, 9 ms] preempted
+    assert F.clock_pair_us() == (5_011, (10**15 + 5_011_000) // 1000)
+
+
 def test_segments_rotate_and_sort_by_creation(tmp_path):
     w = SegmentWriter(
         JournalOptions(str(tmp_path), "always", segment_bytes=1 << 16),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +143,22 @@ def as_dict(record: list[Any]) -> dict[str, Any]:
     d: dict[str, Any] = {"kind": KIND_NAMES[kind]}
     d.update(zip(FIELDS[kind], record[1:], strict=True))
     return d
+
+
+def clock_pair_us() -> tuple[int, int]:
+    """(monotonic, wall clock) now, in microseconds, read as one instant: the wall clock
+    between two monotonic reads, the tightest of three tries. Two plain reads one after
+    the other are skewed by whatever runs between them (a preemption of milliseconds on
+    a loaded machine), and the recovery on another boot maps every deadline by their
+    difference, so a skew would move deadlines (earlier, too)."""
+    best = (1 << 62, 0, 0)
+    for _ in range(3):
+        m0 = time.monotonic_ns()
+        w = time.time_ns()
+        m1 = time.monotonic_ns()
+        if m1 - m0 < best[0]:
+            best = (m1 - m0, (m0 + m1) // 2, w)
+    return best[1] // 1000, best[2] // 1000
 
 
 def boot_id() -> str:

@@ -85,8 +85,8 @@ def _clock_offset_ms(header: dict[str, Any], boot: str) -> int:
     boot's monotonic clock (0 on the same boot: the clock is the same)."""
     if header["boot_id"] == boot and boot:
         return 0
-    wall_minus_mono = int(header["wall_us"] - header["mono_us"]) // 1000
-    return wall_minus_mono - (time.time_ns() - time.monotonic_ns()) // 1_000_000
+    mono_us, wall_us = F.clock_pair_us()
+    return int(header["wall_us"] - header["mono_us"]) // 1000 - (wall_us - mono_us) // 1000
 
 
 # columns of a reader row (reader.Segment.rows): field k of a record is column 3 + k

@@ -148,7 +148,7 @@ class SegmentWriter:
 
     # -- files ----------------------------------------------------------------------
     def _open(self) -> None:
-        wall_us = time.time_ns() // 1000
+        mono_us, wall_us = F.clock_pair_us()
         name = F.SegmentName(self.opts.epoch, wall_us, self.role, os.getpid())
         self.path = os.path.join(self.opts.directory, name.filename())
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
@@ -165,7 +165,7 @@ class SegmentWriter:
                 self.service,
                 self.opts.epoch,
                 self._seq,
-                time.monotonic_ns() // 1000,
+                mono_us,
                 wall_us,
                 F.boot_id(),
                 self.tasks,
