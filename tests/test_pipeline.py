@@ -297,6 +297,25 @@ def test_a_run_repeated_after_a_crash_is_inside_the_window_unless_it_had_an_outc
     assert s["timers"]["one-shot"]["repeats_in_window"] == 1
 
 
+def test_embedded_python_workers_run_numpy_without_huge_pages(spark):
+    """The embedded session's Python workers start with NUMPY_MADVISE_HUGEPAGE=0
+    (session.HUGEPAGE_ENV: huge pages made decoding 1.4x slower here)."""
+
+    def hugepages(batches):  # type: ignore[no-untyped-def]
+        import os
+
+        import pyarrow as pa
+        from numpy._core import multiarray
+
+        for _ in batches:
+            on = multiarray._get_madvise_hugepage()
+            env = os.environ.get("NUMPY_MADVISE_HUGEPAGE", "unset")
+            yield pa.RecordBatch.from_pydict({"v": [f"{env} {on}"]})
+
+    got = spark.range(0, 2, 1, 2).mapInArrow(hugepages, "v string").collect()
+    assert {r["v"] for r in got} == {"0 False"}
+
+
 # -- the command line ----------------------------------------------------------------------
 def test_cli_exit_codes(spark, tmp_path, capsys):
     synthetic(tmp_path / "bad", faults=True)

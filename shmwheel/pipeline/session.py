@@ -26,6 +26,12 @@ log = logging.getLogger("shmwheel.pipeline")
 #: shuffle's hand-over to numpy cost 1.7x as much (docs/performance.md)
 ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ARROW_BATCH_ROWS = 1 << 19
+#: numpy's huge pages in the embedded session's Python workers: off (numpy asks the kernel
+#: for them on large arrays; where transparent huge pages are "madvise" with direct
+#: compaction, the default on this machine, decoding a 64 MiB segment spent 3x the
+#: system time and 1.4x the wall time with them: docs/performance.md). The variable, if
+#: set in the driver's environment, is passed on instead.
+HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
 _LOG4J = os.path.join(os.path.dirname(__file__), "log4j2-quiet.properties")
 
 
@@ -91,6 +97,8 @@ def spark_session(
         memory = os.environ.get("SHMWHEEL_SPARK_MEMORY") or default_memory()
         builder = builder.config("spark.driver.memory", memory)
         builder = builder.config("spark.ui.showConsoleProgress", "false")
+        hugepage = os.environ.get(HUGEPAGE_ENV, "0")
+        builder = builder.config(f"spark.executorEnv.{HUGEPAGE_ENV}", hugepage)
         if not verbose:
             opts = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
             builder = builder.config("spark.driver.extraJavaOptions", opts)
