@@ -336,24 +336,3 @@ def operations(timers: DataFrame) -> dict[str, Any]:
             "max": row["max"],
         },
     }
-
-
-def timer_tally(timers: DataFrame, sc: Scope) -> dict[str, Any]:
-    """How the timers ended, by type; pending ones at the journal's end."""
-    pending = (f.col("decisions") == 0) & ~sc.overdue(f.col("deadline_ms"))
-    rows = (
-        timers.groupBy("type")
-        .agg(
-            f.count("*").alias("n"),
-            f.count_if(f.col("end") == "ran").alias("ran"),
-            f.count_if(f.col("end") == "cancelled").alias("cancelled"),
-            f.count_if(f.col("end") == "completed").alias("completed"),
-            f.count_if(f.col("end") == "expired").alias("expired"),
-            f.count_if(f.col("type").isin("one-shot", "operation") & pending).alias("pending"),
-            f.sum("runs_fired").alias("runs"),
-            f.sum("repeats").alias("repeats_in_window"),
-            f.sum("in_flight_runs").alias("in_flight"),
-        )
-        .collect()
-    )
-    return {r["type"]: {k: int(r[k] or 0) for k in r.asDict() if k != "type"} for r in rows}

@@ -126,13 +126,15 @@ def run(
         rejects = table.filter(f.col("kind") == E.REJECT).select(
             "file", "offset", "epoch", "reason"
         )
-        if not n_rejects:  # the decoding tasks counted none: no scan of events/ for them
-            rejects = spark.createDataFrame([], rejects.schema)
-        rejects.write.mode(mode).parquet(os.path.join(out, "rejects"))
+        rejects_dir = os.path.join(out, "rejects")
+        if n_rejects:
+            rejects.write.mode(mode).parquet(rejects_dir)
+        else:  # the decoding tasks counted none: no scan of events/ for them, no job
+            empty = E.ARROW_SCHEMA.empty_table().select(rejects.columns)
+            parts.write(empty, parts.prepare(rejects_dir), "part-00000.parquet")
         stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
 
-        timers = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
-        tally = A.timer_tally(timers, sc)
+        timers, tally = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
         stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
         A.violations(timers, sc).write.mode(mode).parquet(os.path.join(out, "violations"))
@@ -141,25 +143,35 @@ def run(
             r["rule"]: int(r["n"])
             for r in viol.groupBy("rule").agg(f.count("*").alias("n")).collect()
         }
-        sample = [r.asDict() for r in viol.orderBy("rule", "id").limit(SAMPLE).collect()]
+        sample = (
+            [r.asDict() for r in viol.orderBy("rule", "id").limit(SAMPLE).collect()]
+            if by_rule
+            else []
+        )
         stage("rules", f"{sum(by_rule.values()):,} violations")
 
-        # the small tables are written, then read back for the report (not computed twice)
+        # the small tables (a row per second, producer or task) come to the driver once,
+        # as Arrow (Spark's types kept), and are written from there and used for the report
         lat, thr = A.lateness_tables(win)
         small: dict[str, Any] = {}
         for name, df in (("lateness", lat), ("throughput", thr),
                          ("per_producer", A.per_producer(timers)),
                          ("per_task", A.per_task(timers))):  # fmt: skip
-            df.write.mode(mode).parquet(os.path.join(out, name))
-            small[name] = spark.read.parquet(os.path.join(out, name)).toPandas()
+            got = df.toArrow()
+            parts.write(got, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
+            small[name] = got.to_pandas()
         overall = A.overall_lateness(events)
         ops = A.operations(timers)
         stage("figures", "lateness, throughput, per producer, per task, operations")
 
-        rej_list = [
-            f"{r['file']} at byte {r['offset']}: {r['reason']}"
-            for r in rejects.orderBy("file", "offset").limit(SAMPLE).collect()
-        ]
+        rej_list = (
+            [
+                f"{r['file']} at byte {r['offset']}: {r['reason']}"
+                for r in rejects.orderBy("file", "offset").limit(SAMPLE).collect()
+            ]
+            if n_rejects
+            else []
+        )
         summary = {
             "journal": journal,
             "reader": reader,

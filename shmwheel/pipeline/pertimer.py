@@ -20,7 +20,7 @@ task names as 1-based indexes into the scope's ``tasks``, 0 or null for none).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -356,6 +356,53 @@ def coded(events: pa.Table, tasks: Sequence[str]) -> pa.Table:
     for c in _FIELDS_OF_SOME:
         cols[c] = pc.fill_null(events.column(c).cast(pa.int64()), 0)
     return pa.table({c: cols[c] for c in INPUT})
+
+
+#: what ``tally`` counts, per type of timer
+TALLY = ("n", "ran", "cancelled", "completed", "expired", "pending", "runs",
+         "repeats_in_window", "in_flight")  # fmt: skip
+
+
+def tally(table: pa.Table, b: Bounds) -> dict[str, dict[str, int]]:
+    """How the timers of a per-timer table ended, by type (the types present): how many,
+    how many ran / were cancelled / completed / expired, the one-shots and operations
+    still pending (no decision, and due no more than the grace before the journal's
+    end), and their runs fired, runs repeated in the crash window and runs in flight.
+    Tallies of disjoint tables add up (``add_tallies``)."""
+
+    def ints(c: str) -> np.ndarray:
+        return np.asarray(pc.fill_null(table.column(c), 0).to_numpy(), np.int64)
+
+    def equal(c: str, value: str) -> np.ndarray:
+        return np.asarray(pc.fill_null(pc.equal(table.column(c), value), False).to_numpy())
+
+    has_deadline = np.asarray(pc.is_valid(table.column("deadline_ms")).to_numpy())
+    overdue = ints("deadline_ms") * 1000 < b.end_us - b.grace_us
+    undecided = (ints("decisions") == 0) & has_deadline & ~overdue
+    ends = {e: equal("end", e) for e in ("ran", "cancelled", "completed", "expired")}
+    sums = {"runs": ints("runs_fired"), "repeats_in_window": ints("repeats"),
+            "in_flight": ints("in_flight_runs")}  # fmt: skip
+    out: dict[str, dict[str, int]] = {}
+    for typ in _TYPES:
+        m = equal("type", typ)
+        if not m.any():
+            continue
+        row = {"n": int(m.sum()), **{e: int((m & v).sum()) for e, v in ends.items()}}
+        row["pending"] = int((m & undecided).sum()) if typ in ("one-shot", "operation") else 0
+        row.update({k: int(v[m].sum()) for k, v in sums.items()})
+        out[typ] = {k: row[k] for k in TALLY}
+    return out
+
+
+def add_tallies(tallies: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """The sum of tallies of disjoint tables."""
+    out: dict[str, dict[str, int]] = {}
+    for t in tallies:
+        for typ, row in t.items():
+            acc = out.setdefault(typ, dict.fromkeys(TALLY, 0))
+            for k in TALLY:
+                acc[k] += row[k]
+    return out
 
 
 def empty() -> pa.Table:

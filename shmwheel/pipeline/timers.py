@@ -24,6 +24,7 @@ buckets grows with the journal (``buckets_for``): about ``ROWS_PER_TASK`` record
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,20 +77,24 @@ def buckets_for(spark: SparkSession, journal_bytes: int) -> int:
     return n if n <= conf else math.ceil(n / cores) * cores
 
 
-def per_timer(spark: SparkSession, events_dir: str, sc: Scope, directory: str) -> DataFrame:
+def per_timer(
+    spark: SparkSession, events_dir: str, sc: Scope, directory: str
+) -> tuple[DataFrame, dict[str, dict[str, int]]]:
     """The per-timer table (``pertimer.OUTPUT``) of the bucketed events under
-    `events_dir`, written as Parquet under `directory` (emptied first), read back. One
-    task per bucket reads it, computes its rows with numpy and writes them itself with
-    pyarrow (``parts.py``) as ``part-NNNNN.parquet``. Both directories are local or
-    shared paths, or URIs pyarrow opens (hdfs://, s3://)."""
+    `events_dir`, written as Parquet under `directory` (emptied first), read back, and
+    its tally (``pertimer.tally``: how the timers ended, by type). One task per bucket
+    reads it, computes its rows with numpy, writes them itself with pyarrow
+    (``parts.py``) as ``part-NNNNN.parquet`` and tallies them. Both directories are
+    local or shared paths, or URIs pyarrow opens (hdfs://, s3://)."""
     files = event_files(events_dir)
     n = buckets.count(files[0]) if files else 1
     directory = parts.prepare(directory)
     task = functools.partial(
         _bucket_task, files=files, n=n, bounds=sc.bounds(), directory=directory
     )
-    spark.range(0, n, 1, n).mapInArrow(task, "bucket bigint, timers bigint").collect()
-    return spark.read.parquet(directory)
+    rows = spark.range(0, n, 1, n).mapInArrow(task, _TASK_OUT).collect()
+    tally = P.add_tallies(json.loads(r["tally"]) for r in rows)
+    return spark.read.parquet(directory), tally
 
 
 def event_files(events_dir: str) -> list[str]:
@@ -113,6 +118,11 @@ def _bucket_task(
             table = P.per_timer_of(events, bounds)
             parts.write(table, directory, f"part-{k:05d}.parquet")
             yield pa.RecordBatch.from_pydict(
-                {"bucket": [k], "timers": [table.num_rows]},
-                schema=pa.schema([("bucket", pa.int64()), ("timers", pa.int64())]),
-            )
+                {"bucket": [k], "timers": [table.num_rows],
+                 "tally": [json.dumps(P.tally(table, bounds))]},
+                schema=pa.schema([("bucket", pa.int64()), ("timers", pa.int64()),
+                                  ("tally", pa.string())]),
+            )  # fmt: skip
+
+
+_TASK_OUT = "bucket bigint, timers bigint, tally string"
