@@ -1,6 +1,6 @@
 """The audit: what the service promises, checked on its journal with Spark.
 
-The per-timer table (``timers.py``: one row per timer or operation, one shuffle) carries
+The per-timer table (``timers.py``: one row per timer or operation, no shuffle) carries
 everything a rule needs, so every rule is a filter of it (``rules``) and a violation names
 its timer. The per-window figures come from one aggregation of the events by second of
 wall time (``windows``), which also gives the journal's extent (``scope``); the

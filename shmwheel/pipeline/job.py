@@ -5,7 +5,8 @@
              later stage reads the columns it needs from there
     scope    per second of wall time: throughput, lateness, the journal's extent and
              task names (cached); rejects/
-    timers   the per-timer table (timers.py: one shuffle by id, numpy) written as timers/
+    timers   the per-timer table (timers.py: a task per bucket of events/, numpy)
+             written as timers/, and its tally
     rules    violations/
     figures  lateness/, throughput/, per_producer/, per_task/, the operations
     report   report/summary.json, the plots, report/index.md
@@ -113,10 +114,10 @@ def run(
     # one decoding pass: the journal's table goes to events/ as it is read (reject rows
     # included, kind "reject"); everything after reads the columns it needs from Parquet
     events_dir = os.path.join(out, "events")
-    segments, n, n_rejects = write_events(spark, journal, events_dir, reader)
+    segments, n_buckets, n_rejects = write_events(spark, journal, events_dir, reader)
     table = spark.read.parquet(events_dir)
     events = table.filter(f.col("kind") != E.REJECT)
-    stage("read", f"{segments} segment(s) decoded into events/, in {n} buckets by id")
+    stage("read", f"{segments} segment(s) decoded into events/, in {n_buckets} buckets by id")
 
     win = A.windows(table).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [win]

@@ -2,7 +2,7 @@
 
 Two of the audit's tables are written this way: ``events/`` by the tasks that decode the
 journal (one file per segment) and ``timers/`` by the tasks that compute the per-timer
-table (one file per shuffle partition). Handing millions of rows back to the JVM only for
+table (one file per bucket). Handing millions of rows back to the JVM only for
 Spark to write them cost more than computing them (docs/performance.md).
 
 Ground rules. The driver empties the directory once (``prepare``) before the job that

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("shmwheel.pipeline")
 
-#: rows per Arrow batch between the JVM and Python: Spark's 10,000 made the per-timer
-#: shuffle's hand-over to numpy cost 1.7x as much (docs/performance.md)
+#: rows per Arrow batch between the JVM and Python: Spark's 10,000 made the hand-over of
+#: a shuffle's rows to numpy cost 1.7x as much (docs/performance.md)
 ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ARROW_BATCH_ROWS = 1 << 19
 #: numpy's huge pages in the embedded session's Python workers: off (numpy asks the kernel
