@@ -1,4 +1,4 @@
-"""The salvage step of whole-service recovery (shmwheel/journal/recovery.py), on a dead
+"""The salvage step of whole-service recovery (shmwheel/journal/salvage.py), on a dead
 service's segment built by hand: which slot states become CANCELLED records."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from shmwheel.journal import reader
-from shmwheel.journal import recovery as R
+from shmwheel.journal import salvage as S
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
@@ -37,7 +37,7 @@ def test_a_cancel_that_lost_to_the_run_in_flight_leaves_a_one_shot_owed(tmp_path
             nodes[slot, C.F_GS] = C.gs_make(gen, st)
         side[2, C.S_META] = C.meta_make(0, C.FLAG_REPEAT | C.FLAG_ARENA, 0, 16, 0)
         mem.close()
-        assert R.salvage(name, str(tmp_path), epoch=2) == 2
+        assert S.salvage(name, str(tmp_path), epoch=2) == 2
         got = {r["id"] for r in reader.records(tmp_path) if r["kind"] == "cancelled"}
         gs = C.gs_make(gen, C.ST_CANCELLED)
         assert got == {C.gs_handle(gs, 2), C.gs_handle(gs, 3)}

@@ -171,7 +171,7 @@ def execute_ls(args: argparse.Namespace) -> int:
 
 def execute_clean(args: argparse.Namespace) -> int:
     """Remove (or with --dry-run list) what services with a dead owner left; 0."""
-    from ..journal.recovery import salvage_stale
+    from ..journal.salvage import salvage_stale
     from ..segment import layout as L
     from ..segment import shm
 

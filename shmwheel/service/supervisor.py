@@ -153,7 +153,7 @@ class TimerService:
         self._owner_pid = os.getpid()
         try:
             plan = self._recover_plan() if self.journal is not None else None
-            from ..journal.recovery import salvage_stale  # a dead journaled service's
+            from ..journal.salvage import salvage_stale  # a dead journaled service's
 
             shm.sweep_stale(L.owner_of, salvage_stale)  # memory goes to its journal first
             self.mem = L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
