@@ -2,10 +2,11 @@
 
 ``TimerService(journal=DIR).start()`` runs, in order:
 
-1. ``salvage`` (``salvage.py``): if the dead service's segment is still in /dev/shm (its processes were
-   killed, the machine did not reboot), record what its memory knows and its journal
-   does not yet: schedules still in its clients' rings, cancels that won but whose
-   records were not drained, outcomes in its result rings. Then unlink it.
+1. ``salvage`` (``salvage.py``): if the dead service's segment is still in /dev/shm
+   (its processes were killed, the machine did not reboot), record what its memory
+   knows and its journal does not yet: schedules still in its clients' rings, cancels
+   that won but whose records were not drained, outcomes in its result rings. Then
+   unlink it.
 2. ``scan``: read every segment and work out each timer's state: the timers with no
    final outcome (not cancelled, not a one-shot's outcome, not a repeating timer's last)
    are pending, each at its next run's deadline.
