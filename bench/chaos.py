@@ -66,6 +66,12 @@ def main() -> int:
     ap.add_argument(
         "--roles", help="kill only these roles, e.g. coordinator,exec0 (default: every one)"
     )
+    ap.add_argument(
+        "--journal",
+        metavar="DIR",
+        help="journal the service into DIR (kept whole) and, for each timer that never ran, "
+        "print what the journal recorded of it",
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
     nprng = np.random.default_rng(args.seed)
@@ -78,7 +84,11 @@ def main() -> int:
     not_cancelled: set[int] = set()
     scheduled = 0
     t0 = time.monotonic()
-    with shmwheel.TimerService(tasks={"rec": "workers.tasks:append_line"}, capacity=200_000) as svc:
+    options = {"journal": args.journal, "journal_keep_hours": 1e6} if args.journal else {}
+    ids = np.zeros(int(args.rate * args.seconds * 2) + 1, np.int64)  # each tag's handle id
+    with shmwheel.TimerService(
+        tasks={"rec": "workers.tasks:append_line"}, capacity=200_000, **options
+    ) as svc:
         if roles and set(roles) - set(svc.procs):
             ap.error(f"--roles: unknown {sorted(set(roles) - set(svc.procs))}; the roles are "
                      f"{', '.join(sorted(svc.procs))}")  # fmt: skip
@@ -99,6 +109,8 @@ def main() -> int:
                 except shmwheel.Full as e:  # a stuck ring while the coordinator restarts
                     handles = e.accepted if e.accepted is not None else []
                 for tag, h, d in zip(tags, handles, delays, strict=False):  # accepted: a prefix
+                    if tag < len(ids):
+                        ids[tag] = h.id
                     if rng.random() < args.cancel_fraction:
                         pending_cancels.append((tick + d / 1000 * rng.random(), tag, h))
                     else:
@@ -120,11 +132,14 @@ def main() -> int:
                 (cancelled if h.cancel() else not_cancelled).add(tag)
             stop.set()
             thread.join()
+            # settled: nothing pending, and no fired timer still waiting for its run or its
+            # outcome (stats' "pending" counts neither; stopping the service drops them)
             end = time.monotonic() + 60
-            while svc.stats()["pending"] and time.monotonic() < end:
+            while (svc.stats()["pending"] or in_flight(svc)) and time.monotonic() < end:
                 time.sleep(0.1)
             time.sleep(1.0)  # let the last outcomes be counted
             st = svc.stats()
+            st["in_flight"] = in_flight(svc)
     print(file=sys.stderr)
     runs: Counter[int] = Counter()
     early = 0
@@ -150,8 +165,8 @@ def main() -> int:
     print(
         f"ran twice {len(twice)}; ran after a True cancel {len(ran_cancelled)}; ran early "
         f"{early}; never ran {len(missing)} (executor crashes recorded: {st['crashed']}); "
-        f"pending at the end {st['pending']}; ring garbage {st['ring_garbage']}; torn log "
-        f"lines {torn}"
+        f"pending at the end {st['pending']}, in flight {st['in_flight']}; task errors "
+        f"{st['task_errors']}; ring garbage {st['ring_garbage']}; torn log lines {torn}"
     )
     ok = (
         not twice
@@ -159,9 +174,50 @@ def main() -> int:
         and not early
         and len(missing) <= st["crashed"]
         and st["pending"] == 0
+        and st["in_flight"] == 0
+        and st["task_errors"] == 0
     )
+    if args.journal and len(missing) > st["crashed"]:
+        print(journal_story(args.journal, [int(ids[t]) for t in missing if t < len(ids)]))
     print("invariants hold" if ok else "INVARIANT BROKEN")
     return 0 if ok else 1
+
+
+def in_flight(svc: shmwheel.TimerService) -> int:
+    """Timers fired and not yet settled: their slots are FIRING or STOPPING until the
+    reaper settles their outcome (stats' "pending" does not count them)."""
+    from shmwheel.segment import contract as C
+
+    assert svc.mem is not None
+    st = C.gs_state(svc.mem.nodes()[:, C.F_GS])
+    return int(np.count_nonzero((st == C.ST_FIRING) | (st == C.ST_STOPPING)))
+
+
+def journal_story(directory: str, missing: list[int]) -> str:
+    """What the journal recorded of each timer that never ran, tallied by the sequence of
+    its records' kinds (an outcome with its code), with one example id for each."""
+    from shmwheel.journal import format as F
+    from shmwheel.journal import reader
+
+    want = np.array(sorted(set(missing)), np.int64)
+    seen: dict[int, list[str]] = {i: [] for i in want.tolist()}
+    oc = 3 + F.FIELDS[F.OUTCOME].index("outcome")
+    for seg in reader.read(directory):
+        rows = seg.rows[np.isin(seg.rows[:, 3], want)]
+        role = F.ROLES.get((seg.header or {}).get("role", 0), "?")
+        for r in rows.tolist():
+            kind = F.KIND_NAMES.get(r[2], str(r[2]))
+            if r[2] == F.OUTCOME:
+                kind += f"({F.OUTCOMES.get(r[oc], r[oc])})"
+            seen[r[3]].append(f"{kind}@{role}")
+    stories = Counter(",".join(v) or "nothing" for v in seen.values())
+    example = {}
+    for i, v in seen.items():
+        example.setdefault(",".join(v) or "nothing", i)
+    lines = [f"the journal on the {len(want)} timers that never ran:"]
+    for story, n in stories.most_common():
+        lines.append(f"  {n:6d}  {story}   (e.g. id {example[story]:#x})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

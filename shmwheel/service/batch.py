@@ -135,27 +135,22 @@ def _store_blobs(
     metas: np.ndarray,
     words: np.ndarray,
 ) -> None:
-    """Side-record words for encoded payloads, arena blocks taken under one lock; if a
-    class runs out, the blocks already taken are returned before Full propagates."""
+    """Side-record words for encoded payloads, arena blocks taken under one lock. Each
+    block is recorded in its slot's side record as it is taken (``Client._own_block``), so
+    a crash repair before the batch is submitted keeps it, and if a class runs out, the
+    slots already own the blocks taken so far: releasing the slots returns them."""
     slots = C.handle_slot(handles)
-    done = 0
     with client._mem.locked():
-        try:
-            for j, (blob, flags) in enumerate(blobs):
-                slot = int(slots[j])
-                if len(blob) <= C.INLINE_MAX:
-                    word, cls, more = C.inline_word(blob), 0, 0
-                else:
-                    word, cls, more = client._store_blob(slot, blob)
-                metas[j] = C.meta_make(tid, flags | more, cls, len(blob), client.ring)
-                words[j] = word
-                done = j + 1
-        except Full:  # free the blocks taken so far: the slots own them already
-            for j in range(done):
-                if C.meta_flags(int(metas[j])) & C.FLAG_ARENA:
-                    client._mem.side[int(slots[j]) * C.SIDE_WORDS + C.S_META] = metas[j]
-                    client._mem.side[int(slots[j]) * C.SIDE_WORDS + C.S_PAYLOAD] = words[j]
-            raise
+        for j, (blob, flags) in enumerate(blobs):
+            slot = int(slots[j])
+            if len(blob) <= C.INLINE_MAX:
+                word, cls, more = C.inline_word(blob), 0, 0
+            else:
+                word, cls, more = client._store_blob(slot, blob)
+            metas[j] = C.meta_make(tid, flags | more, cls, len(blob), client.ring)
+            words[j] = word
+            if more & C.FLAG_ARENA:
+                client._own_block(slot, int(metas[j]), word)
 
 
 def cancel_many(client: Client, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:

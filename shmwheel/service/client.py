@@ -290,6 +290,16 @@ class Client(N.Producer):
         self._mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
         return b, c, C.FLAG_ARENA | (C.FLAG_REPEAT if every else 0)
 
+    def _own_block(self, slot: int, meta: int, word: int) -> None:
+        """Record the arena block a not yet submitted slot was just given in its side
+        record, under the lock that gave it: a crash repair (slots.c, slot_rebuild) frees
+        every block no side record names, so a repair between the block's allocation and
+        the slot's submission would free it while the timer still points at it (the next
+        payload stored there became this timer's: seen in bench/chaos.py as task errors)."""
+        base = slot * C.SIDE_WORDS
+        self._mem.side[base + C.S_PAYLOAD] = word
+        self._mem.side[base + C.S_META] = meta
+
     # -- the API (schedule and cancel are the native Producer's) ------------------------
     def _schedule_checked(
         self,
@@ -331,17 +341,19 @@ class Client(N.Producer):
         h = self._take_one()
         slot = C.handle_slot(h)
         if not every and len(blob) <= C.INLINE_MAX:
-            word, cls, more = C.inline_word(blob), 0, 0
+            word = C.inline_word(blob)
+            meta = C.meta_make(tid, flags, 0, len(blob), self.ring)
         else:
             try:
                 with self._mem.locked():
                     word, cls, more = self._store_blob(slot, blob, every)
+                    meta = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
+                    self._own_block(slot, meta, word)
             except Full:
                 if not self._give_back(h):  # the cache is full (other threads): free it
                     with self._mem.locked():
                         self._tables().retire(slot)
                 raise
-        meta = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
         if not self._submit(h, meta, word, deadline):
             self._wait_push(h, C.CHECK_SUBMIT)
         if self._mem.header[L.W_COORD_SLEEPING]:
