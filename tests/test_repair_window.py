@@ -22,7 +22,8 @@ def _repair_first(svc: TimerService, client, name: str) -> None:  # type: ignore
     original = getattr(client, name)
 
     def repaired_then(*args):  # type: ignore[no-untyped-def]
-        client._mem._repair()
+        with client._mem.locked():  # what the next locker does when it finds the lock dirty
+            client._mem._repair()
         return original(*args)
 
     setattr(client, name, repaired_then)
@@ -54,3 +55,72 @@ def test_a_repair_before_submission_keeps_the_payload_blocks(tmp_path, path):
             wait_for(lambda: svc.stats()["pending"] == 0, what="nothing pending")
             assert svc.stats()["task_errors"] == 0
     assert_once_never_early(read_log(log), tags)
+
+
+def _watch_owners(service: str, blocks: list[tuple[int, int, int]], ready, stop, out) -> None:  # type: ignore[no-untyped-def]
+    """In another process, as an executor would (no lock): read the owner word of each
+    (class, block, expected owner) until stopped; put the number of wrong reads."""
+    import numpy as np
+
+    from shmwheel.segment import contract as C
+    from shmwheel.segment import layout as L
+
+    mem = L.ServiceMemory.attach(service)
+    try:
+        a = mem.arena
+        words = np.array([int(a[c * C.A_CLASS_WORDS + C.A_OFF_OWNER]) + b for c, b, _ in blocks])
+        want = np.array([o for _, _, o in blocks])
+        wrong, first = 0, None
+        ready.set()
+        while not stop.is_set():
+            bad = np.flatnonzero(a[words] != want)
+            if len(bad) and first is None:
+                first = [(blocks[i], int(a[words[i]])) for i in bad[:3].tolist()]
+            wrong += len(bad)
+        out.put((wrong, first))
+    finally:
+        mem.close()
+
+
+def test_a_repair_never_shows_a_live_timers_block_as_anyone_elses(tmp_path):
+    """The executors check a payload block's owner without the lock: while a repair
+    rebuilds the tables, the block of a live timer must keep reading as that timer's
+    (the rebuild used to reset every owner and re-own after: a burst of "arena block
+    does not check out" task errors in bench/chaos.py)."""
+    import multiprocessing as mp
+
+    import numpy as np
+
+    from shmwheel.segment import contract as C
+
+    with TimerService(tasks=TASKS, capacity=2000, executors=1) as svc:
+        with svc.client() as c:
+            payloads = [
+                {"path": str(tmp_path / "log"), "tag": i, "pad": PATH_PAD} for i in range(500)
+            ]
+            hs = c.schedule_many("record", [600_000] * 500, payloads)
+            side = c._mem.side.reshape(-1, C.SIDE_WORDS)
+            blocks = []
+            for h in hs.ids.tolist():
+                slot = int(C.handle_slot(h))
+                meta = int(side[slot, C.S_META])
+                assert C.meta_flags(meta) & C.FLAG_ARENA
+                blocks.append((int(C.meta_class(meta)), int(side[slot, C.S_PAYLOAD]), slot + 1))
+            ctx = mp.get_context("spawn")
+            ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+            p = ctx.Process(target=_watch_owners, args=(svc.name, blocks, ready, stop, out))
+            p.start()
+            try:
+                assert ready.wait(30), "the watching process did not start"
+                for _ in range(200):
+                    with c._mem.locked():  # as the next locker after a death would
+                        c._mem._repair()
+                stop.set()
+                wrong, first = out.get(timeout=30)
+            finally:
+                stop.set()
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+            assert wrong == 0, f"{wrong} reads saw a live timer's block owned by another: {first}"
+            assert np.all(c.cancel_many(hs))

@@ -427,6 +427,22 @@ i64 slot_reclaim(Seg *s, i64 ring) {
     return n;
 }
 
+/* For slot_rebuild: a slot-owned block its owner's side record does not name (the slot
+ * is free, or names another block) goes back to the free stack. A slot a client is still
+ * writing (RESERVED, SUBMITTED: lock-free, producer.c) keeps its block even if its side
+ * record does not name it yet: the client names it or releases it. */
+static int block_unnamed(Seg *s, int c, i64 b) {
+    i64 slot = *arena_owner(s, c, b) - 1;
+    if (slot < 0 || slot >= seg_capacity(s)) return 1;
+    i64 st = GS_STATE(gs_load(gs_word(s->mem, wheel_node(s->mem, slot))));
+    if (st == ST_FREE || st >= ST_COUNT) return 1;
+    /* acquire: pairs with producer_write_slot's release of the meta word */
+    i64 meta = __atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE);
+    if (!(META_FIELD(meta, FLAGS) & FLAG_ARENA))
+        return !(st == ST_RESERVED || st == ST_SUBMITTED);
+    return META_FIELD(meta, CLASS) != c || *side_payload(s, slot) != b;
+}
+
 i64 slot_rebuild(Seg *s) {
     i64 *mem = s->mem, cap = seg_capacity(s), nb = mem[H_SENTINELS], relinked = 0;
     /* empty buckets and bitmaps, an empty free stack */
@@ -438,10 +454,12 @@ i64 slot_rebuild(Seg *s) {
     for (i64 i = 0; i < mem[H_LEVELS] * mem[H_WORDS]; i++) mem[mem[H_OFF_BITS] + i] = 0;
     mem[H_FREE] = -1;
     mem[H_PENDING] = 0;
-    /* blocks: keep those in a client's cache; the rest are re-owned from side records */
-    for (int c = 0; c < ARENA_CLASSES; c++)
-        for (i64 b = 0; b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS]; b++)
-            if (*arena_owner(s, c, b) > 0) *arena_owner(s, c, b) = OWNER_FREE;
+    /* Blocks: those in a client's cache stay its; a block is its slot's if the slot's
+     * side record names it, else free. An owner word is written only where it changes
+     * (here in the slot loop, and in block_unnamed's pass after it): executors check a
+     * block's owner without the lock (executor.c), so the block of a live timer must
+     * never read as free, even for the moment a rebuild takes (resetting every owner
+     * first and re-owning after made a burst of timers fail that check: bench/chaos.py). */
     for (i64 slot = cap - 1; slot >= 0; slot--) {
         i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gs = gs_load(w);
         i64 st = GS_STATE(gs);
@@ -457,7 +475,8 @@ i64 slot_rebuild(Seg *s) {
         i64 meta = *side_meta(s, slot);
         if (META_FIELD(meta, FLAGS) & FLAG_ARENA) {
             i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
-            if (c < ARENA_CLASSES && b >= 0 && b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS])
+            if (c < ARENA_CLASSES && b >= 0 && b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS] &&
+                *arena_owner(s, (int)c, b) != OWNER_SLOT(slot))
                 *arena_owner(s, (int)c, b) = OWNER_SLOT(slot);
         }
         /* A cancelled slot is relinked too, not freed here: whoever repairs may be a
@@ -477,11 +496,14 @@ i64 slot_rebuild(Seg *s) {
     for (int c = 0; c < ARENA_CLASSES; c++) {
         i64 *h = &s->arena[c * A_CLASS_WORDS];
         h[A_FREE] = -1;
-        for (i64 b = h[A_NBLOCKS] - 1; b >= 0; b--)
+        for (i64 b = h[A_NBLOCKS] - 1; b >= 0; b--) {
+            if (*arena_owner(s, c, b) > 0 && block_unnamed(s, c, b))
+                *arena_owner(s, c, b) = OWNER_FREE;
             if (*arena_owner(s, c, b) == OWNER_FREE) {
                 s->arena[h[A_OFF_NEXT] + b] = h[A_FREE];
                 h[A_FREE] = b;
             }
+        }
     }
     if (s->watch) watch_rebuild(s);   /* its chains may be half-updated too */
     return relinked;
