@@ -135,22 +135,24 @@ def _store_blobs(
     metas: np.ndarray,
     words: np.ndarray,
 ) -> None:
-    """Side-record words for encoded payloads, arena blocks taken under one lock. Each
-    block is recorded in its slot's side record as it is taken (``Client._own_block``), so
-    a crash repair before the batch is submitted keeps it, and if a class runs out, the
-    slots already own the blocks taken so far: releasing the slots returns them."""
+    """Side-record words for encoded payloads, arena blocks taken under one lock. Before
+    the lock goes, every block taken is named in its slot's side record
+    (``Client._own_blocks``), so a crash repair before the batch is submitted keeps it,
+    and if a class runs out, releasing the slots returns the blocks taken so far."""
     slots = C.handle_slot(handles)
+    done = 0
     with client._mem.locked():
-        for j, (blob, flags) in enumerate(blobs):
-            slot = int(slots[j])
-            if len(blob) <= C.INLINE_MAX:
-                word, cls, more = C.inline_word(blob), 0, 0
-            else:
-                word, cls, more = client._store_blob(slot, blob)
-            metas[j] = C.meta_make(tid, flags | more, cls, len(blob), client.ring)
-            words[j] = word
-            if more & C.FLAG_ARENA:
-                client._own_block(slot, int(metas[j]), word)
+        try:
+            for j, (blob, flags) in enumerate(blobs):
+                if len(blob) <= C.INLINE_MAX:
+                    word, cls, more = C.inline_word(blob), 0, 0
+                else:
+                    word, cls, more = client._store_blob(int(slots[j]), blob)
+                metas[j] = C.meta_make(tid, flags | more, cls, len(blob), client.ring)
+                words[j] = word
+                done = j + 1
+        finally:
+            client._own_blocks(slots[:done], metas[:done], words[:done])
 
 
 def cancel_many(client: Client, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:

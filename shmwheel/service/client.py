@@ -290,15 +290,17 @@ class Client(N.Producer):
         self._mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
         return b, c, C.FLAG_ARENA | (C.FLAG_REPEAT if every else 0)
 
-    def _own_block(self, slot: int, meta: int, word: int) -> None:
-        """Record the arena block a not yet submitted slot was just given in its side
-        record, under the lock that gave it: a crash repair (slots.c, slot_rebuild) frees
-        every block no side record names, so a repair between the block's allocation and
-        the slot's submission would free it while the timer still points at it (the next
-        payload stored there became this timer's: seen in bench/chaos.py as task errors)."""
-        base = slot * C.SIDE_WORDS
-        self._mem.side[base + C.S_PAYLOAD] = word
-        self._mem.side[base + C.S_META] = meta
+    def _own_blocks(self, slots: Any, metas: Any, words: Any) -> None:
+        """Name the arena blocks not yet submitted slots were just given in their side
+        records (arrays, or one of each; entries without FLAG_ARENA are skipped), under
+        the lock that gave them: a crash repair (slots.c, slot_rebuild) treats a block its
+        slot's side record does not name as stray, so naming it only at submission left
+        a window (bench/chaos.py saw task errors from it)."""
+        slots, metas = np.asarray(slots, np.int64), np.asarray(metas, np.int64)
+        arena = (C.meta_flags(metas) & C.FLAG_ARENA) != 0
+        base = slots[arena] * C.SIDE_WORDS
+        self._mem.side[base + C.S_PAYLOAD] = np.asarray(words, np.int64)[arena]
+        self._mem.side[base + C.S_META] = metas[arena]
 
     # -- the API (schedule and cancel are the native Producer's) ------------------------
     def _schedule_checked(
@@ -348,7 +350,7 @@ class Client(N.Producer):
                 with self._mem.locked():
                     word, cls, more = self._store_blob(slot, blob, every)
                     meta = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
-                    self._own_block(slot, meta, word)
+                    self._own_blocks(slot, meta, word)
             except Full:
                 if not self._give_back(h):  # the cache is full (other threads): free it
                     with self._mem.locked():
