@@ -24,7 +24,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import parts
@@ -40,28 +39,20 @@ def bucket_of(ids: np.ndarray, n: int) -> np.ndarray:
     return ((h >> np.uint64(32)) % np.uint64(n)).astype(np.int64)
 
 
-def order(ids: np.ndarray, n: int) -> tuple[np.ndarray, list[int]]:
+def order(ids: np.ndarray, n: int, tail: int = 0) -> tuple[np.ndarray, list[int]]:
     """The permutation that orders rows by the bucket of their id (stable: file order
-    within a bucket), and each bucket's number of rows."""
+    within a bucket), and each bucket's number of rows; the `tail` rows that follow the
+    ids' rows and have no id (a segment's rejects) count in the last bucket."""
     b = bucket_of(ids, n)
-    return np.argsort(b, kind="stable"), np.bincount(b, minlength=n).tolist()
+    sizes = np.bincount(b, minlength=n)
+    sizes[-1] += tail
+    return np.argsort(b, kind="stable"), sizes.tolist()
 
 
-def write(table: pa.Table, directory: str, name: str, n: int) -> None:
-    """`table` as `directory`/`name` (``parts.write``), its rows ordered by the bucket of
-    their ``id``, one row group per bucket; rows without an id (rejects) in the last."""
-    ids = table.column("id")
-    valid = pc.is_valid(ids).to_numpy(zero_copy_only=False)
-    perm, sizes = order(pc.fill_null(ids, 0).to_numpy()[valid], n)
-    rest = np.flatnonzero(~valid)
-    perm = np.concatenate([np.flatnonzero(valid)[perm], rest])
-    sizes[-1] += len(rest)
-    write_ordered(table.take(perm), directory, name, n, sizes)
-
-
-def write_ordered(table: pa.Table, directory: str, name: str, n: int, sizes: list[int]) -> None:
-    """`table`, whose rows are already in bucket order, `sizes[k]` rows of bucket k, as
-    `directory`/`name`: one row group per bucket, `n` in the file's metadata."""
+def write(table: pa.Table, directory: str, name: str, n: int, sizes: list[int]) -> None:
+    """`table`, whose rows are in bucket order (``order``), `sizes[k]` rows of bucket k,
+    as `directory`/`name` (``parts.write``): one row group per bucket, `n` in the file's
+    metadata."""
     assert len(sizes) == n and sum(sizes) == table.num_rows, (len(sizes), n)
     meta = dict(table.schema.metadata or {})
     meta[META_KEY] = str(n).encode()

@@ -133,13 +133,12 @@ def _emit(seg: Segment, columns: list[str], write_to: _Target | None) -> Iterato
         yield from _chunks(E.segment_batch(seg, columns))
         return
     directory, n = write_to
-    perm, sizes = buckets.order(E.record_ids(seg), n)
+    # segment_batch puts the rejects after the records: they are the tail
+    perm, sizes = buckets.order(E.record_ids(seg), n, tail=len(seg.rejects))
     ordered = dataclasses.replace(seg, rows=seg.rows[perm])  # one gather of whole rows
     batch = E.segment_batch(ordered, columns, dictionary=True)
-    sizes[-1] += len(seg.rejects)  # segment_batch puts them last: the last bucket's
     name = posixpath.basename(seg.path)
-    table = pa.Table.from_batches([batch])
-    buckets.write_ordered(table, directory, f"{name}.parquet", n, sizes)
+    buckets.write(pa.Table.from_batches([batch]), directory, f"{name}.parquet", n, sizes)
     yield pa.RecordBatch.from_pydict(
         {"file": [seg.path], "records": [len(seg.rows)], "rejects": [len(seg.rejects)]},
         schema=pa.schema([("file", pa.string()), ("records", pa.int64()), ("rejects", pa.int64())]),

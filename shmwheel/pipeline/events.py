@@ -171,9 +171,7 @@ def segment_batch(
 
 def _string_form(col: pa.Array, typ: pa.DataType, dictionary: bool) -> pa.Array:
     """`col` as `typ`; a string column dictionary-encoded if `dictionary`, else plain."""
-    if typ != pa.string():
-        return col.cast(typ)
-    if not dictionary:
+    if typ != pa.string() or not dictionary:
         return col.cast(typ)
     return col if pa.types.is_dictionary(col.type) else col.dictionary_encode()
 
