@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -84,6 +85,11 @@ class Bounds:
     final_epoch: int
     grace_us: int
     tasks: tuple[str, ...]
+
+    def overdue(self, deadline_ms: Any) -> Any:
+        """The deadline (ms) is more than the grace before the journal's end: for a numpy
+        array here, for a Spark column in the rules (``timers.Scope.overdue``)."""
+        return deadline_ms * 1000 < self.end_us - self.grace_us
 
 
 class _Groups:
@@ -377,7 +383,7 @@ def tally(table: pa.Table, b: Bounds) -> dict[str, dict[str, int]]:
         return np.asarray(pc.fill_null(pc.equal(table.column(c), value), False).to_numpy())
 
     has_deadline = np.asarray(pc.is_valid(table.column("deadline_ms")).to_numpy())
-    overdue = ints("deadline_ms") * 1000 < b.end_us - b.grace_us
+    overdue = b.overdue(ints("deadline_ms"))
     undecided = (ints("decisions") == 0) & has_deadline & ~overdue
     ends = {e: equal("end", e) for e in ("ran", "cancelled", "completed", "expired")}
     sums = {"runs": ints("runs_fired"), "repeats_in_window": ints("repeats"),

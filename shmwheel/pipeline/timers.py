@@ -59,8 +59,10 @@ class Scope:
     tasks: list[str]
 
     def overdue(self, deadline_ms: Column) -> Column:
-        """The deadline is more than the grace before the journal's end."""
-        return deadline_ms * 1000 < self.end_us - self.grace_us
+        """The deadline is more than the grace before the journal's end (one rule for
+        Spark and numpy: ``pertimer.Bounds.overdue``)."""
+        col: Column = self.bounds().overdue(deadline_ms)
+        return col
 
     def bounds(self) -> P.Bounds:
         return P.Bounds(self.end_us, self.final_epoch, self.grace_us, tuple(self.tasks))
