@@ -51,10 +51,11 @@ def main() -> int:
     try:
         journal = os.path.join(work, "journal")
         t = time.perf_counter()
-        # ~3.2 records per one-shot (scheduled, fired, outcome; a tenth cancelled) and an
-        # operation per 100 one-shots
+        # 2.9 records per one-shot (scheduled, fired, outcome; a tenth scheduled and
+        # cancelled), about 4.85 per operation, an operation per 100 one-shots: a little
+        # over RECORDS in all
         n = write_demo_journal(
-            journal, one_shots=int(args.records / 3.2), operations=args.records // 320,
+            journal, one_shots=int(args.records / 2.93), operations=args.records // 293,
             spread_ms=2000.0,
         )  # fmt: skip
         figures["journal"] = {**n.as_dict(), "seconds": time.perf_counter() - t,

@@ -2,9 +2,9 @@
 
 The per-timer table (``timers.py``: one row per timer or operation, no shuffle) carries
 everything a rule needs, so every rule is a filter of it (``rules``) and a violation names
-its timer. The per-window figures come from one aggregation of the events by second of
-wall time (``windows``), which also gives the journal's extent (``scope``); the
-per-producer and per-task figures aggregate the per-timer table.
+its timer. The per-producer, per-task and operations figures aggregate it. The
+per-second figures and the journal's extent are not here: the decoding tasks compute
+them (``seconds.py``).
 
 The rules (docs/pipeline.md says the same for users):
 
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Column
 from pyspark.sql import functions as f
 
+from .seconds import QNAMES, QUANTILES
 from .timers import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,19 +64,7 @@ COLUMNS = (
     "on_expire",
     "reason",
 )
-QUANTILES = (0.5, 0.9, 0.99, 0.999)
-#: the name of each quantile's figure: p50, p90, p99, p999
-QNAMES = ("p50", "p90", "p99", "p999")
 DEFAULT_GRACE_MS = 10_000
-
-
-def _is(kind: str) -> Column:
-    return f.col("kind") == kind
-
-
-def _when(kind: str, col: str | Column) -> Column:
-    """`col` (a column name or expression) where the record is of `kind`, else null."""
-    return f.when(_is(kind), f.col(col) if isinstance(col, str) else col)
 
 
 def rules(sc: Scope) -> list[tuple[str, Column, Column]]:
@@ -187,89 +176,6 @@ def violations(timers: DataFrame, sc: Scope) -> DataFrame:
         .select("id", "type", f.explode(f.filter(broken, lambda v: v.isNotNull())).alias("v"))
         .select(f.col("v.rule").alias("rule"), "id", "type", f.col("v.detail").alias("detail"))
     )
-
-
-def windows(table: DataFrame) -> DataFrame:
-    """Per 1-second window of wall time: records of each kind, the fires' lateness, and
-    what the scope needs (times, epochs, task names). Reject rows have no time: they are
-    the window that is null."""
-    late_ms = (f.col("t_us") - f.col("deadline_ms") * 1000) / 1000.0
-    q = f.percentile_approx(_when("fired", late_ms), list(QUANTILES), 1000)
-    return (
-        table.withColumn("second", f.floor(f.col("wall_us") / 1_000_000))
-        .groupBy("second")
-        .agg(
-            *[f.count_if(_is(k)).alias(k) for k in KINDS],
-            f.count_if(_is("outcome") & (f.col("outcome") != "ok")).alias("task_failures"),
-            f.count_if(_is("reject")).alias("reject"),
-            q.alias("q"),
-            f.max(_when("fired", late_ms)).alias("max_ms"),
-            f.min("t_us").alias("lo_us"),
-            f.max("t_us").alias("hi_us"),
-            f.max("epoch").alias("epoch"),
-            f.array_union(
-                f.collect_set("task"),
-                f.array_union(f.collect_set("on_complete"), f.collect_set("on_expire")),
-            ).alias("tasks"),
-        )
-        .select(f.timestamp_seconds("second").alias("window"), "*")
-        .drop("second")
-    )
-
-
-KINDS = ("scheduled", "fired", "outcome", "cancelled", "watched", "completed", "expired")
-
-
-def scope(win: DataFrame, grace_ms: int) -> tuple[Scope, dict[str, int]]:
-    """The journal's extent and task names, and its records of each kind (from windows)."""
-    rows = win.select(*KINDS, "reject", "lo_us", "hi_us", "epoch", "tasks").collect()
-    kinds = {k: sum(int(r[k]) for r in rows) for k in (*KINDS, "reject")}
-    real = [r for r in rows if r["hi_us"] is not None]
-    sc = Scope(
-        end_us=max((int(r["hi_us"]) for r in real), default=0),
-        start_us=min((int(r["lo_us"]) for r in real), default=0),
-        final_epoch=max((int(r["epoch"]) for r in real), default=0),
-        grace_us=grace_ms * 1000,
-        tasks=sorted({t for r in rows for t in (r["tasks"] or ())}),
-    )
-    return sc, kinds
-
-
-def lateness_tables(win: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """The lateness/ and throughput/ tables from the per-window aggregate."""
-    names = [f"{q}_ms" for q in QNAMES]
-    win = win.filter(f.col("window").isNotNull()).orderBy("window")
-    lat = win.filter(f.col("fired") > 0).select(
-        "window", "fired", *[f.col("q")[i].alias(n) for i, n in enumerate(names)], "max_ms"
-    )
-    thr = win.drop("q", "max_ms", "reject", "lo_us", "hi_us", "epoch", "tasks")
-    return lat, thr
-
-
-def overall_lateness(events: DataFrame) -> dict[str, Any]:
-    """Lateness of every fire: the percentiles, the max, and a CDF of 200 points."""
-    late_ms = (f.col("t_us") - f.col("deadline_ms") * 1000) / 1000.0
-    grid = [i / 200 for i in range(1, 200)] + [0.999, 0.9999]
-    row = (
-        events.filter(_is("fired"))
-        .agg(
-            f.count("*").alias("n"),
-            f.percentile_approx(late_ms, sorted(set(grid) | set(QUANTILES)), 10000).alias("q"),
-            f.max(late_ms).alias("max"),
-            f.min(late_ms).alias("min"),
-        )
-        .collect()[0]
-    )
-    qs = sorted(set(grid) | set(QUANTILES))
-    values = list(row["q"] or [])
-    at = dict(zip(qs, values, strict=False))
-    return {
-        "fires": int(row["n"]),
-        **{f"{name}_ms": at.get(q) for q, name in zip(QUANTILES, QNAMES, strict=True)},
-        "max_ms": row["max"],
-        "min_ms": row["min"],
-        "cdf": [[q, v] for q, v in zip(qs, values, strict=False)],
-    }
 
 
 def per_producer(timers: DataFrame) -> DataFrame:

@@ -17,9 +17,10 @@ Both can instead write that table to Parquet from the decoding tasks (options
 ``writeTo``, ``buckets`` and ``columns``; the ``write_to`` argument): each segment's rows
 go to ``<segment name>.parquet`` under the directory, written with pyarrow and bucketed
 by id (``buckets.py``), and the DataFrame is then one row per segment (``WRITTEN``: its
-path, records and rejects). The audit decodes the journal this way: moving 10 M rows
-from Python into the JVM only for Spark to write them cost twice the decoding, and the
-buckets spare the per-timer table a shuffle (docs/performance.md).
+path, records and rejects, and its per-second figures, ``seconds.Seconds.to_bytes``).
+The audit decodes the journal this way: moving 10 M rows from Python into the JVM only
+for Spark to write them cost twice the decoding, the buckets spare the per-timer table a
+shuffle, and the per-second figures a second pass (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from . import buckets
 from . import events as E
+from .seconds import COLUMNS as SECONDS_COLUMNS
+from .seconds import Seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -44,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "shmwheel-journal"
 DEFAULT_PARTITION_BYTES = 64 << 20
 #: the table of a reader that writes the events (option writeTo): a row per segment
-WRITTEN = "file string, records bigint, rejects bigint"
+WRITTEN = "file string, records bigint, rejects bigint, seconds binary"
 
 
 class _Files(InputPartition):
@@ -137,12 +140,19 @@ def _emit(seg: Segment, columns: list[str], write_to: _Target | None) -> Iterato
     perm, sizes = buckets.order(E.record_ids(seg), n, tail=len(seg.rejects))
     ordered = dataclasses.replace(seg, rows=seg.rows[perm])  # one gather of whole rows
     batch = E.segment_batch(ordered, columns, dictionary=True)
-    name = posixpath.basename(seg.path)
-    buckets.write(pa.Table.from_batches([batch]), directory, f"{name}.parquet", n, sizes)
+    table = pa.Table.from_batches([batch])
+    buckets.write(table, directory, f"{posixpath.basename(seg.path)}.parquet", n, sizes)
+    more = [c for c in SECONDS_COLUMNS if c not in columns]
+    if more:  # counted, not written
+        extra = E.segment_batch(ordered, more, dictionary=True)
+        for c in more:
+            table = table.append_column(c, extra.column(c))
     yield pa.RecordBatch.from_pydict(
-        {"file": [seg.path], "records": [len(seg.rows)], "rejects": [len(seg.rejects)]},
-        schema=pa.schema([("file", pa.string()), ("records", pa.int64()), ("rejects", pa.int64())]),
-    )
+        {"file": [seg.path], "records": [len(seg.rows)], "rejects": [len(seg.rejects)],
+         "seconds": [Seconds.of_events(table).to_bytes()]},
+        schema=pa.schema([("file", pa.string()), ("records", pa.int64()),
+                          ("rejects", pa.int64()), ("seconds", pa.binary())]),
+    )  # fmt: skip
 
 
 def _chunks(batch: pa.RecordBatch, rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:

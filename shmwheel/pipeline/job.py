@@ -1,18 +1,17 @@
 """The audit job's stages: decode the journal once, check it, write the tables and report.
 
     read     the journal through one of the two entry points, written as events/
-             (Parquet) by the decoding tasks themselves (``write_events``); every
-             later stage reads the columns it needs from there
-    scope    per second of wall time: throughput, lateness, the journal's extent and
-             task names (cached); rejects/
+             (Parquet) by the decoding tasks themselves (``write_events``), which also
+             reduce their segments to per-second figures (``seconds.py``): the
+             throughput, the lateness, the journal's extent and task names; rejects/
     timers   the per-timer table (timers.py: a task per bucket of events/, numpy)
              written as timers/, and its tally
     rules    violations/
-    figures  lateness/, throughput/, per_producer/, per_task/, the operations
+    figures  lateness/, throughput/ (from the per-second figures), per_producer/,
+             per_task/, the operations
     report   report/summary.json, the plots, report/index.md
 
-Each stage reports one progress line (``progress``); ``run`` returns the summary dict and
-unpersists everything it cached, even when a stage fails.
+Each stage reports one progress line (``progress``); ``run`` returns the summary dict.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pyspark import StorageLevel
 from pyspark.sql import functions as f
 
 from . import audit as A
@@ -30,6 +28,7 @@ from . import events as E
 from . import parts
 from . import timers as T
 from .datasource import NAME, binaryfile_events
+from .seconds import Seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -73,16 +72,17 @@ def read_journal(
 
 def write_events(
     spark: SparkSession, journal: str, directory: str, reader: str = "datasource"
-) -> tuple[int, int, int]:
+) -> tuple[int, int, Seconds]:
     """The journal's events (the audit's columns, rejects included) through the entry
     point `reader`, written by the decoding tasks as Parquet under `directory` (emptied
     first), one file per segment, bucketed by id for the per-timer table (as many
-    buckets as ``timers.buckets_for`` the journal's size). (segments, buckets, rejects)."""
+    buckets as ``timers.buckets_for`` the journal's size). (segments, buckets, and the
+    per-second figures of every segment, merged)."""
     n = T.buckets_for(spark, journal_bytes(spark, journal))
     df = read_journal(spark, journal, reader, write_to=(parts.location(directory), n))
     parts.prepare(directory)  # only once the journal is known to be there
     rows = df.collect()
-    return len(rows), n, sum(int(r["rejects"]) for r in rows)
+    return len(rows), n, Seconds.merge(Seconds.from_bytes(r["seconds"]) for r in rows)
 
 
 def journal_bytes(spark: SparkSession, journal: str) -> int:
@@ -112,95 +112,84 @@ def run(
 
     mode = "overwrite"
     # one decoding pass: the journal's table goes to events/ as it is read (reject rows
-    # included, kind "reject"); everything after reads the columns it needs from Parquet
+    # included, kind "reject"), and its per-second figures come back with the tasks'
+    # rows; everything after reads the columns it needs from Parquet
     events_dir = os.path.join(out, "events")
-    segments, n_buckets, n_rejects = write_events(spark, journal, events_dir, reader)
+    segments, n_buckets, secs = write_events(spark, journal, events_dir, reader)
     table = spark.read.parquet(events_dir)
-    events = table.filter(f.col("kind") != E.REJECT)
-    stage("read", f"{segments} segment(s) decoded into events/, in {n_buckets} buckets by id")
+    kinds = secs.kinds()
+    records = sum(n for k, n in kinds.items() if k != E.REJECT)
+    sc = T.Scope(end_us=secs.end_us, start_us=secs.start_us, final_epoch=secs.final_epoch,
+                 grace_us=grace_ms * 1000, tasks=list(secs.tasks))  # fmt: skip
+    rejects = table.filter(f.col("kind") == E.REJECT).select("file", "offset", "epoch", "reason")
+    rejects_dir = os.path.join(out, "rejects")
+    if secs.rejects:
+        rejects.write.mode(mode).parquet(rejects_dir)
+    else:  # the decoding tasks counted none: no scan of events/ for them, no job
+        empty = E.ARROW_SCHEMA.empty_table().select(rejects.columns)
+        parts.write(empty, parts.prepare(rejects_dir), "part-00000.parquet")
+    stage("read", f"{segments} segment(s) decoded into events/ ({n_buckets} buckets by id): "
+                  f"{records:,} records, {secs.rejects:,} rejects")  # fmt: skip
 
-    win = A.windows(table).persist(StorageLevel.MEMORY_AND_DISK)
-    cached = [win]
-    try:
-        sc, kinds = A.scope(win, grace_ms)
-        records = sum(n for k, n in kinds.items() if k != E.REJECT)
-        rejects = table.filter(f.col("kind") == E.REJECT).select(
-            "file", "offset", "epoch", "reason"
-        )
-        rejects_dir = os.path.join(out, "rejects")
-        if n_rejects:
-            rejects.write.mode(mode).parquet(rejects_dir)
-        else:  # the decoding tasks counted none: no scan of events/ for them, no job
-            empty = E.ARROW_SCHEMA.empty_table().select(rejects.columns)
-            parts.write(empty, parts.prepare(rejects_dir), "part-00000.parquet")
-        stage("scope", f"{records:,} records, {kinds[E.REJECT]:,} rejects: rejects/")
+    timers, tally = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
+    stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
-        timers, tally = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
-        stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
+    A.violations(timers, sc).write.mode(mode).parquet(os.path.join(out, "violations"))
+    viol = spark.read.parquet(os.path.join(out, "violations"))
+    by_rule = {
+        r["rule"]: int(r["n"]) for r in viol.groupBy("rule").agg(f.count("*").alias("n")).collect()
+    }
+    sample = (
+        [r.asDict() for r in viol.orderBy("rule", "id").limit(SAMPLE).collect()] if by_rule else []
+    )
+    stage("rules", f"{sum(by_rule.values()):,} violations")
 
-        A.violations(timers, sc).write.mode(mode).parquet(os.path.join(out, "violations"))
-        viol = spark.read.parquet(os.path.join(out, "violations"))
-        by_rule = {
-            r["rule"]: int(r["n"])
-            for r in viol.groupBy("rule").agg(f.count("*").alias("n")).collect()
-        }
-        sample = (
-            [r.asDict() for r in viol.orderBy("rule", "id").limit(SAMPLE).collect()]
-            if by_rule
-            else []
-        )
-        stage("rules", f"{sum(by_rule.values()):,} violations")
+    # the small tables (a row per second, producer or task) are written from the driver
+    # (the per-producer and per-task ones come to it once, as Arrow: Spark's types kept)
+    # and used for the report
+    small: dict[str, Any] = {}
+    for name, got in (("lateness", secs.lateness()), ("throughput", secs.throughput()),
+                      ("per_producer", A.per_producer(timers).toArrow()),
+                      ("per_task", A.per_task(timers).toArrow())):  # fmt: skip
+        parts.write(got, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
+        small[name] = got.to_pandas()
+    overall = secs.overall()
+    ops = A.operations(timers)
+    stage("figures", "lateness, throughput, per producer, per task, operations")
 
-        # the small tables (a row per second, producer or task) come to the driver once,
-        # as Arrow (Spark's types kept), and are written from there and used for the report
-        lat, thr = A.lateness_tables(win)
-        small: dict[str, Any] = {}
-        for name, df in (("lateness", lat), ("throughput", thr),
-                         ("per_producer", A.per_producer(timers)),
-                         ("per_task", A.per_task(timers))):  # fmt: skip
-            got = df.toArrow()
-            parts.write(got, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
-            small[name] = got.to_pandas()
-        overall = A.overall_lateness(events)
-        ops = A.operations(timers)
-        stage("figures", "lateness, throughput, per producer, per task, operations")
+    rej_list = (
+        [
+            f"{r['file']} at byte {r['offset']}: {r['reason']}"
+            for r in rejects.orderBy("file", "offset").limit(SAMPLE).collect()
+        ]
+        if secs.rejects
+        else []
+    )
+    summary = {
+        "journal": journal,
+        "reader": reader,
+        "records": records,
+        "records_by_kind": {k: n for k, n in kinds.items() if k != E.REJECT and n},
+        "rejects": secs.rejects,
+        "reject_sample": rej_list,
+        "epochs": sc.final_epoch,
+        "span_s": (sc.end_us - sc.start_us) / 1e6,
+        "grace_ms": grace_ms,
+        "timers": tally,
+        "violations": sum(by_rule.values()),
+        "violations_by_rule": by_rule,
+        "violation_sample": sample,
+        "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
+        "operations": ops,
+        "per_task": _records(small["per_task"]),
+        "clean": not by_rule and not secs.rejects,
+    }
+    from .report import write_report
 
-        rej_list = (
-            [
-                f"{r['file']} at byte {r['offset']}: {r['reason']}"
-                for r in rejects.orderBy("file", "offset").limit(SAMPLE).collect()
-            ]
-            if n_rejects
-            else []
-        )
-        summary = {
-            "journal": journal,
-            "reader": reader,
-            "records": records,
-            "records_by_kind": {k: n for k, n in kinds.items() if k != E.REJECT and n},
-            "rejects": kinds.get(E.REJECT, 0),
-            "reject_sample": rej_list,
-            "epochs": sc.final_epoch,
-            "span_s": (sc.end_us - sc.start_us) / 1e6,
-            "grace_ms": grace_ms,
-            "timers": tally,
-            "violations": sum(by_rule.values()),
-            "violations_by_rule": by_rule,
-            "violation_sample": sample,
-            "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
-            "operations": ops,
-            "per_task": _records(small["per_task"]),
-            "clean": not by_rule and not kinds.get(E.REJECT, 0),
-        }
-        from .report import write_report
-
-        write_report(out, summary, small, overall["cdf"])
-        summary["seconds"] = time.perf_counter() - t0
-        stage("report", f"report/ written; {summary['seconds']:.1f} s in all")
-        return summary
-    finally:
-        for df in cached:
-            df.unpersist()
+    write_report(out, summary, small, overall["cdf"])
+    summary["seconds"] = time.perf_counter() - t0
+    stage("report", f"report/ written; {summary['seconds']:.1f} s in all")
+    return summary
 
 
 def _records(df: Any) -> list[dict[str, Any]]:
