@@ -5,6 +5,7 @@ figures of both together, and a percentile is the exact one up to its bin's widt
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from typing import Any
@@ -184,7 +185,7 @@ def _check(s: S.Seconds, rows: list[dict[str, Any]]) -> None:
         exact = every[max(1, math.ceil(0.99 * len(every))) - 1]
         lo, hi = H.bounds(H.code(np.array([exact])))
         assert lo[0] / 1000 <= o["p99_ms"] <= hi[0] / 1000
-        assert all(a[1] <= b[1] for a, b in zip(o["cdf"], o["cdf"][1:]))
+        assert all(a[1] <= b[1] for a, b in itertools.pairwise(o["cdf"]))
     else:
         assert o["p99_ms"] is None and o["cdf"] == []
 
@@ -204,7 +205,7 @@ def test_figures_of_parts_merged_equal_the_figures_of_the_whole(
     edges = [0, *sorted(min(c, len(rows)) for c in cuts), len(rows)]
     parts = [
         S.Seconds.from_bytes(S.Seconds.of_events(_table(rows[a:b], True)).to_bytes())
-        for a, b in zip(edges, edges[1:], strict=False)
+        for a, b in itertools.pairwise(edges)
     ]
     merged, whole = S.Seconds.merge(parts), S.Seconds.of_events(_table(rows))
     for name in ("second", "counts", "late_max", "hist_second", "hist_code", "hist_n"):

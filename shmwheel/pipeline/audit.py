@@ -2,9 +2,8 @@
 
 The per-timer table (``timers.py``: one row per timer or operation, no shuffle) carries
 everything a rule needs, so every rule is a filter of it (``rules``) and a violation names
-its timer. The per-producer, per-task and operations figures aggregate it. The
-per-second figures and the journal's extent are not here: the decoding tasks compute
-them (``seconds.py``).
+its timer. The figures are not here: the tasks that decode the journal and build the
+per-timer table compute them (``seconds.py``, ``figures.py``).
 
 The rules (docs/pipeline.md says the same for users):
 
@@ -30,12 +29,11 @@ journal's epochs ran on one boot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column
 from pyspark.sql import functions as f
 
-from .seconds import QNAMES, QUANTILES
 from .timers import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -176,69 +174,3 @@ def violations(timers: DataFrame, sc: Scope) -> DataFrame:
         .select("id", "type", f.explode(f.filter(broken, lambda v: v.isNotNull())).alias("v"))
         .select(f.col("v.rule").alias("rule"), "id", "type", f.col("v.detail").alias("detail"))
     )
-
-
-def per_producer(timers: DataFrame) -> DataFrame:
-    """Per client pid (0: re-armed by a recovery)."""
-    return (
-        timers.filter(f.col("type").isin("one-shot", "repeating"))
-        .groupBy(f.coalesce(f.col("producer"), f.lit(0)).alias("producer"))
-        .agg(
-            f.count("*").alias("timers"),
-            f.count_if(f.col("type") == "repeating").alias("repeating"),
-            f.sum("runs_fired").alias("runs"),
-            f.count_if(f.col("end") == "cancelled").alias("cancelled"),
-            (f.sum("late_sum_us") / f.sum("late_n") / 1000).alias("mean_late_ms"),
-            (f.max("late_max_us") / 1000).alias("max_late_ms"),
-        )
-        .orderBy("producer")
-    )
-
-
-def per_task(timers: DataFrame) -> DataFrame:
-    """Per task: runs with an outcome, ok / error / crashed and their rates, durations."""
-    return (
-        timers.filter(f.col("run_task").isNotNull())
-        .groupBy(f.col("run_task").alias("task"))
-        .agg(
-            f.sum("outcomes").alias("runs"),
-            f.sum("ok").alias("ok"),
-            f.sum("error").alias("error"),
-            f.sum("crashed").alias("crashed"),
-            (f.sum("duration_sum_us") / f.sum("outcomes") / 1000).alias("mean_duration_ms"),
-            (f.max("duration_max_us") / 1000).alias("max_duration_ms"),
-        )
-        .select(
-            "*",
-            (f.col("error") / f.col("runs")).alias("error_rate"),
-            (f.col("crashed") / f.col("runs")).alias("crash_rate"),
-        )
-        .orderBy("task")
-    )
-
-
-def operations(timers: DataFrame) -> dict[str, Any]:
-    """Purgatory operations: how they ended and how long completion took."""
-    ops = timers.filter(f.col("type") == "operation")
-    ttc = (f.col("completed_us") - f.col("created_us")) / 1000.0
-    row = ops.agg(
-        f.count("*").alias("n"),
-        *[f.count_if(f.col("end") == e).alias(e) for e in ("completed", "expired", "cancelled")],
-        f.percentile_approx(ttc, list(QUANTILES), 10000).alias("q"),
-        f.max(ttc).alias("max"),
-    ).collect()[0]
-    q = list(row["q"] or [None] * len(QUANTILES))
-    return {
-        "operations": int(row["n"]),
-        "completed": int(row["completed"]),
-        "expired": int(row["expired"]),
-        "cancelled": int(row["cancelled"]),
-        "pending": int(row["n"])
-        - int(row["completed"])
-        - int(row["expired"])
-        - int(row["cancelled"]),
-        "time_to_complete_ms": {
-            **dict(zip(QNAMES, q, strict=True)),
-            "max": row["max"],
-        },
-    }

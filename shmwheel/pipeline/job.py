@@ -5,10 +5,10 @@
              reduce their segments to per-second figures (``seconds.py``): the
              throughput, the lateness, the journal's extent and task names; rejects/
     timers   the per-timer table (timers.py: a task per bucket of events/, numpy)
-             written as timers/, and its tally
-    rules    violations/
-    figures  lateness/, throughput/ (from the per-second figures), per_producer/,
-             per_task/, the operations
+             written as timers/, and what it adds up to (``figures.py``)
+    rules    violations/ (Spark: a filter of timers/)
+    figures  lateness/, throughput/, per_producer/, per_task/, the operations, from
+             what the tasks added up
     report   report/summary.json, the plots, report/index.md
 
 Each stage reports one progress line (``progress``); ``run`` returns the summary dict.
@@ -131,7 +131,8 @@ def run(
     stage("read", f"{segments} segment(s) decoded into events/ ({n_buckets} buckets by id): "
                   f"{records:,} records, {secs.rejects:,} rejects")  # fmt: skip
 
-    timers, tally = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
+    timers, figs = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
+    tally = figs.tally
     stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
     A.violations(timers, sc).write.mode(mode).parquet(os.path.join(out, "violations"))
@@ -145,16 +146,15 @@ def run(
     stage("rules", f"{sum(by_rule.values()):,} violations")
 
     # the small tables (a row per second, producer or task) are written from the driver
-    # (the per-producer and per-task ones come to it once, as Arrow: Spark's types kept)
     # and used for the report
     small: dict[str, Any] = {}
     for name, got in (("lateness", secs.lateness()), ("throughput", secs.throughput()),
-                      ("per_producer", A.per_producer(timers).toArrow()),
-                      ("per_task", A.per_task(timers).toArrow())):  # fmt: skip
+                      ("per_producer", figs.per_producer()),
+                      ("per_task", figs.per_task())):  # fmt: skip
         parts.write(got, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
         small[name] = got.to_pandas()
     overall = secs.overall()
-    ops = A.operations(timers)
+    ops = figs.operations_summary()
     stage("figures", "lateness, throughput, per producer, per task, operations")
 
     rej_list = (

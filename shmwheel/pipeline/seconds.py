@@ -136,7 +136,7 @@ class Seconds:
     def to_bytes(self) -> bytes:
         """An .npz of the fields (no pickles: ``from_bytes`` reads it back safely)."""
         buf = io.BytesIO()
-        arrays = {f.name: np.asarray(getattr(self, f.name)) for f in fields(self)}
+        arrays: dict[str, Any] = {f.name: np.asarray(getattr(self, f.name)) for f in fields(self)}
         arrays["tasks"] = np.array(self.tasks, dtype=str)
         np.savez(buf, **arrays)
         return buf.getvalue()

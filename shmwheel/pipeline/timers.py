@@ -12,10 +12,11 @@ by id (``buckets.py``), and one task per bucket reads its row group of every eve
 with pyarrow, and numpy does the per-id arithmetic (``pertimer.py`` says how: one sort
 and a few dozen ``reduceat`` calls).
 
-The task writes its rows to ``timers/`` itself, with pyarrow, and Spark reads the table
-back from there: handing 3 M rows of 37 columns back to the JVM and caching them cost as
-much again as computing them (docs/performance.md); Parquet read back is columnar and
-cheap, and the table is an output users can query.
+The task writes its rows to ``timers/`` itself, with pyarrow, and returns what they add
+up to (``figures.TimerFigures``: the tally, per producer, per task, the operations);
+Spark reads the table back from there for the rules: handing 3 M rows of 37 columns back
+to the JVM and caching them cost as much again as computing them (docs/performance.md);
+Parquet read back is columnar and cheap, and the table is an output users can query.
 
 A bucket is held whole in one Python worker while numpy works on it, so the number of
 buckets grows with the journal (``buckets_for``): about ``ROWS_PER_TASK`` records each.
@@ -24,7 +25,6 @@ buckets grows with the journal (``buckets_for``): about ``ROWS_PER_TASK`` record
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +36,7 @@ from pyspark.sql import Column
 
 from . import buckets, parts
 from . import pertimer as P
+from .figures import TimerFigures
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -81,13 +82,13 @@ def buckets_for(spark: SparkSession, journal_bytes: int) -> int:
 
 def per_timer(
     spark: SparkSession, events_dir: str, sc: Scope, directory: str
-) -> tuple[DataFrame, dict[str, dict[str, int]]]:
+) -> tuple[DataFrame, TimerFigures]:
     """The per-timer table (``pertimer.OUTPUT``) of the bucketed events under
     `events_dir`, written as Parquet under `directory` (emptied first), read back, and
-    its tally (``pertimer.tally``: how the timers ended, by type). One task per bucket
-    reads it, computes its rows with numpy, writes them itself with pyarrow
-    (``parts.py``) as ``part-NNNNN.parquet`` and tallies them. Both directories are
-    local or shared paths, or URIs pyarrow opens (hdfs://, s3://)."""
+    its figures (``figures.TimerFigures``). One task per bucket reads it, computes its
+    rows with numpy, writes them itself with pyarrow (``parts.py``) as
+    ``part-NNNNN.parquet`` and adds them up. Both directories are local or shared paths,
+    or URIs pyarrow opens (hdfs://, s3://)."""
     files = event_files(events_dir)
     n = buckets.count(files[0]) if files else 1
     directory = parts.prepare(directory)
@@ -95,8 +96,8 @@ def per_timer(
         _bucket_task, files=files, n=n, bounds=sc.bounds(), directory=directory
     )
     rows = spark.range(0, n, 1, n).mapInArrow(task, _TASK_OUT).collect()
-    tally = P.add_tallies(json.loads(r["tally"]) for r in rows)
-    return spark.read.parquet(directory), tally
+    figures = TimerFigures.merge(TimerFigures.from_json(r["figures"]) for r in rows)
+    return spark.read.parquet(directory), figures
 
 
 def event_files(events_dir: str) -> list[str]:
@@ -121,10 +122,10 @@ def _bucket_task(
             parts.write(table, directory, f"part-{k:05d}.parquet")
             yield pa.RecordBatch.from_pydict(
                 {"bucket": [k], "timers": [table.num_rows],
-                 "tally": [json.dumps(P.tally(table, bounds))]},
+                 "figures": [TimerFigures.of_table(table, bounds).to_json()]},
                 schema=pa.schema([("bucket", pa.int64()), ("timers", pa.int64()),
-                                  ("tally", pa.string())]),
+                                  ("figures", pa.string())]),
             )  # fmt: skip
 
 
-_TASK_OUT = "bucket bigint, timers bigint, tally string"
+_TASK_OUT = "bucket bigint, timers bigint, figures string"

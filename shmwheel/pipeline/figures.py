@@ -1,0 +1,222 @@
+"""What the per-timer table adds up to: the tally of how timers ended, the per-producer
+and per-task figures and the purgatory operations, computed by the task that builds each
+bucket's rows and added up in the driver.
+
+Theory of operation. Like the per-second figures (``seconds.py``), every figure here is
+a count, a sum, a maximum or a histogram over the rows of the per-timer table, so the
+figures of disjoint buckets add up (``merge``). Each bucket's task computes them with
+numpy on the rows it has just built (``of_table``) and returns them in its one output
+row as JSON (``to_json``); Spark reads ``timers/`` back only for the rules. Three Spark
+aggregations of ``timers/`` (per producer, per task, the operations) cost about 4 s of
+a 26 s audit of 10 M records, mostly a cold JVM's (docs/performance.md).
+
+The figures are those the audit's SQL computed: a producer's timers are its one-shots
+and repeating timers (a null producer, re-armed by a recovery, counts as 0); a task's runs
+are the runs with an outcome of the timers whose runs ran it (``run_task``); an
+operation's time to complete is from its ``watched`` to its ``completed`` record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import histogram as H
+from . import pertimer as P
+from .seconds import QNAMES, QUANTILES
+
+#: per producer, summed: how many timers, repeating, runs fired, cancelled, the lateness
+#: sum and count (us) of their runs; then the greatest lateness (us), None if none
+PRODUCER_SUMS = ("timers", "repeating", "runs", "cancelled", "late_sum_us", "late_n")
+#: per task, summed: runs with an outcome, ok, error, crashed, their duration sum (us);
+#: then the longest duration (us), None if none
+TASK_SUMS = ("runs", "ok", "error", "crashed", "duration_sum_us")
+_ENDS = ("completed", "expired", "cancelled")
+
+
+@dataclass
+class TimerFigures:
+    """The figures of a set of per-timer rows (a bucket's, or the merge of several)."""
+
+    tally: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: producer pid -> [*PRODUCER_SUMS, greatest lateness or None]
+    producers: dict[int, list[int | None]] = field(default_factory=dict)
+    #: task name -> [*TASK_SUMS, longest duration or None]
+    tasks: dict[str, list[int | None]] = field(default_factory=dict)
+    #: operations, and how many ended each way
+    operations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(("n", *_ENDS), 0))
+    #: the completed operations' times to complete (us): histogram cells, code -> count
+    ttc: dict[int, int] = field(default_factory=dict)
+    ttc_min_us: int | None = None
+    ttc_max_us: int | None = None
+
+    @classmethod
+    def of_table(cls, table: pa.Table, bounds: P.Bounds) -> TimerFigures:
+        """The figures of per-timer rows (``pertimer.OUTPUT``)."""
+        out = cls(tally=P.tally(table, bounds))
+        mine = table.filter(pc.is_in(table.column("type"), pa.array(["one-shot", "repeating"])))
+        out.producers = {
+            int(k): row
+            for k, row in _grouped(
+                pc.fill_null(mine.column("producer"), 0),
+                [_flag(mine, "type", "repeating"), mine.column("runs_fired"),
+                 _flag(mine, "end", "cancelled"), mine.column("late_sum_us"),
+                 mine.column("late_n")],
+                mine.column("late_max_us"),
+                count=True,
+            ).items()
+        }  # fmt: skip
+        ran = table.filter(pc.is_valid(table.column("run_task")))
+        out.tasks = {
+            str(k): row
+            for k, row in _grouped(
+                ran.column("run_task"),
+                [ran.column(c) for c in ("outcomes", "ok", "error", "crashed", "duration_sum_us")],
+                ran.column("duration_max_us"),
+            ).items()
+        }
+        op = _is(table, "type", "operation")
+        out.operations = {"n": int(op.sum()),
+                          **{e: int((op & _is(table, "end", e)).sum()) for e in _ENDS}}  # fmt: skip
+        done = op & _valid(table, "completed_us") & _valid(table, "created_us")
+        ttc = _ints(table, "completed_us")[done] - _ints(table, "created_us")[done]
+        if len(ttc):
+            code, n = np.unique(H.code(ttc), return_counts=True)
+            out.ttc = {int(c): int(k) for c, k in zip(code, n, strict=True)}
+            out.ttc_min_us, out.ttc_max_us = int(ttc.min()), int(ttc.max())
+        return out
+
+    @classmethod
+    def merge(cls, parts: Iterable[TimerFigures]) -> TimerFigures:
+        """The figures of the union of disjoint sets of rows."""
+        out = cls()
+        ps = list(parts)
+        out.tally = P.add_tallies(p.tally for p in ps)
+        for p in ps:
+            _add(out.producers, p.producers)
+            _add(out.tasks, p.tasks)
+            for k, v in p.operations.items():
+                out.operations[k] = out.operations.get(k, 0) + v
+            for c, n in p.ttc.items():
+                out.ttc[c] = out.ttc.get(c, 0) + n
+        out.ttc_min_us = min((p.ttc_min_us for p in ps if p.ttc_min_us is not None), default=None)
+        out.ttc_max_us = max((p.ttc_max_us for p in ps if p.ttc_max_us is not None), default=None)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TimerFigures:
+        d = json.loads(text)
+        d["producers"] = {int(k): v for k, v in d["producers"].items()}
+        d["ttc"] = {int(k): v for k, v in d["ttc"].items()}
+        return cls(**d)
+
+    def per_producer(self) -> pa.Table:
+        """per_producer/: by producer, ascending."""
+        keys = sorted(self.producers)
+        rows = [self.producers[k] for k in keys]
+        cols: dict[str, Any] = {"producer": pa.array(keys, pa.int64())}
+        for i, c in enumerate(("timers", "repeating", "runs", "cancelled")):
+            cols[c] = pa.array([r[i] for r in rows], pa.int64())
+        cols["mean_late_ms"] = pa.array([_ratio(r[4], r[5], 1000) for r in rows], pa.float64())
+        cols["max_late_ms"] = pa.array([_ms(r[6]) for r in rows], pa.float64())
+        return pa.table(cols)
+
+    def per_task(self) -> pa.Table:
+        """per_task/: by task name, ascending."""
+        keys = sorted(self.tasks)
+        rows = [self.tasks[k] for k in keys]
+        cols: dict[str, Any] = {"task": pa.array(keys, pa.string())}
+        for i, c in enumerate(("runs", "ok", "error", "crashed")):
+            cols[c] = pa.array([r[i] for r in rows], pa.int64())
+        cols["mean_duration_ms"] = pa.array([_ratio(r[4], r[0], 1000) for r in rows], pa.float64())
+        cols["max_duration_ms"] = pa.array([_ms(r[5]) for r in rows], pa.float64())
+        cols["error_rate"] = pa.array([_ratio(r[2], r[0]) for r in rows], pa.float64())
+        cols["crash_rate"] = pa.array([_ratio(r[3], r[0]) for r in rows], pa.float64())
+        return pa.table(cols)
+
+    def operations_summary(self) -> dict[str, Any]:
+        """Purgatory operations: how they ended and how long completion took (ms)."""
+        o = self.operations
+        codes = np.array(sorted(self.ttc), np.int64)
+        counts = np.array([self.ttc[int(c)] for c in codes], np.int64)
+        if len(codes):
+            qs = H.quantiles(codes, counts, list(QUANTILES), self.ttc_min_us or 0,
+                             self.ttc_max_us or 0)  # fmt: skip
+            q: list[float | None] = [v / 1000 for v in qs]
+        else:
+            q = [None] * len(QUANTILES)
+        return {
+            "operations": o["n"],
+            **{e: o[e] for e in _ENDS},
+            "pending": o["n"] - sum(o[e] for e in _ENDS),
+            "time_to_complete_ms": {
+                **dict(zip(QNAMES, q, strict=True)),
+                "max": _ms(self.ttc_max_us),
+            },
+        }
+
+
+def _grouped(
+    key: pa.Array | pa.ChunkedArray,
+    sums: list[pa.Array | pa.ChunkedArray],
+    top: pa.Array | pa.ChunkedArray,
+    count: bool = False,
+) -> dict[Any, list[int | None]]:
+    """key -> [its rows if `count`, the sums of each of `sums` over them (null as 0), the
+    greatest `top` of them (None if all are null)]: Arrow's hash aggregation."""
+    cols = {"k": key, **{f"s{i}": pc.fill_null(c, 0) for i, c in enumerate(sums)}, "top": top}
+    aggs: list[Any] = [([], "count_all")] if count else []
+    aggs += [*[(f"s{i}", "sum") for i in range(len(sums))], ("top", "max")]
+    names = [f"{c}_{a}" if c else a for c, a in aggs]
+    got = pa.table(cols).group_by("k").aggregate(aggs)
+    return {r["k"]: [*(int(r[n] or 0) for n in names[:-1]), r[names[-1]]]
+            for r in got.to_pylist()}  # fmt: skip
+
+
+def _flag(table: pa.Table, c: str, value: str) -> pa.ChunkedArray:
+    """1 where the string column `c` is `value`, else 0."""
+    return pc.fill_null(pc.equal(table.column(c), value), False).cast(pa.int64())
+
+
+def _add(into: dict[Any, list[int | None]], more: dict[Any, list[int | None]]) -> None:
+    """Add `more`'s rows of sums (the last item a maximum) into `into`."""
+    for k, row in more.items():
+        have = into.get(k)
+        if have is None:
+            into[k] = list(row)
+            continue
+        *s, top = row
+        tops = [t for t in (have[-1], top) if t is not None]
+        into[k] = [int(a or 0) + int(b or 0) for a, b in zip(have[:-1], s, strict=True)]
+        into[k].append(max(tops) if tops else None)
+
+
+def _ratio(num: int | None, den: int | None, scale: float = 1.0) -> float | None:
+    return None if not den else (num or 0) / den / scale
+
+
+def _ms(us: int | None) -> float | None:
+    return None if us is None else us / 1000
+
+
+def _is(table: pa.Table, c: str, *values: str) -> np.ndarray:
+    """Rows whose string column `c` is one of `values` (null is none)."""
+    got = pc.is_in(table.column(c), value_set=pa.array(values, pa.string()))
+    return np.asarray(pc.fill_null(got, False).to_numpy(zero_copy_only=False), bool)
+
+
+def _ints(table: pa.Table, c: str) -> np.ndarray:
+    return np.asarray(pc.fill_null(table.column(c), 0).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _valid(table: pa.Table, c: str) -> np.ndarray:
+    return np.asarray(pc.is_valid(table.column(c)).to_numpy(zero_copy_only=False), bool)
