@@ -79,3 +79,36 @@ def test_a_file_of_other_buckets_is_refused(tmp_path: Path) -> None:
 def test_buckets_are_even_for_dense_ids() -> None:
     sizes = np.bincount(buckets.bucket_of(np.arange(1, 100_001), 12), minlength=12)
     assert sizes.min() > 0.9 * sizes.mean() and sizes.max() < 1.1 * sizes.mean()
+
+
+class _Conf:
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.conf = conf
+
+    def get(self, key: str) -> str | None:
+        return self.conf.get(key)
+
+
+class _Session:
+    """What timers.buckets_for reads of a SparkSession: the cores and the SparkConf."""
+
+    def __init__(self, cores: int, conf: dict[str, str]) -> None:
+        self.sparkContext = self
+        self.defaultParallelism = cores
+        self._conf = _Conf(conf)
+
+    def getConf(self) -> _Conf:  # Spark's name
+        return self._conf
+
+
+def test_the_number_of_buckets() -> None:
+    """The shuffle partitions if set, else the cores (never Spark's default 200); more
+    for a large journal, a multiple of the cores."""
+    from shmwheel.pipeline.timers import MIN_RECORD_BYTES, ROWS_PER_TASK, buckets_for
+
+    per_task = MIN_RECORD_BYTES * ROWS_PER_TASK  # the bytes that make one bucket full
+    key = "spark.sql.shuffle.partitions"
+    assert buckets_for(_Session(8, {}), 1000) == 8  # type: ignore[arg-type]
+    assert buckets_for(_Session(8, {key: "3"}), 1000) == 3  # type: ignore[arg-type]
+    assert buckets_for(_Session(2, {key: "4"}), 9 * per_task) == 10  # type: ignore[arg-type]
+    assert buckets_for(_Session(2, {}), 3 * per_task) == 4  # type: ignore[arg-type]
