@@ -62,8 +62,7 @@ def main() -> int:
                   lambda: got.append(job.write_events(spark, journal, pq)[2]))  # fmt: skip
             timed("the same again", lambda: job.write_events(spark, journal, pq))
             secs = got[0]
-            sc = T.Scope(secs.end_us, secs.start_us, secs.final_epoch,
-                         A.DEFAULT_GRACE_MS * 1000, list(secs.tasks))  # fmt: skip
+            sc = T.Scope.of(secs, A.DEFAULT_GRACE_MS)
             events = spark.read.parquet(pq).filter(f.col("kind") != E.REJECT)
             timed("events/ groupBy(id).count() (a shuffle by id, for scale)",
                   lambda: events.groupBy("id").count().write.format("noop")

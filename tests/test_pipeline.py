@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import msgpack
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
@@ -20,6 +21,8 @@ from shmwheel.journal.writer import JournalOptions, SegmentWriter
 from shmwheel.pipeline import cli, events, job
 from shmwheel.pipeline.datasource import binaryfile_events
 from shmwheel.pipeline.demo import write_demo_journal
+from shmwheel.pipeline.seconds import COLUMNS as SECONDS_COLUMNS
+from shmwheel.pipeline.seconds import Seconds
 from shmwheel.pipeline.session import spark_session
 
 
@@ -202,7 +205,25 @@ def test_both_readers_write_the_same_bucketed_events(spark, tmp_path):
     assert sorted((r["file"], r["records"], r["rejects"]) for r in written) == sorted(
         (s.path, len(s.rows), len(s.rejects)) for s in segs
     )
-    job.read_journal(spark, j, "binaryfile", cols, write_to=(bf_dir, 3)).collect()
+    bf_written = job.read_journal(spark, j, "binaryfile", cols, write_to=(bf_dir, 3)).collect()
+    # each task's per-second figures, added up, are the figures of the whole table (the
+    # columns they need counted though not written), the same through either entry point
+    figures = [
+        Seconds.merge(Seconds.from_bytes(r["seconds"]) for r in rows)
+        for rows in (written, bf_written)
+    ]
+    whole = Seconds.of_events(job.read_journal(spark, j, "datasource", SECONDS_COLUMNS).toArrow())
+    for got in figures:
+        assert all(
+            np.array_equal(getattr(got, f), getattr(whole, f))
+            for f in ("second", "counts", "late_max", "hist_second", "hist_code", "hist_n")
+        )
+        assert (got.kinds(), got.overall(), got.tasks) == (
+            whole.kinds(),
+            whole.overall(),
+            whole.tasks,
+        )
+        assert got.kinds()["reject"] == 2 and got.kinds()["fired"] > 0
     names = sorted(os.path.basename(s.path) + ".parquet" for s in segs)
     assert sorted(os.listdir(ds_dir)) == names == sorted(os.listdir(bf_dir))
     for name in names:

@@ -119,8 +119,7 @@ def run(
     table = spark.read.parquet(events_dir)
     kinds = secs.kinds()
     records = sum(n for k, n in kinds.items() if k != E.REJECT)
-    sc = T.Scope(end_us=secs.end_us, start_us=secs.start_us, final_epoch=secs.final_epoch,
-                 grace_us=grace_ms * 1000, tasks=list(secs.tasks))  # fmt: skip
+    sc = T.Scope.of(secs, grace_ms)
     rejects = table.filter(f.col("kind") == E.REJECT).select("file", "offset", "epoch", "reason")
     rejects_dir = os.path.join(out, "rejects")
     if secs.rejects:

@@ -37,6 +37,7 @@ from pyspark.sql import Column
 from . import buckets, parts
 from . import pertimer as P
 from .figures import TimerFigures
+from .seconds import Seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -51,13 +52,19 @@ MIN_RECORD_BYTES = 12
 @dataclass
 class Scope:
     """The journal's extent and names, known before the rules (they compare against its
-    end; the per-timer shuffle carries task names as 1-based indexes into ``tasks``)."""
+    end; the per-timer tasks code task names as 1-based indexes into ``tasks``)."""
 
     end_us: int
     start_us: int
     final_epoch: int
     grace_us: int
     tasks: list[str]
+
+    @classmethod
+    def of(cls, secs: Seconds, grace_ms: int) -> Scope:
+        """The scope of a journal from its per-second figures."""
+        return cls(end_us=secs.end_us, start_us=secs.start_us, final_epoch=secs.final_epoch,
+                   grace_us=grace_ms * 1000, tasks=list(secs.tasks))  # fmt: skip
 
     def overdue(self, deadline_ms: Column) -> Column:
         """The deadline is more than the grace before the journal's end (one rule for
