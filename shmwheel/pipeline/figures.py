@@ -19,7 +19,7 @@ operation's time to complete is from its ``watched`` to its ``completed`` record
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -121,27 +121,19 @@ class TimerFigures:
 
     def per_producer(self) -> pa.Table:
         """per_producer/: by producer, ascending."""
-        keys = sorted(self.producers)
-        rows = [self.producers[k] for k in keys]
-        cols: dict[str, Any] = {"producer": pa.array(keys, pa.int64())}
-        for i, c in enumerate(("timers", "repeating", "runs", "cancelled")):
-            cols[c] = pa.array([r[i] for r in rows], pa.int64())
-        cols["mean_late_ms"] = pa.array([_ratio(r[4], r[5], 1000) for r in rows], pa.float64())
-        cols["max_late_ms"] = pa.array([_ms(r[6]) for r in rows], pa.float64())
-        return pa.table(cols)
+        return _table(("producer", pa.int64()), self.producers, PRODUCER_SUMS,
+                      ("timers", "repeating", "runs", "cancelled"),
+                      {"mean_late_ms": lambda r: _ratio(r["late_sum_us"], r["late_n"], 1000),
+                       "max_late_ms": lambda r: _ms(r["top"])})  # fmt: skip
 
     def per_task(self) -> pa.Table:
         """per_task/: by task name, ascending."""
-        keys = sorted(self.tasks)
-        rows = [self.tasks[k] for k in keys]
-        cols: dict[str, Any] = {"task": pa.array(keys, pa.string())}
-        for i, c in enumerate(("runs", "ok", "error", "crashed")):
-            cols[c] = pa.array([r[i] for r in rows], pa.int64())
-        cols["mean_duration_ms"] = pa.array([_ratio(r[4], r[0], 1000) for r in rows], pa.float64())
-        cols["max_duration_ms"] = pa.array([_ms(r[5]) for r in rows], pa.float64())
-        cols["error_rate"] = pa.array([_ratio(r[2], r[0]) for r in rows], pa.float64())
-        cols["crash_rate"] = pa.array([_ratio(r[3], r[0]) for r in rows], pa.float64())
-        return pa.table(cols)
+        return _table(("task", pa.string()), self.tasks, TASK_SUMS,
+                      ("runs", "ok", "error", "crashed"),
+                      {"mean_duration_ms": lambda r: _ratio(r["duration_sum_us"], r["runs"], 1000),
+                       "max_duration_ms": lambda r: _ms(r["top"]),
+                       "error_rate": lambda r: _ratio(r["error"], r["runs"]),
+                       "crash_rate": lambda r: _ratio(r["crashed"], r["runs"])})  # fmt: skip
 
     def operations_summary(self) -> dict[str, Any]:
         """Purgatory operations: how they ended and how long completion took (ms)."""
@@ -163,6 +155,23 @@ class TimerFigures:
                 "max": _ms(self.ttc_max_us),
             },
         }
+
+
+def _table(
+    key: tuple[str, pa.DataType],
+    groups: dict[Any, list[int | None]],
+    names: tuple[str, ...],
+    ints: tuple[str, ...],
+    floats: dict[str, Callable[[dict[str, Any]], float | None]],
+) -> pa.Table:
+    """A small table, a row per key of `groups` (ascending): the key, the sums `ints`,
+    and the `floats` computed from each row (its sums by `names`, then "top")."""
+    keys = sorted(groups)
+    rows = [dict(zip((*names, "top"), groups[k], strict=True)) for k in keys]
+    cols: dict[str, pa.Array] = {key[0]: pa.array(keys, key[1])}
+    cols.update({c: pa.array([r[c] for r in rows], pa.int64()) for c in ints})
+    cols.update({c: pa.array([fn(r) for r in rows], pa.float64()) for c, fn in floats.items()})
+    return pa.table(cols)
 
 
 def _grouped(
