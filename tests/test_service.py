@@ -26,7 +26,11 @@ from shmwheel.segment import shm
 from shmwheel.segment.verify import verify
 from shmwheel.service import client as client_mod
 
-TASKS = {"record": "workers.tasks:append_line", "boom": "workers.tasks:fail"}
+TASKS = {
+    "record": "workers.tasks:append_line",
+    "boom": "workers.tasks:fail",
+    "slow": "shmwheel.examples.tasks:sleep_ms",
+}
 
 
 from conftest import MINE, service_processes  # noqa: E402  (tests/ is on sys.path)
@@ -240,6 +244,18 @@ def test_task_errors_are_counted(service):
     st = service.stats()
     assert st["completed"] == 0 and st["pending"] == 0
     assert all(v["alive"] for v in st["processes"].values()), "an error kills no executor"
+
+
+def test_in_flight_counts_fired_runs_until_their_outcome(service):
+    """stats()["pending"] stops counting a timer when it fires; "in_flight" counts it from
+    then until its outcome is recorded (three runs of 1.5 s on two executors)."""
+    with service.client() as c:
+        c.schedule_many("slow", [1, 1, 1], [1500, 1500, 1500])
+        wait_for(lambda: service.stats()["fired"] == 3, what="three fires")
+        st = service.stats()
+        assert (st["pending"], st["in_flight"], st["completed"]) == (0, 3, 0)
+        wait_for(lambda: service.stats()["completed"] == 3, what="three runs", timeout=30)
+    assert service.stats()["in_flight"] == 0
 
 
 def test_every_ms_repeats_until_cancelled(service, tmp_path):

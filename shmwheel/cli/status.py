@@ -32,6 +32,7 @@ Restarts are counted only inside the supervisor, so they show as '-' here.
 
 COUNTERS = (
     "pending",
+    "in_flight",
     "scheduled",
     "fired",
     "cancelled",

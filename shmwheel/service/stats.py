@@ -44,6 +44,10 @@ def read_stats(
     unretired = int(c[C.C_CANCELLED]) - int(c[C.C_RETIRED])
     pending = max(0, int(mem.wheel[C.H_PENDING]) + backlog - unretired)
     late = lateness_summary(hist)
+    state = C.gs_state(mem.nodes()[:, C.F_GS])
+    # fired and handed to an executor, outcome not settled yet (a cancel of a firing
+    # timer leaves it STOPPING until then): "pending" no longer counts these
+    in_flight = int(np.count_nonzero((state == C.ST_FIRING) | (state == C.ST_STOPPING)))
     processes = {}
     pids = {
         "coordinator": int(mem.header[L.W_PID_COORDINATOR]),
@@ -61,6 +65,7 @@ def read_stats(
         processes[role] = {"pid": pid, "alive": alive}
     return {
         "pending": pending,
+        "in_flight": in_flight,
         "scheduled": int(c[C.C_SCHEDULED]),
         "fired": int(c[C.C_FIRED]),
         "cancelled": int(c[C.C_CANCELLED]),
