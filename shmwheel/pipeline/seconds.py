@@ -169,15 +169,13 @@ class Seconds:
         fired = self.counts[:, KINDS.index("fired")]
         keep = np.flatnonzero((self.second != NO_WALL) & (self.late_max != _LO))
         starts = np.searchsorted(self.hist_second, self.second[keep], side="left")
-        ends = np.searchsorted(self.hist_second, self.second[keep], side="right")
-        qs = [
-            self._quantiles(slice(a, b), QUANTILES, self.late_max[i])
-            for i, a, b in zip(keep, starts, ends, strict=True)
-        ]
+        least = H.bounds(self.hist_code[starts])[0]  # each second's least fire's bin
+        qs = H.grouped_quantiles(self.hist_code, self.hist_n, starts, list(QUANTILES),
+                                 least, self.late_max[keep])  # fmt: skip
         cols: dict[str, Any] = {"window": _windows(self.second[keep]),
                                 "fired": pa.array(fired[keep])}  # fmt: skip
         for j, name in enumerate(QNAMES):
-            cols[f"{name}_ms"] = pa.array([q[j] / 1000 for q in qs], pa.float64())
+            cols[f"{name}_ms"] = pa.array(qs[:, j] / 1000, pa.float64())
         cols["max_ms"] = pa.array(self.late_max[keep] / 1000, pa.float64())
         return pa.table(cols)
 
@@ -199,10 +197,6 @@ class Seconds:
             "min_ms": self.late_min / 1000 if fires else None,
             "cdf": [[q, v / 1000] for q, v in zip(grid, values, strict=False)],
         }
-
-    def _quantiles(self, cells: slice, qs: tuple[float, ...], hi: int) -> list[float]:
-        lo = int(H.bounds(self.hist_code[cells][:1])[0][0])  # the least fire's bin
-        return H.quantiles(self.hist_code[cells], self.hist_n[cells], list(qs), lo, int(hi))
 
 
 def _ms(us: float | None) -> float | None:
