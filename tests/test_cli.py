@@ -233,6 +233,7 @@ def test_top_on_a_pty_shows_the_figures_and_quits_on_q(served):
         assert name in last and f"supervisor pid {run.pid}" in last
         assert re.search(r"completed\W+5\W+0\.0\b", last), last  # total, rate per second
         assert re.search(r"task errors\W+1\W", last) and re.search(r"pending\W+0\W", last)
+        assert re.search(r"in flight\W+0\W", last), last
         assert "p99" in last and "dispatch exec0" in last and "0/8192" in last
         assert re.search(r"exec0\W+\d+\W+yes", last)
         assert re.search(rf"supervisor\W+{run.pid}\W+yes\W+\d+\.\d\W+[\d.]+ MiB", last), last

@@ -1,6 +1,6 @@
 """``shmwheel top NAME``: a live view of a running service, redrawn every second with
-rich: rates from successive readings, pending, lateness percentiles, ring fill and the
-health of each process. ``q`` (or Ctrl-C) quits."""
+rich: rates from successive readings, pending and in flight, lateness percentiles, ring
+fill and the health of each process. ``q`` (or Ctrl-C) quits."""
 
 from __future__ import annotations
 
@@ -135,6 +135,7 @@ def render(st: dict[str, Any], rate: dict[str, float | None], interval: float) -
     timers.add_column("total", justify="right")
     timers.add_column("per s", justify="right")
     timers.add_row("pending", f"{st['pending']:,}", "")
+    timers.add_row("in flight", f"{st['in_flight']:,}", "")
     for k in RATES:
         r = rate[k]
         timers.add_row(k.replace("_", " "), f"{st[k]:,}", "…" if r is None else f"{r:,.1f}")
