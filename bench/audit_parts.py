@@ -21,6 +21,7 @@ from pyspark.sql import functions as f
 from shmwheel.pipeline import audit as A
 from shmwheel.pipeline import events as E
 from shmwheel.pipeline import job
+from shmwheel.pipeline import pertimer as P
 from shmwheel.pipeline import timers as T
 from shmwheel.pipeline.demo import write_demo_journal
 from shmwheel.pipeline.seconds import Seconds
@@ -62,15 +63,15 @@ def main() -> int:
                   lambda: got.append(job.write_events(spark, journal, pq)[2]))  # fmt: skip
             timed("the same again", lambda: job.write_events(spark, journal, pq))
             secs = got[0]
-            sc = T.Scope.of(secs, A.DEFAULT_GRACE_MS)
+            bounds = P.Bounds.of(secs, A.DEFAULT_GRACE_MS)
             events = spark.read.parquet(pq).filter(f.col("kind") != E.REJECT)
             timed("events/ groupBy(id).count() (a shuffle by id, for scale)",
                   lambda: events.groupBy("id").count().write.format("noop")
                   .mode("overwrite").save())  # fmt: skip
             tdir = os.path.join(work, "timers")
             timed("per-timer table from the buckets, written as timers/ (first)",
-                  lambda: T.per_timer(spark, pq, sc, tdir))  # fmt: skip
-            timed("the same again", lambda: T.per_timer(spark, pq, sc, tdir))
+                  lambda: T.per_timer(spark, pq, bounds, tdir))  # fmt: skip
+            timed("the same again", lambda: T.per_timer(spark, pq, bounds, tdir))
         finally:
             spark.stop()
         return 0

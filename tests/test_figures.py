@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pertimer import journals
 
+from shmwheel.pipeline import figures as F
 from shmwheel.pipeline import histogram as H
 from shmwheel.pipeline import pertimer as P
 from shmwheel.pipeline.figures import TimerFigures
@@ -137,6 +138,38 @@ def test_operations_in_two_buckets_with_one_time_to_complete() -> None:
     assert merged.ttc == {int(H.code(np.array([700]))[0]): 2}
     assert merged.operations_summary()["completed"] == 2
     assert merged.per_task().to_pylist()[0]["task"] == "done"
+
+
+def _tally_reference(rows: list[dict[str, Any]], b: P.Bounds) -> dict[str, dict[str, int]]:
+    """How the timers ended, by type, counted row by row (audit.py's rule for pending)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        t = out.setdefault(r["type"], dict.fromkeys(F.TALLY, 0))
+        t["n"] += 1
+        if r["end"] in ("ran", "cancelled", "completed", "expired"):
+            t[r["end"]] += 1
+        due = r["deadline_ms"]
+        if (r["type"] in ("one-shot", "operation") and r["decisions"] == 0 and due is not None
+                and not due * 1000 < b.end_us - b.grace_us):  # fmt: skip
+            t["pending"] += 1
+        t["runs"] += r["runs_fired"] or 0
+        t["repeats_in_window"] += r["repeats"] or 0
+        t["in_flight"] += r["in_flight_runs"] or 0
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(journals(), st.integers(min_value=0, max_value=7))
+def test_the_tally_counts_the_table_and_adds_up(
+    j: tuple[list[dict[str, Any]], P.Bounds], cut: int
+) -> None:
+    """The per-bucket tally (summed by the driver) is the table's, whatever the split."""
+    records, b = j
+    out = _table(records, b)
+    assert F.tally(out, b) == _tally_reference(out.to_pylist(), b)
+    at = min(cut, out.num_rows)
+    halves = [F.tally(out.slice(0, at), b), F.tally(out.slice(at), b)]
+    assert F.add_tallies(halves) == F.tally(out, b)
 
 
 def test_no_rows_no_figures() -> None:

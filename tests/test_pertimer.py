@@ -181,39 +181,6 @@ def test_the_kernel_is_the_rules_timer_by_timer(j: tuple[list[dict[str, Any]], P
     assert kernel(records, b) == reference(records, b)
 
 
-def _tally_reference(rows: list[dict[str, Any]], b: P.Bounds) -> dict[str, dict[str, int]]:
-    """How the timers ended, by type, counted row by row (audit.py's rule for pending)."""
-    out: dict[str, dict[str, int]] = {}
-    for r in rows:
-        t = out.setdefault(r["type"], dict.fromkeys(P.TALLY, 0))
-        t["n"] += 1
-        if r["end"] in ("ran", "cancelled", "completed", "expired"):
-            t[r["end"]] += 1
-        due = r["deadline_ms"]
-        if (r["type"] in ("one-shot", "operation") and r["decisions"] == 0 and due is not None
-                and not due * 1000 < b.end_us - b.grace_us):  # fmt: skip
-            t["pending"] += 1
-        t["runs"] += r["runs_fired"] or 0
-        t["repeats_in_window"] += r["repeats"] or 0
-        t["in_flight"] += r["in_flight_runs"] or 0
-    return out
-
-
-@settings(max_examples=200, deadline=None)
-@given(journals(), st.integers(min_value=0, max_value=7))
-def test_the_tally_counts_the_table_and_adds_up(
-    j: tuple[list[dict[str, Any]], P.Bounds], cut: int
-) -> None:
-    """The per-bucket tally (summed by the driver) is the table's, whatever the split."""
-    records, b = j
-    table = pa.table({c: pa.array([r[c] for r in records], pa.int64()) for c in P.INPUT})
-    out = P.per_timer_table(table, b)
-    assert P.tally(out, b) == _tally_reference(out.to_pylist(), b)
-    at = min(cut, out.num_rows)
-    halves = [P.tally(out.slice(0, at), b), P.tally(out.slice(at), b)]
-    assert P.add_tallies(halves) == P.tally(out, b)
-
-
 def test_the_cases_hypothesis_must_not_miss() -> None:
     """A repeating timer over two epochs (a run repeated inside the window), an operation,
     a run fired twice in one epoch, a timer with one fire and one outcome of different

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column
 from pyspark.sql import functions as f
 
-from .timers import Scope
+from .pertimer import Bounds
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -65,7 +65,7 @@ COLUMNS = (
 DEFAULT_GRACE_MS = 10_000
 
 
-def rules(sc: Scope) -> list[tuple[str, Column, Column]]:
+def rules(b: Bounds) -> list[tuple[str, Column, Column]]:
     """(rule, condition on the per-timer table, detail) of every violation."""
     typ = f.col("type")
     single = typ.isin("one-shot", "operation")
@@ -75,8 +75,8 @@ def rules(sc: Scope) -> list[tuple[str, Column, Column]]:
         rep
         & (f.col("n_cancelled") == 0)
         & (f.col("in_flight_runs") == 0)
-        & f.when(f.col("runs_fired") == 0, sc.overdue(f.col("deadline_ms"))).otherwise(
-            ~no_next & sc.overdue(f.col("last_next_deadline_ms"))
+        & f.when(f.col("runs_fired") == 0, b.overdue(f.col("deadline_ms"))).otherwise(
+            ~no_next & b.overdue(f.col("last_next_deadline_ms"))
         )
     )
     ids = f.format_string("%s id %d", typ, f.col("id"))
@@ -95,13 +95,13 @@ def rules(sc: Scope) -> list[tuple[str, Column, Column]]:
         ),
         (
             "no outcome",
-            (single & (f.col("decisions") == 0) & sc.overdue(f.col("deadline_ms"))) | rep_overdue,
+            (single & (f.col("decisions") == 0) & b.overdue(f.col("deadline_ms"))) | rep_overdue,
             f.format_string(
                 "%s: deadline %d ms (next %s), journal ends at %d ms",
                 ids,
                 "deadline_ms",
                 f.coalesce(f.col("last_next_deadline_ms").cast("string"), f.lit("-")),
-                f.lit(sc.end_us // 1000),
+                f.lit(b.end_us // 1000),
             ),
         ),
         (
@@ -158,10 +158,10 @@ def rules(sc: Scope) -> list[tuple[str, Column, Column]]:
     ]
 
 
-def violations(timers: DataFrame, sc: Scope) -> DataFrame:
+def violations(timers: DataFrame, b: Bounds) -> DataFrame:
     """Every violation: rule, id, type, detail (one row per timer and rule broken). One
     pass over the table: the rows breaking any rule, then one row per rule each breaks."""
-    found = rules(sc)
+    found = rules(b)
     broken = f.array(
         *[f.when(cond, f.struct(f.lit(rule).alias("rule"), detail.alias("detail")))
           for rule, cond, detail in found]

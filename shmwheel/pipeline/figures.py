@@ -27,9 +27,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import asnumpy as A
 from . import histogram as H
 from . import pertimer as P
 from .seconds import QNAMES, QUANTILES
+
+#: what ``tally`` counts, per type of timer
+TALLY = ("n", "ran", "cancelled", "completed", "expired", "pending", "runs",
+         "repeats_in_window", "in_flight")  # fmt: skip
 
 #: per producer, summed: how many timers, repeating, runs fired, cancelled, the lateness
 #: sum and count (us) of their runs; then the greatest lateness (us), None if none
@@ -37,20 +42,19 @@ PRODUCER_SUMS = ("timers", "repeating", "runs", "cancelled", "late_sum_us", "lat
 #: per task, summed: runs with an outcome, ok, error, crashed, their duration sum (us);
 #: then the longest duration (us), None if none
 TASK_SUMS = ("runs", "ok", "error", "crashed", "duration_sum_us")
-_ENDS = ("completed", "expired", "cancelled")
+_ENDS = ("completed", "expired", "cancelled")  # an operation's
 
 
 @dataclass
 class TimerFigures:
     """The figures of a set of per-timer rows (a bucket's, or the merge of several)."""
 
+    #: ``tally``: how the timers ended, by type (the operations' ends among them)
     tally: dict[str, dict[str, int]] = field(default_factory=dict)
     #: producer pid -> [*PRODUCER_SUMS, greatest lateness or None]
     producers: dict[int, list[int | None]] = field(default_factory=dict)
     #: task name -> [*TASK_SUMS, longest duration or None]
     tasks: dict[str, list[int | None]] = field(default_factory=dict)
-    #: operations, and how many ended each way
-    operations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(("n", *_ENDS), 0))
     #: the completed operations' times to complete (us): histogram cells, code -> count
     ttc: dict[int, int] = field(default_factory=dict)
     ttc_min_us: int | None = None
@@ -59,8 +63,8 @@ class TimerFigures:
     @classmethod
     def of_table(cls, table: pa.Table, bounds: P.Bounds) -> TimerFigures:
         """The figures of per-timer rows (``pertimer.OUTPUT``)."""
-        out = cls(tally=P.tally(table, bounds))
-        mine = table.filter(pc.is_in(table.column("type"), pa.array(["one-shot", "repeating"])))
+        out = cls(tally=tally(table, bounds))
+        mine = table.filter(pa.array(A.among(table.column("type"), "one-shot", "repeating")))
         out.producers = {
             int(k): row
             for k, row in _grouped(
@@ -81,11 +85,9 @@ class TimerFigures:
                 ran.column("duration_max_us"),
             ).items()
         }
-        op = _is(table, "type", "operation")
-        out.operations = {"n": int(op.sum()),
-                          **{e: int((op & _is(table, "end", e)).sum()) for e in _ENDS}}  # fmt: skip
-        done = op & _valid(table, "completed_us") & _valid(table, "created_us")
-        ttc = _ints(table, "completed_us")[done] - _ints(table, "created_us")[done]
+        op = A.among(table.column("type"), "operation")
+        done = op & A.valid(table.column("completed_us")) & A.valid(table.column("created_us"))
+        ttc = A.ints(table.column("completed_us"))[done] - A.ints(table.column("created_us"))[done]
         if len(ttc):
             code, n = np.unique(H.code(ttc), return_counts=True)
             out.ttc = {int(c): int(k) for c, k in zip(code, n, strict=True)}
@@ -97,12 +99,10 @@ class TimerFigures:
         """The figures of the union of disjoint sets of rows."""
         out = cls()
         ps = list(parts)
-        out.tally = P.add_tallies(p.tally for p in ps)
+        out.tally = add_tallies(p.tally for p in ps)
         for p in ps:
             _add(out.producers, p.producers)
             _add(out.tasks, p.tasks)
-            for k, v in p.operations.items():
-                out.operations[k] = out.operations.get(k, 0) + v
             for c, n in p.ttc.items():
                 out.ttc[c] = out.ttc.get(c, 0) + n
         out.ttc_min_us = min((p.ttc_min_us for p in ps if p.ttc_min_us is not None), default=None)
@@ -124,20 +124,20 @@ class TimerFigures:
         return _table(("producer", pa.int64()), self.producers, PRODUCER_SUMS,
                       ("timers", "repeating", "runs", "cancelled"),
                       {"mean_late_ms": lambda r: _ratio(r["late_sum_us"], r["late_n"], 1000),
-                       "max_late_ms": lambda r: _ms(r["top"])})  # fmt: skip
+                       "max_late_ms": lambda r: A.ms(r["top"])})  # fmt: skip
 
     def per_task(self) -> pa.Table:
         """per_task/: by task name, ascending."""
         return _table(("task", pa.string()), self.tasks, TASK_SUMS,
                       ("runs", "ok", "error", "crashed"),
                       {"mean_duration_ms": lambda r: _ratio(r["duration_sum_us"], r["runs"], 1000),
-                       "max_duration_ms": lambda r: _ms(r["top"]),
+                       "max_duration_ms": lambda r: A.ms(r["top"]),
                        "error_rate": lambda r: _ratio(r["error"], r["runs"]),
                        "crash_rate": lambda r: _ratio(r["crashed"], r["runs"])})  # fmt: skip
 
     def operations_summary(self) -> dict[str, Any]:
         """Purgatory operations: how they ended and how long completion took (ms)."""
-        o = self.operations
+        o = self.tally.get("operation", dict.fromkeys(TALLY, 0))
         codes = np.array(sorted(self.ttc), np.int64)
         counts = np.array([self.ttc[int(c)] for c in codes], np.int64)
         if len(codes):
@@ -147,12 +147,12 @@ class TimerFigures:
         else:
             q = [None] * len(QUANTILES)
         return {
-            "operations": o["n"],
+            "operations": o["n"],  # the tally counted them
             **{e: o[e] for e in _ENDS},
             "pending": o["n"] - sum(o[e] for e in _ENDS),
             "time_to_complete_ms": {
                 **dict(zip(QNAMES, q, strict=True)),
-                "max": _ms(self.ttc_max_us),
+                "max": A.ms(self.ttc_max_us),
             },
         }
 
@@ -191,9 +191,9 @@ def _grouped(
             for r in got.to_pylist()}  # fmt: skip
 
 
-def _flag(table: pa.Table, c: str, value: str) -> pa.ChunkedArray:
+def _flag(table: pa.Table, c: str, value: str) -> pa.Array:
     """1 where the string column `c` is `value`, else 0."""
-    return pc.fill_null(pc.equal(table.column(c), value), False).cast(pa.int64())
+    return pa.array(A.among(table.column(c), value).astype(np.int64))
 
 
 def _add(into: dict[Any, list[int | None]], more: dict[Any, list[int | None]]) -> None:
@@ -213,19 +213,40 @@ def _ratio(num: int | None, den: int | None, scale: float = 1.0) -> float | None
     return None if not den else (num or 0) / den / scale
 
 
-def _ms(us: int | None) -> float | None:
-    return None if us is None else us / 1000
+def tally(table: pa.Table, b: P.Bounds) -> dict[str, dict[str, int]]:
+    """How the timers of a per-timer table ended, by type (the types present): how many,
+    how many ran / were cancelled / completed / expired, the one-shots and operations
+    still pending (no decision, and due no more than the grace before the journal's
+    end), and their runs fired, runs repeated in the crash window and runs in flight.
+    Tallies of disjoint tables add up (``add_tallies``)."""
+
+    def ints(c: str) -> np.ndarray:
+        return A.ints(table.column(c))
+
+    has_deadline = A.valid(table.column("deadline_ms"))
+    undecided = (ints("decisions") == 0) & has_deadline & ~b.overdue(ints("deadline_ms"))
+    ends = {e: A.among(table.column("end"), e) for e in ("ran", "cancelled", "completed",
+                                                         "expired")}  # fmt: skip
+    sums = {"runs": ints("runs_fired"), "repeats_in_window": ints("repeats"),
+            "in_flight": ints("in_flight_runs")}  # fmt: skip
+    out: dict[str, dict[str, int]] = {}
+    for typ in P.TYPES:
+        m = A.among(table.column("type"), typ)
+        if not m.any():
+            continue
+        row = {"n": int(m.sum()), **{e: int((m & v).sum()) for e, v in ends.items()}}
+        row["pending"] = int((m & undecided).sum()) if typ in ("one-shot", "operation") else 0
+        row.update({k: int(v[m].sum()) for k, v in sums.items()})
+        out[typ] = {k: row[k] for k in TALLY}
+    return out
 
 
-def _is(table: pa.Table, c: str, *values: str) -> np.ndarray:
-    """Rows whose string column `c` is one of `values` (null is none)."""
-    got = pc.is_in(table.column(c), value_set=pa.array(values, pa.string()))
-    return np.asarray(pc.fill_null(got, False).to_numpy(zero_copy_only=False), bool)
-
-
-def _ints(table: pa.Table, c: str) -> np.ndarray:
-    return np.asarray(pc.fill_null(table.column(c), 0).to_numpy(zero_copy_only=False), np.int64)
-
-
-def _valid(table: pa.Table, c: str) -> np.ndarray:
-    return np.asarray(pc.is_valid(table.column(c)).to_numpy(zero_copy_only=False), bool)
+def add_tallies(tallies: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """The sum of tallies of disjoint tables."""
+    out: dict[str, dict[str, int]] = {}
+    for t in tallies:
+        for typ, row in t.items():
+            acc = out.setdefault(typ, dict.fromkeys(TALLY, 0))
+            for k in TALLY:
+                acc[k] += row[k]
+    return out

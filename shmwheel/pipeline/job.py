@@ -26,6 +26,7 @@ from pyspark.sql import functions as f
 from . import audit as A
 from . import events as E
 from . import parts
+from . import pertimer as P
 from . import timers as T
 from .datasource import NAME, binaryfile_events
 from .seconds import Seconds
@@ -119,7 +120,7 @@ def run(
     table = spark.read.parquet(events_dir)
     kinds = secs.kinds()
     records = sum(n for k, n in kinds.items() if k != E.REJECT)
-    sc = T.Scope.of(secs, grace_ms)
+    bounds = P.Bounds.of(secs, grace_ms)
     rejects = table.filter(f.col("kind") == E.REJECT).select("file", "offset", "epoch", "reason")
     rejects_dir = os.path.join(out, "rejects")
     if secs.rejects:
@@ -130,11 +131,11 @@ def run(
     stage("read", f"{segments} segment(s) decoded into events/ ({n_buckets} buckets by id): "
                   f"{records:,} records, {secs.rejects:,} rejects")  # fmt: skip
 
-    timers, figs = T.per_timer(spark, events_dir, sc, os.path.join(out, "timers"))
+    timers, figs = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
     tally = figs.tally
     stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
-    A.violations(timers, sc).write.mode(mode).parquet(os.path.join(out, "violations"))
+    A.violations(timers, bounds).write.mode(mode).parquet(os.path.join(out, "violations"))
     viol = spark.read.parquet(os.path.join(out, "violations"))
     by_rule = {
         r["rule"]: int(r["n"]) for r in viol.groupBy("rule").agg(f.count("*").alias("n")).collect()
@@ -171,8 +172,8 @@ def run(
         "records_by_kind": {k: n for k, n in kinds.items() if k != E.REJECT and n},
         "rejects": secs.rejects,
         "reject_sample": rej_list,
-        "epochs": sc.final_epoch,
-        "span_s": (sc.end_us - sc.start_us) / 1e6,
+        "epochs": secs.final_epoch,
+        "span_s": (secs.end_us - secs.start_us) / 1e6,
         "grace_ms": grace_ms,
         "timers": tally,
         "violations": sum(by_rule.values()),

@@ -20,15 +20,19 @@ task names as 1-based indexes into the scope's ``tasks``, 0 or null for none).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..journal import format as J
+from . import asnumpy as A
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .seconds import Seconds
 
 KIND = {name: code for code, name in J.KIND_NAMES.items()}
 OUTCOME = {name: code for code, name in J.OUTCOMES.items()}
@@ -54,7 +58,8 @@ RUN_TALLIES = (
     "in_flight_runs", "outcomes_without_fire", "ok", "error", "crashed",
 )  # fmt: skip
 
-_TYPES = ("operation", "repeating", "one-shot", "unscheduled")
+#: the types of timer, as the table names them (``_classify``)
+TYPES = ("operation", "repeating", "one-shot", "unscheduled")
 _ENDS = ("completed", "expired", "cancelled", "ran")
 
 #: the per-timer table: (column, Spark DDL type); strings last
@@ -86,9 +91,14 @@ class Bounds:
     grace_us: int
     tasks: tuple[str, ...]
 
+    @classmethod
+    def of(cls, secs: Seconds, grace_ms: int) -> Bounds:
+        """The bounds of a journal from its per-second figures (``seconds.Seconds``)."""
+        return cls(secs.end_us, secs.final_epoch, grace_ms * 1000, secs.tasks)
+
     def overdue(self, deadline_ms: Any) -> Any:
         """The deadline (ms) is more than the grace before the journal's end: for a numpy
-        array here, for a Spark column in the rules (``timers.Scope.overdue``)."""
+        array (the kernel, the tally) or a Spark column (the rules, ``audit.rules``)."""
         return deadline_ms * 1000 < self.end_us - self.grace_us
 
 
@@ -314,7 +324,7 @@ def _classify(t: dict[str, Col], names: dict[str, Col], b: Bounds) -> pa.Table:
         if typ_ddl == "bigint":
             v, valid = (decisions, _ones(len(op))) if c == "decisions" else t[c]
             cols[c] = pa.array(v.astype(np.int64), mask=None if valid.all() else ~valid)
-    cols["type"] = _strings(typ, _TYPES)
+    cols["type"] = _strings(typ, TYPES)
     cols["end"] = _strings(end, _ENDS)
     cols["run_task"] = _strings(np.where(has_task, task - 1, -1), b.tasks)
     return pa.table(cols)
@@ -343,72 +353,23 @@ def coded(events: pa.Table, tasks: Sequence[str]) -> pa.Table:
     indexes into `tasks` (0: none, or a name not among them), the fields of some kinds
     0 where a record has none. Rows of no known kind (rejects) are left out."""
     kind_names = list(KIND)
-    kind_at = pc.index_in(events.column("kind"), value_set=pa.array(kind_names))
-    known = pc.is_valid(kind_at)
-    if not pc.all(known).as_py():
-        events, kind_at = events.filter(known), kind_at.filter(known)
+    kind_at = A.index_in(events.column("kind"), kind_names)
+    known = kind_at >= 0
+    if not known.all():
+        events, kind_at = events.filter(pa.array(known)), kind_at[known]
     codes = np.array([KIND[k] for k in kind_names], np.int64)
     cols: dict[str, pa.Array | pa.ChunkedArray] = {
         c: events.column(c) for c in ("id", "epoch", "t_us", "run", "deadline_ms")
     }
-    cols["kc"] = pa.array(codes[kind_at.to_numpy()])
+    cols["kc"] = pa.array(codes[kind_at])
     oc_names = list(OUTCOME)
-    oc_codes = np.array([*[OUTCOME[o] for o in oc_names], -1], np.int64)
-    oc_at = pc.fill_null(pc.index_in(events.column("outcome"), pa.array(oc_names)), -1)
-    cols["oc"] = pa.array(oc_codes[oc_at.to_numpy()])
+    oc_codes = np.array([*[OUTCOME[o] for o in oc_names], -1], np.int64)  # [-1]: none
+    cols["oc"] = pa.array(oc_codes[A.index_in(events.column("outcome"), oc_names)])
     for name, col in _NAMED.items():
-        at = pc.index_in(events.column(name), value_set=pa.array(list(tasks), pa.string()))
-        cols[col] = pc.add(pc.fill_null(at, -1).cast(pa.int64()), 1)
+        cols[col] = pa.array(A.index_in(events.column(name), tasks) + 1)
     for c in _FIELDS_OF_SOME:
         cols[c] = pc.fill_null(events.column(c).cast(pa.int64()), 0)
     return pa.table({c: cols[c] for c in INPUT})
-
-
-#: what ``tally`` counts, per type of timer
-TALLY = ("n", "ran", "cancelled", "completed", "expired", "pending", "runs",
-         "repeats_in_window", "in_flight")  # fmt: skip
-
-
-def tally(table: pa.Table, b: Bounds) -> dict[str, dict[str, int]]:
-    """How the timers of a per-timer table ended, by type (the types present): how many,
-    how many ran / were cancelled / completed / expired, the one-shots and operations
-    still pending (no decision, and due no more than the grace before the journal's
-    end), and their runs fired, runs repeated in the crash window and runs in flight.
-    Tallies of disjoint tables add up (``add_tallies``)."""
-
-    def ints(c: str) -> np.ndarray:
-        return np.asarray(pc.fill_null(table.column(c), 0).to_numpy(), np.int64)
-
-    def equal(c: str, value: str) -> np.ndarray:
-        return np.asarray(pc.fill_null(pc.equal(table.column(c), value), False).to_numpy())
-
-    has_deadline = np.asarray(pc.is_valid(table.column("deadline_ms")).to_numpy())
-    overdue = b.overdue(ints("deadline_ms"))
-    undecided = (ints("decisions") == 0) & has_deadline & ~overdue
-    ends = {e: equal("end", e) for e in ("ran", "cancelled", "completed", "expired")}
-    sums = {"runs": ints("runs_fired"), "repeats_in_window": ints("repeats"),
-            "in_flight": ints("in_flight_runs")}  # fmt: skip
-    out: dict[str, dict[str, int]] = {}
-    for typ in _TYPES:
-        m = equal("type", typ)
-        if not m.any():
-            continue
-        row = {"n": int(m.sum()), **{e: int((m & v).sum()) for e, v in ends.items()}}
-        row["pending"] = int((m & undecided).sum()) if typ in ("one-shot", "operation") else 0
-        row.update({k: int(v[m].sum()) for k, v in sums.items()})
-        out[typ] = {k: row[k] for k in TALLY}
-    return out
-
-
-def add_tallies(tallies: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
-    """The sum of tallies of disjoint tables."""
-    out: dict[str, dict[str, int]] = {}
-    for t in tallies:
-        for typ, row in t.items():
-            acc = out.setdefault(typ, dict.fromkeys(TALLY, 0))
-            for k in TALLY:
-                acc[k] += row[k]
-    return out
 
 
 def empty() -> pa.Table:

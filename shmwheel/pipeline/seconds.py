@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from . import asnumpy as A
 from . import histogram as H
 
 #: the kinds of record counted per second, in this order
@@ -67,17 +67,17 @@ class Seconds:
     def of_events(cls, events: pa.Table | pa.RecordBatch) -> Seconds:
         """The figures of a table of events (``COLUMNS`` at least; kinds and names plain
         or dictionary-encoded strings; rows of kind "reject" counted as rejects)."""
-        kind = _codes(events.column("kind"), (*KINDS, "reject"))
+        kind = A.index_in(events.column("kind"), (*KINDS, "reject"))
         rec = (kind >= 0) & (kind < len(KINDS))
         rejects = int((kind == len(KINDS)).sum())
-        t_us = _ints(events.column("t_us"))
+        t_us = A.ints(events.column("t_us"))
         wall = events.column("wall_us")
-        has_wall = _valid(wall)
-        sec = np.where(has_wall, np.floor_divide(_ints(wall), _US), NO_WALL)
+        has_wall = A.valid(wall)
+        sec = np.where(has_wall, np.floor_divide(A.ints(wall), _US), NO_WALL)
         failed = rec & (kind == KINDS.index("outcome"))
-        failed &= _codes(events.column("outcome"), ("ok",)) != 0
-        fired = rec & (kind == KINDS.index("fired")) & _valid(events.column("deadline_ms"))
-        late = t_us[fired] - _ints(events.column("deadline_ms"))[fired] * 1000
+        failed &= ~A.among(events.column("outcome"), "ok")
+        fired = rec & (kind == KINDS.index("fired")) & A.valid(events.column("deadline_ms"))
+        late = t_us[fired] - A.ints(events.column("deadline_ms"))[fired] * 1000
         second, idx = _index(sec[rec])
         width = len(KINDS) + 1
         cells = np.concatenate([idx * width + kind[rec], idx[failed[rec]] * width + _FAILED])
@@ -86,7 +86,7 @@ class Seconds:
         late_max = np.full(len(second), _LO, np.int64)
         np.maximum.at(late_max, f_idx, late)
         hs, hc, hn = _cells(f_idx, H.code(late))
-        epochs = _ints(events.column("epoch"))[rec]
+        epochs = A.ints(events.column("epoch"))[rec]
         return cls(
             second=second, counts=counts.astype(np.int64), late_max=late_max,
             hist_second=second[hs], hist_code=hc, hist_n=hn,
@@ -94,7 +94,7 @@ class Seconds:
             start_us=int(t_us[rec].min()) if rec.any() else 0,
             end_us=int(t_us[rec].max()) if rec.any() else 0,
             final_epoch=int(epochs.max()) if len(epochs) else 0, rejects=rejects,
-            tasks=tuple(sorted(set().union(*(_names(events.column(c)) for c in
+            tasks=tuple(sorted(set().union(*(A.strings(events.column(c)) for c in
                                               ("task", "on_complete", "on_expire"))))),
         )  # fmt: skip
 
@@ -195,15 +195,11 @@ class Seconds:
         at = dict(zip(grid, values, strict=False))
         return {
             "fires": fires,
-            **{f"{nm}_ms": _ms(at.get(q)) for q, nm in zip(QUANTILES, QNAMES, strict=True)},
+            **{f"{nm}_ms": A.ms(at.get(q)) for q, nm in zip(QUANTILES, QNAMES, strict=True)},
             "max_ms": hi / 1000 if fires else None,
             "min_ms": self.late_min / 1000 if fires else None,
             "cdf": [[q, v / 1000] for q, v in zip(grid, values, strict=False)],
         }
-
-
-def _ms(us: float | None) -> float | None:
-    return None if us is None else us / 1000
 
 
 def _windows(second: np.ndarray) -> pa.Array:
@@ -251,39 +247,3 @@ def _cells(
         cell, inv = np.unique(key, return_inverse=True)
         counts = np.bincount(inv, weights=n).astype(np.int64)
     return cell // width, cell % width + c0, counts
-
-
-def _valid(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), bool)
-
-
-def _ints(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), np.int64)
-
-
-def _dictionary(col: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
-    """`col` dictionary-encoded, in one array (a decoding task's columns already are)."""
-    if isinstance(col, pa.ChunkedArray):
-        if col.num_chunks == 1:
-            col = col.chunk(0)
-        else:  # chunks may have different dictionaries: through plain strings
-            if pa.types.is_dictionary(col.type):
-                col = col.cast(col.type.value_type)
-            col = col.combine_chunks()
-    return col if pa.types.is_dictionary(col.type) else col.dictionary_encode()
-
-
-def _codes(col: pa.Array | pa.ChunkedArray, names: tuple[str, ...]) -> np.ndarray:
-    """Each string's index in `names` (-1: null or not among them)."""
-    d = _dictionary(col)
-    lut = np.array([names.index(s) if s in names else -1
-                    for s in d.dictionary.to_pylist()] + [-1], np.int64)  # fmt: skip
-    idx = pc.fill_null(d.indices, len(lut) - 1).to_numpy(zero_copy_only=False)
-    return lut[np.asarray(idx, np.int64)]
-
-
-def _names(col: pa.Array | pa.ChunkedArray) -> set[str]:
-    """The strings a column holds (nulls left out)."""
-    d = _dictionary(col)
-    idx = np.asarray(d.indices.drop_null().to_numpy(zero_copy_only=False), np.int64)
-    return {str(s) for s in d.dictionary.take(pa.array(np.unique(idx))).to_pylist()}

@@ -27,17 +27,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyarrow import fs as pafs
-from pyspark.sql import Column
 
 from . import buckets, parts
 from . import pertimer as P
 from .figures import TimerFigures
-from .seconds import Seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -47,33 +44,6 @@ ROWS_PER_TASK = 2_000_000
 #: the journal's bytes per record, at least: an 8-byte frame and a 4-byte body (a cancel
 #: of a small id at a small time; real records average about 28)
 MIN_RECORD_BYTES = 12
-
-
-@dataclass
-class Scope:
-    """The journal's extent and names, known before the rules (they compare against its
-    end; the per-timer tasks code task names as 1-based indexes into ``tasks``)."""
-
-    end_us: int
-    start_us: int
-    final_epoch: int
-    grace_us: int
-    tasks: list[str]
-
-    @classmethod
-    def of(cls, secs: Seconds, grace_ms: int) -> Scope:
-        """The scope of a journal from its per-second figures."""
-        return cls(end_us=secs.end_us, start_us=secs.start_us, final_epoch=secs.final_epoch,
-                   grace_us=grace_ms * 1000, tasks=list(secs.tasks))  # fmt: skip
-
-    def overdue(self, deadline_ms: Column) -> Column:
-        """The deadline is more than the grace before the journal's end (one rule for
-        Spark and numpy: ``pertimer.Bounds.overdue``)."""
-        col: Column = self.bounds().overdue(deadline_ms)
-        return col
-
-    def bounds(self) -> P.Bounds:
-        return P.Bounds(self.end_us, self.final_epoch, self.grace_us, tuple(self.tasks))
 
 
 def buckets_for(spark: SparkSession, journal_bytes: int) -> int:
@@ -92,7 +62,7 @@ def buckets_for(spark: SparkSession, journal_bytes: int) -> int:
 
 
 def per_timer(
-    spark: SparkSession, events_dir: str, sc: Scope, directory: str
+    spark: SparkSession, events_dir: str, bounds: P.Bounds, directory: str
 ) -> tuple[DataFrame, TimerFigures]:
     """The per-timer table (``pertimer.OUTPUT``) of the bucketed events under
     `events_dir`, written as Parquet under `directory` (emptied first), read back, and
@@ -103,9 +73,7 @@ def per_timer(
     files = event_files(events_dir)
     n = buckets.count(files[0]) if files else 1
     directory = parts.prepare(directory)
-    task = functools.partial(
-        _bucket_task, files=files, n=n, bounds=sc.bounds(), directory=directory
-    )
+    task = functools.partial(_bucket_task, files=files, n=n, bounds=bounds, directory=directory)
     rows = spark.range(0, n, 1, n).mapInArrow(task, _TASK_OUT).collect()
     figures = TimerFigures.merge(TimerFigures.from_json(r["figures"]) for r in rows)
     return spark.read.parquet(directory), figures
