@@ -23,7 +23,7 @@ from shmwheel.pipeline import events as E
 from shmwheel.pipeline import job
 from shmwheel.pipeline import pertimer as P
 from shmwheel.pipeline import timers as T
-from shmwheel.pipeline.demo import write_demo_journal
+from shmwheel.pipeline.demo import sized_for, write_demo_journal
 from shmwheel.pipeline.seconds import Seconds
 from shmwheel.pipeline.session import spark_session
 
@@ -36,8 +36,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="shmwheel-audit-parts-")
     try:
         journal, pq = os.path.join(work, "journal"), os.path.join(work, "events")
-        n = write_demo_journal(journal, one_shots=int(args.records / 2.93),
-                               operations=args.records // 293, spread_ms=2000.0)  # fmt: skip
+        n = write_demo_journal(journal, **sized_for(args.records), spread_ms=2000.0)
         print(f"journal: {n.records:,} records", flush=True)
         spark = spark_session(args.master, 4)
 

@@ -19,7 +19,7 @@ import time
 
 from shmwheel.bench.journal_audit import pandas_pass
 from shmwheel.pipeline import job
-from shmwheel.pipeline.demo import write_demo_journal
+from shmwheel.pipeline.demo import sized_for, write_demo_journal
 from shmwheel.pipeline.session import spark_session
 
 
@@ -51,13 +51,7 @@ def main() -> int:
     try:
         journal = os.path.join(work, "journal")
         t = time.perf_counter()
-        # 2.9 records per one-shot (scheduled, fired, outcome; a tenth scheduled and
-        # cancelled), about 4.85 per operation, an operation per 100 one-shots: a little
-        # over RECORDS in all
-        n = write_demo_journal(
-            journal, one_shots=int(args.records / 2.93), operations=args.records // 293,
-            spread_ms=2000.0,
-        )  # fmt: skip
+        n = write_demo_journal(journal, **sized_for(args.records), spread_ms=2000.0)
         figures["journal"] = {**n.as_dict(), "seconds": time.perf_counter() - t,
                               "bytes": sum(os.path.getsize(os.path.join(journal, f))
                                            for f in os.listdir(journal))}  # fmt: skip

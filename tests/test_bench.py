@@ -352,15 +352,20 @@ def test_threads_interrupted_before_release_leaves_no_worker_waiting(monkeypatch
     assert ran == [], "a worker ran its work although the caller gave up"
 
 
-def test_service_workloads_facade_keeps_the_old_names():
-    """shmwheel.bench.service_workloads gathers the workloads of its capability modules:
-    the task spec executors were given under its name still resolves, and the bench's
-    mutable run state lives only in service_common (a copy here would not see main()'s
-    assignments)."""
-    from shmwheel.bench import service_common, service_workloads
-    from shmwheel.service.tasks import resolve
+def test_threads_reraise_a_workers_exception():
+    """A worker that fails makes _threads raise once all are done, not return a time that
+    would be reported as a rate."""
+    done = []
 
-    assert resolve("shmwheel.bench.service_workloads:noop_task") is service_common.noop_task
-    assert service_workloads.TASKS is service_common.TASKS
-    for name in ("use_redis", "REDIS_CALL_N", "REDIS_BATCH_N", "leaked", "lateness_hists"):
-        assert hasattr(service_common, name) and not hasattr(service_workloads, name), name
+    def work(i: int) -> None:
+        if i == 1:
+            raise ValueError("worker 1 failed")
+        done.append(i)
+
+    try:
+        SP._threads(3, work)
+    except ValueError as e:
+        assert "worker 1 failed" in str(e)
+    else:
+        raise AssertionError("the worker's exception was swallowed")
+    assert sorted(done) == [0, 2]

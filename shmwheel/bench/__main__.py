@@ -16,12 +16,13 @@ import time
 
 from . import journal_workloads as JW
 from . import service_common as common
-from . import service_workloads as SW
 from .baselines import RedisDelayQueue, redis_status
 from .options import parser
 from .registry import GROUPS, workloads
 from .registry_service import DEFAULT_LEVELS, FULL_LEVEL, REDIS_KEYS
 from .report import goal_verdicts, goals_text, machine, notes, table
+from .service_ops import level_label
+from .service_producers import producer_counts
 
 
 def redis_probe() -> tuple[bool, str]:
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 "pip install 'shmwheel[bench]' (or pip install matplotlib)"
             )
     try:
-        producers = SW.producer_counts(args.producers)
+        producers = producer_counts(args.producers)
     except ValueError as e:
         ap.error(f"--producers: {e}")
     levels = [10_000, 100_000] if args.quick else list(DEFAULT_LEVELS)
@@ -75,10 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {
         "core": n,
         "timer": timer_n,
-        "kernel": 5_000 if args.quick else 20_000,
         "service": svc_n,
         "lateness": lateness_n,
-        "capacity": SW.MEMORY_CAPACITY,
+        "capacity": common.MEMORY_CAPACITY,
         "recovery": recovery_n,
         "ops": args.ops_n or (5_000 if args.quick else 20_000),
     }
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"sizes: service n={svc_n:,} (W1 batch 5n), W4 lateness n={lateness_n:,}, W5 "
         f"producers {','.join(map(str, producers))}, W7 pending "
-        f"{', '.join(SW.level_label(x) for x in levels)}, W9 recovery n={recovery_n:,}; "
+        f"{', '.join(level_label(x) for x in levels)}, W9 recovery n={recovery_n:,}; "
         f"wheel core n={n:,}, in-process timers n={timer_n:,}"
     )
     print(

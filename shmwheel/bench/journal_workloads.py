@@ -27,10 +27,10 @@ import numpy as np
 from ..service.supervisor import TimerService
 from . import service_common as SC
 from . import service_ops as SO
+from .workloads import Figures
 
 log = logging.getLogger("shmwheel.bench")
 
-Figures = dict[str, float]
 S = "shmwheel"
 
 RECOVERY_N = 1_000_000  # pending timers recovered (--recovery-n)

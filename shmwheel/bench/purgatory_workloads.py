@@ -22,8 +22,8 @@ import time
 
 from ..kafka.purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..service.supervisor import TimerService
+from .workloads import Figures
 
-Figures = dict[str, float]
 S = "shmwheel"
 BATCH = 100  # operations per key in the batched shape
 EXPIRE_MS = 20

@@ -1,6 +1,6 @@
 """Every workload of ``python -m shmwheel.bench``, in table order: the service workloads
-(W1-W10, from ``registry_service``), then the in-process ones (wheel core, Kafka layer,
-kernels); and the groups ``--workloads`` accepts.
+(W1-W10, from ``registry_service``), then the in-process ones (wheel core, Kafka
+layer); and the groups ``--workloads`` accepts.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ def workloads(
     redis: bool = False,
     recovery_n: int = JW.RECOVERY_N,
 ) -> list[Workload]:
-    """W1-W9 first (each multiprocess-service workload against its peers, with the Redis
+    """W1-W10 first (each multiprocess-service workload against its peers, with the Redis
     peer's rows if `redis`), then the further in-process workloads (wheel core, Kafka
-    layer, kernels)."""
+    layer)."""
     S = "shmwheel"
     return [
         *service_workloads(producers, levels, redis, recovery_n),

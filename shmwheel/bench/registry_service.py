@@ -9,7 +9,10 @@ import functools
 
 from . import journal_workloads as JW
 from . import purgatory_workloads as PW
-from . import service_workloads as SW
+from . import service_footprint as FP
+from . import service_ops as OPS
+from . import service_producers as PR
+from . import service_timing as TM
 from .workload import Workload
 
 
@@ -19,7 +22,7 @@ def service_workloads(
     redis: bool = False,
     recovery_n: int = JW.RECOVERY_N,
 ) -> list[Workload]:
-    """W1-W9. With `redis`, the Redis sorted-set peer's rows too (main() sets
+    """W1-W10. With `redis`, the Redis sorted-set peer's rows too (main() sets
     service_common.use_redis to the same value so that the workloads measure it).
     `recovery_n` only names W9's recovery goal: the workload recovers sizes["recovery"]
     timers."""
@@ -29,7 +32,7 @@ def service_workloads(
     def rd(*items):  # the Redis rows / notes, only when it runs
         return list(items) if redis else []
 
-    ks = producers or SW.producer_counts()
+    ks = producers or PR.producer_counts()
     lv = sorted(levels or DEFAULT_LEVELS)
     late = [(q, f"{q}: {S} service") for q in ("p50", "p99", "p99.9")]
     peers_late = ("heapq+thread", "asyncio call_at", "sched run()", *rd(f"{R} ZSET + Lua claim"))
@@ -42,7 +45,7 @@ def service_workloads(
         Workload(
             "svc_schedule_call",
             "schedule rate, per call",
-            SW.svc_schedule_call,
+            OPS.svc_schedule_call,
             "service",
             [
                 (f"{S} Client.schedule", "heapq+thread schedule"),
@@ -70,7 +73,7 @@ def service_workloads(
         Workload(
             "svc_schedule_many",
             "schedule rate, batch",
-            SW.svc_schedule_many,
+            OPS.svc_schedule_many,
             "service",
             [
                 (f"{S} Client.schedule_many", "heapq+thread schedule_many"),
@@ -85,7 +88,7 @@ def service_workloads(
         Workload(
             "svc_cancel",
             "cancel rate",
-            SW.svc_cancel,
+            OPS.svc_cancel,
             "service",
             [
                 (f"{S} Client.cancel", "heapq+thread cancel"),
@@ -118,7 +121,7 @@ def service_workloads(
         Workload(
             "svc_memory",
             "bytes per pending timer",
-            SW.svc_memory,
+            FP.svc_memory,
             "capacity",
             [
                 (f"{S} segment / capacity", "heapq+thread entry"),
@@ -129,7 +132,7 @@ def service_workloads(
                 (f"{S} segment bytes per added timer", "sched event"),
                 *[
                     (f"{S} segment bytes per added timer", f"{peer} RSS delta")
-                    for peer in SW.RSS_PEERS
+                    for peer in FP.RSS_PEERS
                 ],
                 *rd(
                     (f"{S} segment / capacity", f"{R} used_memory / member"),
@@ -156,7 +159,7 @@ def service_workloads(
         Workload(
             "svc_lateness",
             "precision: lateness (no-op tasks)",
-            SW.svc_lateness,
+            TM.svc_lateness,
             "lateness",
             [(k, f"{q}: {peer}") for q, k in late for peer in peers_late],
             unit="ms",
@@ -176,7 +179,7 @@ def service_workloads(
         Workload(
             "svc_producers",
             "producer processes, aggregate",
-            functools.partial(SW.svc_producers, ks=ks),
+            functools.partial(PR.svc_producers, ks=ks),
             "service",
             [
                 (f"{S} {k} producer processes", f"{peer} {k} threads{how}")
@@ -192,7 +195,7 @@ def service_workloads(
         Workload(
             "svc_fire",
             "dispatch: fired->executed (no-op)",
-            SW.svc_fire,
+            TM.svc_fire,
             "service",
             [
                 (f"{S} fired->executed", "ProcessPoolExecutor.submit"),
@@ -208,7 +211,7 @@ def service_workloads(
         Workload(
             "svc_startup",
             "start-up: import and start()",
-            SW.svc_startup,
+            FP.svc_startup,
             "service",
             [
                 ("import shmwheel", "import asyncio"),
@@ -228,10 +231,10 @@ def service_workloads(
         Workload(
             "svc_scale",
             "scale: cost per op vs pending",
-            functools.partial(SW.svc_scale, levels=lv),
+            functools.partial(OPS.svc_scale, levels=lv),
             "service",
             [
-                (f"{S} {op} @ {SW.level_label(x)}", f"heapq+thread {op} @ {SW.level_label(x)}")
+                (f"{S} {op} @ {OPS.level_label(x)}", f"heapq+thread {op} @ {OPS.level_label(x)}")
                 for op in ("schedule", "cancel")
                 for x in lv
             ],
@@ -323,7 +326,7 @@ def journal_workloads(recovery_n: int = JW.RECOVERY_N) -> list[Workload]:
                 "journal segments read",
             ],
             goals=[
-                (f"recovery of {SW.level_label(recovery_n)} pending, start()", start, "<=", 5000)
+                (f"recovery of {OPS.level_label(recovery_n)} pending, start()", start, "<=", 5000)
             ],
             wid="W9",
         ),

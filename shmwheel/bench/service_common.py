@@ -1,6 +1,17 @@
 """What every multiprocess-service workload shares: the bench's mutable run state, the
 no-op task, and the helpers that start, warm and time a service.
 
+The workloads live by capability: ``service_ops`` (W1 schedule, W2 cancel, W7 scale),
+``service_footprint`` (W3 memory, W8 start-up), ``service_timing`` (W4 lateness, W6
+fire) and ``service_producers`` (W5); ``registry_service`` lists them. Like
+``workloads``, every function takes a size and returns ``{figure: value}`` for one
+repetition. Each starts its own ``TimerService`` (default executors, so the pool is sized
+from nproc), measures it, stops it in a ``finally`` (which ends every service process and
+unlinks its segment and semaphores), and only then measures the baselines, so the idle
+service does not share the CPU with them. The producer in the single-producer workloads
+is this process (the bench); timers that must not fire while they are measured get
+delays of 30-60 s, and stopping the service drops them.
+
 The run state (``use_redis``, ``REDIS_CALL_N``, ``REDIS_BATCH_N``, ``services_started``,
 ``leaked``, ``lateness_samples``, ``lateness_hists``) is defined here and only here:
 ``python -m shmwheel.bench`` assigns and reads it as ``service_common.NAME``, and every
@@ -10,10 +21,9 @@ a ``from ... import`` copy, so that main()'s assignments reach them.
 
 from __future__ import annotations
 
-import gc
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,7 +33,6 @@ from ..segment import shm
 from ..service.client import Client
 from ..service.supervisor import TimerService
 
-Figures = dict[str, float]
 S = "shmwheel"
 
 FAR_LO_MS, FAR_HI_MS = 30_000, 60_000  # never due while measured
@@ -56,20 +65,9 @@ def noop_task(payload: Any) -> None:
 TASKS = {"noop": noop_task}  # executors import it as shmwheel.bench.service_common:noop_task
 
 
-def _noop() -> None:
-    pass
-
-
 def _far_delays(n: int, seed: int = 1) -> np.ndarray:
     """n delays (ms, float) uniform in [30, 60] s."""
     return np.random.default_rng(seed).uniform(FAR_LO_MS, FAR_HI_MS, n)
-
-
-def _rate(n: int, fn: Callable[[], object]) -> float:
-    gc.collect()
-    t = time.perf_counter()
-    fn()
-    return n / (time.perf_counter() - t)
 
 
 @contextmanager

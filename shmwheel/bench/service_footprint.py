@@ -23,8 +23,8 @@ from ..segment import shm
 from ..service.supervisor import TimerService
 from . import service_common as common
 from .baselines import HeapTimer, RedisDelayQueue, event_loop, sched_scheduler
-from .service_common import TASKS, Figures, R, S, _far_delays, _noop, _redis_members, _service
-from .workloads import bytes_per_object
+from .service_common import TASKS, R, S, _far_delays, _redis_members, _service
+from .workloads import Figures, _noop, bytes_per_object
 
 TRACE_N = 50_000  # entries traced for the Python peers' bytes per timer
 

@@ -3,7 +3,7 @@ call and in schedule_many batches (W1), cancel per call and in cancel_many batch
 and both per call at rising numbers of pending timers (W7), each beside its peers.
 
 Every function takes a size and returns ``{figure: value}`` for one repetition (see
-``service_workloads``); the service runs first and is stopped before the peers are timed.
+``service_common``); the service runs first and is stopped before the peers are timed.
 """
 
 from __future__ import annotations
@@ -18,20 +18,8 @@ import numpy as np
 from ..service.client import Client
 from . import service_common as common
 from .baselines import HeapTimer, RedisDelayQueue, asyncio_loop, event_loop, sched_scheduler
-from .service_common import (
-    BATCH,
-    Figures,
-    R,
-    S,
-    _capacity_for,
-    _far_delays,
-    _noop,
-    _rate,
-    _redis_members,
-    _service,
-    warm,
-)
-from .workloads import _each
+from .service_common import BATCH, R, S, _capacity_for, _far_delays, _redis_members, _service, warm
+from .workloads import Figures, _each, _noop, _rate
 
 SCHED_CANCEL_BUDGET_S = 0.2  # sched.cancel is O(n): cancel for this long, not all n
 SCALE_OPS = 10_000  # per-call schedules (then cancels) timed at each pending level

@@ -20,7 +20,8 @@ from typing import Any
 
 from ..service.supervisor import TimerService
 from .baselines import HeapTimer, asyncio_loop
-from .service_common import Figures, S, _capacity_for, _far_delays, _noop, _service, warm
+from .service_common import S, _capacity_for, _far_delays, _service, warm
+from .workloads import Figures, _noop
 
 # -- c. two producer processes ----------------------------------------------------------
 
@@ -68,16 +69,21 @@ def _threads(k: int, work: Callable[[int], None]) -> tuple[float, float]:
     If this thread is interrupted (Ctrl-C) or fails before the release, the barrier is
     broken so no worker is left waiting on it; the workers are daemons, so one still
     working never holds up the interpreter's exit (a worker left at the barrier did: the
-    bench printed "interrupted" and then waited forever in threading._shutdown)."""
+    bench printed "interrupted" and then waited forever in threading._shutdown). A
+    worker's exception is raised here once every worker is done."""
     barrier = threading.Barrier(k + 1)
     ends = [0.0] * k
+    failed: list[BaseException] = []
 
     def body(i: int) -> None:
         try:
             barrier.wait()
         except threading.BrokenBarrierError:
             return  # the caller gave up before the release
-        work(i)
+        try:
+            work(i)
+        except BaseException as e:  # re-raised by the caller: no rate from a failed run
+            failed.append(e)
         ends[i] = time.monotonic()
 
     ts = [
@@ -95,6 +101,8 @@ def _threads(k: int, work: Callable[[int], None]) -> tuple[float, float]:
     t0 = time.monotonic()
     for t in ts:
         t.join()
+    if failed:
+        raise failed[0]
     return t0, max(ends)
 
 

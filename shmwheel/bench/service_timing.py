@@ -24,16 +24,15 @@ from ..service.client import now_ms
 from . import service_common as common
 from .baselines import HeapTimer, RedisDelayQueue, event_loop, sched_scheduler, zero_sleep_ms
 from .service_common import (
-    Figures,
     R,
     S,
     _capacity_for,
-    _rate,
     _redis_members,
     _service,
     _wait_completed,
     noop_task,
 )
+from .workloads import Figures, _rate
 
 POOL_N = 10_000  # ProcessPoolExecutor no-ops per repetition (it is slow)
 POOL_MAP_N = 100_000  # multiprocessing.Pool.imap_unordered no-ops per repetition

@@ -16,8 +16,8 @@ class Workload:
     key: str
     title: str
     run: Callable[[int], W.Figures]
-    size: str  # which size it takes: "core", "timer", "kernel", "service", "lateness",
-    #            "capacity", "recovery"
+    size: str  # which size it takes: "core", "timer", "service", "lateness", "capacity",
+    #            "recovery", "ops"
     rows: list[tuple[str, str]]  # (shmwheel figure, baseline figure) pairs to compare
     unit: str = "ops/s"
     reps: list[W.Figures] = field(default_factory=list)
@@ -25,7 +25,7 @@ class Workload:
     notes: list[str] = field(default_factory=list)  # further figures, printed without ratio
     # (what, figure, op, target)
     goals: list[tuple[str, str, str, float]] = field(default_factory=list)
-    wid: str = ""  # "W1".."W9" for the service workloads; "" for the further ones
+    wid: str = ""  # "W1".."W10" for the service workloads; "" for the further ones
 
     @property
     def label(self) -> str:

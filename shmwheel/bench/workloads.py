@@ -11,10 +11,6 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
-import json
-import os
-import subprocess
-import sys
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -24,7 +20,7 @@ import numpy as np
 
 from ..kafka.system_timer import SystemTimer
 from ..kafka.timing_wheel import TimerTask
-from ..wheel.core import WheelCore, warm_up
+from ..wheel.core import WheelCore
 from .baselines import HeapTimer, asyncio_loop, event_loop
 
 Figures = dict[str, float]
@@ -273,48 +269,6 @@ def timer_fire(n: int) -> Figures:
         while hcount[0] < n:
             time.sleep(0.0005)
         fig["heapq+thread"] = n / (time.monotonic() - t0)
-    return fig
-
-
-# -- the choice of numba -------------------------------------------------------------
-
-_INTERPRETED = """
-import json, time, numpy as np
-from shmwheel.wheel.core import WheelCore, warm_up
-warm_up()
-n = {n}
-d = np.random.default_rng(1).integers(1000, 60001, n).astype(np.int64)
-c = WheelCore(1, 4096, 0, n, growable=False)
-t = time.perf_counter(); h = c.insert_many(d); ins = n / (time.perf_counter() - t)
-t = time.perf_counter(); c.cancel_many(h[: n // 2]); can = (n // 2) / (time.perf_counter() - t)
-t = time.perf_counter()
-while c.cascade_step(1 << 20): pass
-got = len(c.advance(61000)); adv = got / (time.perf_counter() - t)
-print(json.dumps([ins, can, adv]))
-"""
-
-
-def kernel_choice(n: int) -> Figures:
-    """The same kernels compiled (this process) and interpreted (NUMBA_DISABLE_JIT=1 in a
-    child), on the same n entries: what numba buys."""
-    warm_up()
-    code = _INTERPRETED.format(n=n)
-    compiled = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", code], check=True, capture_output=True, text=True
-        ).stdout
-    )
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    interp = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True
-        ).stdout
-    )
-    names = ("insert_many", "cancel_many", "cascade+advance")
-    fig: Figures = {}
-    for name, a, b in zip(names, compiled, interp, strict=True):
-        fig[f"{name}: numba"] = a
-        fig[f"{name}: interpreted"] = b
     return fig
 
 

@@ -38,9 +38,7 @@ def _delay_range(text: str) -> tuple[float, float]:
     if len(values) == 1:
         values *= 2
     if len(values) != 2 or not all(math.isfinite(v) for v in values):
-        raise argparse.ArgumentTypeError(
-            f"expected MIN,MAX or one value in ms, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"expected MIN,MAX or one value in ms, got {text!r}")
     if values[0] < 0 or values[1] < values[0]:
         raise argparse.ArgumentTypeError(f"need 0 <= MIN <= MAX, got {text!r}")
     return values[0], values[1]

@@ -39,6 +39,14 @@ class DemoCounts:
         return asdict(self)
 
 
+def sized_for(records: int) -> dict[str, int]:
+    """``write_demo_journal``'s one_shots and operations for a journal of a little over
+    `records` records: 2.9 per one-shot (scheduled, fired, outcome; a tenth scheduled and
+    cancelled), about 4.85 per operation, an operation per 100 one-shots (measured: 10 M
+    asked, 10,058,754 written)."""
+    return {"one_shots": int(records / 2.93), "operations": records // 293}
+
+
 def write_demo_journal(
     directory: str,
     one_shots: int = 2000,
