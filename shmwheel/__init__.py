@@ -9,7 +9,7 @@ The public API, all importable from here:
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
-* errors: ShmwheelError, Full, LayoutError.
+* errors: ShmwheelError, Full, LayoutError, JournalError, RecoveryError.
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -17,7 +17,7 @@ processes) is private: its names may change between releases.
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import Full, LayoutError, ShmwheelError
+from .errors import Full, JournalError, LayoutError, RecoveryError, ShmwheelError
 
 # Each public name is imported from its module on first use (PEP 562), so `import
 # shmwheel` costs almost nothing and a process pays only for the layer it uses (the
@@ -76,10 +76,12 @@ __all__ = [
     "DelayedOperationPurgatory",
     "FireContext",
     "Full",
+    "JournalError",
     "LayoutError",
     "ManualClock",
     "MockTimer",
     "Operation",
+    "RecoveryError",
     "ShmwheelError",
     "SystemTimer",
     "TimerHandle",

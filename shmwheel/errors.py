@@ -16,3 +16,16 @@ class Full(ShmwheelError):
 
 class LayoutError(ShmwheelError):
     """A wheel array or segment whose header does not match this code's layout."""
+
+
+class JournalError(ShmwheelError):
+    """The journal cannot keep new timers durable now (its disk is full, read-only or
+    failing): ``schedule``, ``schedule_many`` and ``watch`` refuse until writes succeed
+    again. Timers already accepted still run, exactly once and never early."""
+
+
+class RecoveryError(ShmwheelError):
+    """``start()`` refuses a journal it cannot recover into this service: damaged or
+    incomplete segments (``TimerService(journal_on_damage="salvage")`` or ``shmwheel
+    journal repair`` recovers what the intact records prove), or a configuration that
+    cannot hold what the journal has pending."""

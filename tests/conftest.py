@@ -1,6 +1,7 @@
 """Shared test set-up: the import path, and the autouse check that every test leaves no
 service process and nothing in /dev/shm behind."""
 
+import logging
 import os
 import sys
 import time
@@ -45,3 +46,25 @@ def nothing_left_behind():
         p.kill()
     assert not left, f"service processes still alive: {left}"
     assert not shm_files(), "segments or semaphores left in /dev/shm"
+
+
+@pytest.fixture
+def cli(capsys):
+    """shmwheel's command line, main(), in this process: call(*args) -> (exit code,
+    stdout, stderr), with the logging configuration it changes restored."""
+    from shmwheel.cli import main
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+
+    def call(*args: str) -> tuple[int, str, str]:
+        try:
+            code = main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        finally:
+            root.handlers[:], root.level = saved[0], saved[1]
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import logging
 import os
 import pty
 import re
@@ -26,7 +25,6 @@ import pytest
 from conftest import MINE, service_processes
 
 import shmwheel
-from shmwheel.cli import main
 from shmwheel.segment import shm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,25 +86,6 @@ def stop_run(p: subprocess.Popen[str], name: str, sig: int, log_path: Path) -> N
     assert not service_processes(name), "service processes left behind"
     assert not shm.service_files(name), "segment or semaphores left in /dev/shm"
     assert "stopped" in log_path.read_text()
-
-
-@pytest.fixture
-def cli(capsys):
-    """main() in this process, with the logging configuration it changes restored."""
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-
-    def call(*args: str) -> tuple[int, str, str]:
-        try:
-            code = main(list(args))
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        finally:
-            root.handlers[:], root.level = saved[0], saved[1]
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
 
 
 @pytest.fixture(scope="module")

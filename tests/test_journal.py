@@ -19,8 +19,8 @@ from test_service import TASKS, read_log, wait_for
 
 from shmwheel import TimerService, journal
 from shmwheel import _native as N
+from shmwheel.journal import check, reader, recovery
 from shmwheel.journal import format as F
-from shmwheel.journal import reader, recovery
 from shmwheel.journal.writer import JournalInUse, JournalOptions, SegmentWriter, claim
 
 SAMPLES = {  # one record of every kind, as format.body takes them
@@ -120,15 +120,20 @@ def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
     assert [r[1] for r in seg.records] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
     assert [(r.file, r.offset, r.reason) for r in seg.rejects] == [(path, fr[4][0], "bad CRC-32")]
 
-    # a torn tail: the writer died mid-record
-    Path(path).write_bytes(data[: fr[-1][0] + 5])
+    # a torn tail: the writer died mid-record (the last frame is the END its close wrote)
+    last = fr[-2][0]
+    assert seg.end is not None and fr[-1][0] > last
+    Path(path).write_bytes(data[: last + 5])
     seg = reader.read_segment(path)
-    assert len(seg.records) == 9 and seg.rejects[0].offset == fr[-1][0]
+    assert len(seg.records) == 9 and seg.rejects[0].offset == last and seg.end is None
     assert "torn" in seg.rejects[0].reason
-    Path(path).write_bytes(data[: fr[-1][0] + 10])  # its frame whole, its body not
+    Path(path).write_bytes(data[: last + 10])  # its frame whole, its body not
     seg = reader.read_segment(path)
     assert len(seg.records) == 9 and "torn" in seg.rejects[0].reason
-    assert str(seg.rejects[0]).startswith(f"{path} at byte {fr[-1][0]}")
+    assert str(seg.rejects[0]).startswith(f"{path} at byte {last}")
+    Path(path).write_bytes(data[: len(F.MAGIC)])  # nothing after the magic
+    seg = reader.read_segment(path)
+    assert not seg.records and seg.rejects[0].reason == "torn: the file ends before its header"
 
     # a length that cannot be right ends the file
     bad = bytearray(data)
@@ -210,13 +215,26 @@ def test_segments_rotate_and_sort_by_creation(tmp_path):
 
 
 def test_retention_deletes_or_keeps_earlier_epochs(tmp_path):
+    """A start deletes the earlier epochs' segments older than keep_hours, their names
+    first recorded (RETIRED) in its own segment, and only those read whole and intact."""
     old = write_segment(tmp_path, [F.body(F.CANCELLED, 1, 1)], epoch=1)
-    new = write_segment(tmp_path, [F.body(F.CANCELLED, 2, 2)], epoch=2)
-    assert recovery.retire_epochs(str(tmp_path), 2, keep_hours=1.0) == 0
+    bad = write_segment(tmp_path, [F.body(F.CANCELLED, 3, 3)], epoch=1)
+    data = bytearray(Path(bad).read_bytes())
+    data[frames(bad)[1][0] + 8] ^= 0x40  # its record fails its CRC
+    Path(bad).write_bytes(bytes(data))
+    w = SegmentWriter(
+        JournalOptions(str(tmp_path), "none", epoch=2, keep_hours=1.0), "recovery", "s", [], 1
+    )
+    intact = check.inspect(str(tmp_path)).intact()
+    assert old in intact and bad not in intact
+    assert recovery.retire_epochs(w, intact) == 0
     assert os.path.exists(old)
-    os.utime(old, (time.time() - 7200, time.time() - 7200))
-    assert recovery.retire_epochs(str(tmp_path), 2, keep_hours=1.0) == 1
-    assert not os.path.exists(old) and os.path.exists(new)
+    for path in (old, bad):
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
+    assert recovery.retire_epochs(w, intact) == 1
+    w.close()
+    assert not os.path.exists(old) and os.path.exists(bad) and os.path.exists(w.path)
+    assert reader.read_segment(w.path).retired == [os.path.basename(old)]
 
 
 def test_a_second_service_on_a_journal_gets_a_clear_error(tmp_path):

@@ -1,7 +1,8 @@
 """The ``shmwheel`` command (also ``python -m shmwheel``): run a service in the foreground,
-read its figures once (``status``) or live (``top``), list this user's services (``ls``)
-and remove what dead ones left (``clean``). One module per command: ``run``, ``status``,
-``top``, ``segments`` (ls and clean); ``observe`` reads a running service.
+read its figures once (``status``) or live (``top``), list this user's services (``ls``),
+remove what dead ones left (``clean``), and check or repair a journal directory
+(``journal check``, ``journal repair``). One module per command: ``run``, ``status``,
+``top``, ``segments`` (ls and clean), ``journal``; ``observe`` reads a running service.
 
 Exit status: 0 on success, 1 when a service is not there or cannot start, 2 for bad
 arguments (with a usage message). Diagnostics go to stderr through ``logging``; a
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import run, segments, status, top
+from . import journal, run, segments, status, top
 from .observe import CommandError
 
 log = logging.getLogger("shmwheel.cli")
@@ -29,6 +30,7 @@ examples:
   shmwheel top orders
   shmwheel ls
   shmwheel clean --dry-run
+  shmwheel journal check /var/lib/shmwheel/orders
 
 `shmwheel COMMAND --help` tells more; docs/operations.md, "Command line", tells all.
 """
@@ -52,10 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LEVELS,
         metavar="LEVEL",
         help="logging level on stderr: DEBUG, INFO, WARNING, ERROR "
-        "(default INFO for run and clean, WARNING otherwise)",
+        "(default INFO for run, clean and journal repair, WARNING otherwise)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (run, status, top, segments):
+    for module in (run, status, top, segments, journal):
         module.register(sub, common)
     for command in sub.choices.values():  # a usage error found later prints its usage
         command.set_defaults(usage=command.format_usage)

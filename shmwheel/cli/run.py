@@ -40,12 +40,13 @@ from the config file's directory:
   name = "orders"
   capacity = 100000
   executors = 4
-  journal = "journal"            # journal_fsync, journal_fsync_ms, ... too
+  journal = "journal"            # journal_fsync, journal_on_damage, ... too
   log_level = "INFO"
   [tasks]
   expire = "myapp.tasks:expire"
 
-task modules are imported from the current directory and PYTHONPATH.
+task modules are imported from PYTHONPATH and the current directory, unless another user
+can write it (e.g. /tmp): then not, with a warning (docs/operations.md, "Trust").
 The first line on stdout names the service; logs go to stderr.
 Exit status: 0 after a clean stop, 1 if the service cannot start, 2 for bad arguments.
 """
@@ -68,6 +69,7 @@ OPTIONS: dict[str, tuple[type, ...]] = {
     "journal_fsync_ms": (int,),
     "journal_segment_bytes": (int,),
     "journal_keep_hours": (int, float),
+    "journal_on_damage": (str,),
 }
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -109,6 +111,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", type=int, help="timer slots (default 1,000,000)")
     p.add_argument("--executors", type=int, help="executor processes (default nproc - 1)")
     p.add_argument("--journal", metavar="DIR", help="journal directory (docs/journal.md)")
+    p.add_argument(
+        "--journal-on-damage",
+        choices=("refuse", "salvage"),
+        help="a damaged journal: refuse to start (the default; `shmwheel journal repair`), "
+        "or salvage what its intact records prove and move the damaged segments to "
+        "DIR/damaged/",
+    )
     p.add_argument("--config", type=Path, metavar="FILE", help="TOML file of options")
     p.add_argument(
         "--stop-timeout",
@@ -170,7 +179,7 @@ def options(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         raise CommandError(
             "no tasks: give --tasks NAME=module:function ... or a [tasks] table in --config", 2
         )
-    for flag in ("name", "capacity", "executors", "journal"):
+    for flag in ("name", "capacity", "executors", "journal", "journal_on_damage"):
         value = getattr(args, flag)
         if value is not None:
             config[flag] = value
@@ -208,6 +217,24 @@ class _Stopper:
         self.signum = self.signum or signum
 
 
+def _search_cwd() -> None:
+    """Put the working directory on the path (task modules from it, like `python -m`),
+    unless another user can write it: the service processes, maybe root's, would import
+    what that user put there."""
+    cwd = os.getcwd()
+    if cwd in sys.path or "" in sys.path:
+        return
+    st = os.stat(cwd)
+    if st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022:
+        sys.path.insert(0, cwd)
+        return
+    log.warning(
+        "not importing task modules from the working directory %s: other users can "
+        "write it; put their directory on PYTHONPATH if they are there",
+        cwd,
+    )
+
+
 def execute(args: argparse.Namespace) -> int:
     """Run the service until a stop signal; 0 after a clean stop."""
     from .. import TimerService
@@ -219,8 +246,7 @@ def execute(args: argparse.Namespace) -> int:
 
         setup_logging(level, "run")
         os.environ["SHMWHEEL_LOG_LEVEL"] = level  # the service processes log at it too
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`: task modules from the cwd
+    _search_cwd()
     name = opts.pop("name", None)
     try:
         svc = TimerService(name, **opts)

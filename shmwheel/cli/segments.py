@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
+import pwd
 import sys
 from dataclasses import asdict, dataclass
 from textwrap import fill
@@ -21,9 +21,15 @@ LS_EPILOG = """\
 examples:
   shmwheel ls                  NAME, OWNER (the supervisor's pid), STATE, SIZE, ...
   shmwheel ls --json
+  shmwheel ls --all            also what is not a service of this user, and why
 
-STATE is running (its owner is alive), stopping, stale (its owner is gone: `shmwheel clean`
-removes it) or unreadable (not a segment of this shmwheel version; left alone).
+STATE is running (its owner is alive), stopping, or stale (its owner is gone: `shmwheel clean`
+removes it). With --all, also: foreign (another user holds the name: never opened,
+swept or salvaged, and that name is unavailable to this user) and damaged (this user's,
+but not a service segment of this shmwheel: a garbage header, another layout version,
+a wrong size or mode, an odd name, an owner pid no process can have); a USER column
+names each entry's owner and a note under the table says what is wrong. Neither kind is
+ever removed (by hand: rm /dev/shm/shmwheel.NAME, as its owner or root).
 """
 
 CLEAN_EPILOG = """\
@@ -33,22 +39,25 @@ examples:
 
 removes the segment and semaphores of every service of this user whose owner process is
 gone, and semaphores whose segment is gone; a dead service with a journal is first
-salvaged into its journal (docs/journal.md). Running services are never touched.
+salvaged into its journal (docs/journal.md). Running services are never touched, nor
+anything of another user or that is not a service segment (`shmwheel ls --all`).
 """
 
 
 @dataclass
 class ServiceInfo:
-    """One service segment of this user, as ``ls`` shows it."""
+    """One /dev/shm/shmwheel.NAME entry, as ``ls`` shows it (census.Entry for a command)."""
 
     name: str
     owner_pid: int
-    state: str  # running | stopping | stale | unreadable
+    state: str  # running | stopping | stale; with --all also foreign | damaged
     size_bytes: int
     capacity: int | None = None
     executors: int | None = None
     journal: str | None = None
-    problem: str | None = None  # why it is unreadable
+    problem: str | None = None  # why it is foreign or damaged
+    uid: int | None = None
+    user: str | None = None
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -59,12 +68,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="list this user's services on this host",
         description=fill(
             "List the services of this user on this host, from their "
-            "shared-memory segments, with their owner pid and liveness."
+            "shared-memory segments, with their owner pid and liveness; with --all, "
+            "also every other /dev/shm/shmwheel.* entry (another user's, or damaged)."
         ),
         epilog=LS_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.add_argument(
+        "--all",
+        "-a",
+        action="store_true",
+        help="also list entries that are not a service of this user (foreign, damaged)",
+    )
     p.set_defaults(execute=execute_ls, default_log_level="WARNING")
     p = sub.add_parser(
         "clean",
@@ -80,48 +96,35 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(execute=execute_clean, default_log_level="INFO")
 
 
-def scan() -> list[ServiceInfo]:
-    """Every service segment of this user in /dev/shm, sorted by name."""
-    import posix_ipc
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
 
-    from ..errors import LayoutError
-    from ..segment import layout as L
-    from ..segment import shm
+
+def scan(include_all: bool = False) -> list[ServiceInfo]:
+    """This user's services in /dev/shm, sorted by name; with `include_all`, every other
+    ``shmwheel.*`` entry too (foreign or damaged: segment/census.py)."""
+    from ..segment import census
 
     found = []
-    for path in sorted(shm.SHM_DIR.glob(shm.PREFIX + "*")):
-        name = path.name[len(shm.PREFIX) :]
-        try:
-            shm.check_name(name)
-            st = path.stat()
-        except (ValueError, OSError):
+    for e in census.entries():
+        if not (e.service or include_all):
             continue
-        if st.st_uid != os.getuid():
-            continue
-        try:
-            seg = shm.Segment(shm.segment_name(name))
-        except (LayoutError, posix_ipc.Error, OSError):
-            continue  # gone meanwhile
-        try:
-            try:
-                cfg = L.read_config(seg)
-            except LayoutError as e:
-                found.append(ServiceInfo(name, 0, "unreadable", st.st_size, problem=str(e)))
-                continue
-            owner = int(seg.words[L.W_OWNER])
-            stopping = bool(seg.words[L.W_STOPPING])
-        finally:
-            seg.close()
-        state = (
-            "stale"
-            if owner > 0 and not shm.pid_alive(owner)
-            else "stopping"
-            if stopping
-            else "running"
-        )
+        cfg = e.config
         found.append(
             ServiceInfo(
-                name, owner, state, st.st_size, cfg.capacity, cfg.executors, cfg.journal_dir or None
+                e.name,
+                e.owner_pid,
+                e.state,
+                e.size,
+                cfg.capacity if cfg else None,
+                cfg.executors if cfg else None,
+                (cfg.journal_dir or None) if cfg else None,
+                e.problem,
+                e.uid,
+                _user(e.uid),
             )
         )
     return found
@@ -129,51 +132,62 @@ def scan() -> list[ServiceInfo]:
 
 def orphan_semaphores() -> list[str]:
     """This user's service semaphores (file names) whose segment is gone."""
+    from ..segment import census
+
+    return [p.name for p in census.orphan_semaphores()]
+
+
+def _shown(name: str) -> str:
+    """A name as a table shows it: an odd one (a newline, a space) escaped and quoted."""
     from ..segment import shm
 
-    out = []
-    for path in sorted(shm.SHM_DIR.glob("sem." + shm.PREFIX + "*")):
-        service = path.name[len("sem." + shm.PREFIX) :].rsplit(".", 1)[0]
-        try:
-            mine = path.stat().st_uid == os.getuid()
-        except OSError:
-            continue
-        if mine and not (shm.SHM_DIR / (shm.PREFIX + service)).exists():
-            out.append(path.name)
-    return out
+    return name if shm.valid_name(name) else repr(name)
 
 
 def execute_ls(args: argparse.Namespace) -> int:
-    """Print this user's services; 0 even when there are none."""
-    services = scan()
+    """Print this user's services (with --all every entry); 0 even when there are none."""
+    from ..segment.census import SERVICE_STATES
+
+    everything = scan(include_all=True)
+    services = everything if args.all else [s for s in everything if s.state in SERVICE_STATES]
     if args.json:
         json.dump([asdict(s) for s in services], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    skipped = len(everything) - len(services)
     if not services:
         print("no shmwheel services of this user on this host")
-        return 0
-    print(
-        f"{'NAME':<32} {'OWNER':>8} {'STATE':<10} {'SIZE':>10} {'CAPACITY':>10} "
-        f"{'EXEC':>4}  JOURNAL"
-    )
-    for s in services:
+    else:
+        user = f"{'USER':<10} " if args.all else ""
         print(
-            f"{s.name:<32} {s.owner_pid or '-':>8} {s.state:<10} {fmt_bytes(s.size_bytes):>10} "
-            f"{s.capacity if s.capacity is not None else '-':>10} "
-            f"{s.executors if s.executors is not None else '-':>4}  {s.journal or '-'}"
+            f"{'NAME':<32} {user}{'OWNER':>8} {'STATE':<10} {'SIZE':>10} {'CAPACITY':>10} "
+            f"{'EXEC':>4}  JOURNAL"
         )
-    for s in services:
-        if s.problem:
-            log.warning("%s: %s", s.name, s.problem)
+        for s in services:
+            user = f"{s.user or '-':<10} " if args.all else ""
+            print(
+                f"{_shown(s.name):<32} {user}{s.owner_pid or '-':>8} {s.state:<10} "
+                f"{fmt_bytes(s.size_bytes):>10} "
+                f"{s.capacity if s.capacity is not None else '-':>10} "
+                f"{s.executors if s.executors is not None else '-':>4}  {s.journal or '-'}"
+            )
+        for s in services:
+            if s.problem:
+                print(f"  {_shown(s.name)}: {s.problem}")
+    if skipped:
+        log.warning(
+            "%d other /dev/shm/%s* entries are not services of this user (another user's, "
+            "or damaged): `shmwheel ls --all` lists them",
+            skipped,
+            "shmwheel.",
+        )
     return 0
 
 
 def execute_clean(args: argparse.Namespace) -> int:
     """Remove (or with --dry-run list) what services with a dead owner left; 0."""
     from ..journal.salvage import salvage_stale
-    from ..segment import layout as L
-    from ..segment import shm
+    from ..segment import census, shm
 
     stale = [s for s in scan() if s.state == "stale"]
     orphans = orphan_semaphores()
@@ -188,7 +202,7 @@ def execute_clean(args: argparse.Namespace) -> int:
         if not stale and not orphans:
             print("nothing to clean")
         return 0
-    removed = shm.sweep_stale(L.owner_of, salvage_stale)
+    removed = census.sweep_stale(salvage_stale)
     for name in removed:
         print(f"removed {name}")
     for sem in orphans:
@@ -197,7 +211,8 @@ def execute_clean(args: argparse.Namespace) -> int:
     for s in stale:
         if s.name not in removed and (shm.SHM_DIR / (shm.PREFIX + s.name)).exists():
             log.warning(
-                "kept %s: its journal %s is in use (the service starting on it salvages it)",
+                "kept %s: its journal %s is in use or another user's (the service "
+                "starting on it salvages it)",
                 s.name,
                 s.journal,
             )

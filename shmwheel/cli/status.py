@@ -133,6 +133,12 @@ def render(st: dict[str, Any]) -> str:
             f"{j['syncs']:,} syncs (fsync {j['fsync']}), epoch {j['epoch']}, "
             f"{j['recovered']:,} timers recovered at start",
         ]
+        for role, f in j.get("faults", {}).items():
+            lines.append(
+                f"  FAULT      the {role} cannot write: {f['message']} ({f['error']}) since "
+                f"{f['since']} ({f['seconds']:.0f} s), {fmt_bytes(f['held_bytes'])} held in "
+                f"memory; new timers are refused"
+            )
     return "\n".join(lines)
 
 

@@ -21,7 +21,8 @@ import msgpack
 
 from .. import _native as N
 
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # what the reader reads: version 1 has no chain (no prev, END, RETIRED)
 MAGIC = b"SHWJRNL" + bytes([VERSION])
 MAGIC_PREFIX = MAGIC[:7]
 FRAME_BYTES = N.J_FRAME_BYTES
@@ -37,6 +38,11 @@ HEADER, SCHEDULED, CANCELLED, FIRED, OUTCOME = (
     N.J_OUTCOME,
 )
 WATCHED, COMPLETED, EXPIRED = N.J_WATCHED, N.J_COMPLETED, N.J_EXPIRED
+# the chain's records (version 2; encoded here, never by the native core): a segment ends
+# with END (``next``: the file name of its successor, "" when its writer closed it), and a
+# writer that deletes segments records their names in RETIRED, synced, before it unlinks
+END, RETIRED = 8, 9
+CHAIN_KINDS = (END, RETIRED)
 
 #: the fields of each kind, in order, after the kind code itself
 FIELDS: dict[int, tuple[str, ...]] = {
@@ -53,6 +59,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
         "tasks",
         "next_gen",
         "tick_ms",
+        "prev",
     ),
     SCHEDULED: (
         "id",
@@ -71,6 +78,8 @@ FIELDS: dict[int, tuple[str, ...]] = {
     WATCHED: ("id", "t_us", "deadline_ms", "required", "keys", "on_complete", "on_expire", "blob"),
     COMPLETED: ("id", "t_us"),
     EXPIRED: ("id", "t_us"),
+    END: ("t_us", "next"),
+    RETIRED: ("t_us", "names"),
 }
 KIND_NAMES = {
     HEADER: "header",
@@ -81,8 +90,11 @@ KIND_NAMES = {
     WATCHED: "watched",
     COMPLETED: "completed",
     EXPIRED: "expired",
+    END: "end",
+    RETIRED: "retired",
 }
 ARITY = {k: 1 + len(f) for k, f in FIELDS.items()}
+HEADER_V1_ARITY = ARITY[HEADER] - 1  # a version 1 header has no prev
 
 # SCHEDULED flags: the slot's own (contract.h) and the journal's
 FLAG_KEY = N.FLAG_KEY  # the blob is msgpack [key, payload]
@@ -137,10 +149,20 @@ def body(kind: int, *fields: Any) -> bytes:
     return blob
 
 
+def frame(body_: bytes) -> bytes:
+    """One record framed (length, CRC-32, body) by the native framing."""
+    buf = N.JournalBuffer()
+    buf.append(body_)
+    return bytes(memoryview(buf))
+
+
 def as_dict(record: list[Any]) -> dict[str, Any]:
-    """A decoded record as {"kind": name, field: value, ...}."""
+    """A decoded record as {"kind": name, field: value, ...} (a version 1 header gets
+    ``prev`` None: its chain is unknown)."""
     kind = record[0]
     d: dict[str, Any] = {"kind": KIND_NAMES[kind]}
+    if kind == HEADER and len(record) == HEADER_V1_ARITY:
+        record = [*record, None]
     d.update(zip(FIELDS[kind], record[1:], strict=True))
     return d
 

@@ -62,8 +62,9 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
     """Write the pending operations into the fresh segment (after the timers, whose slots
     are `taken`) and watch them on their keys; returns their handles. Raises
     RecoveryError (recovery.py) when this service cannot hold them."""
+    from ..errors import RecoveryError
     from ..service.operations import key_id
-    from .recovery import NO_RING, RecoveryError, store_block
+    from .recovery import NO_RING, store_block
 
     ops = pending.pending()
     if not ops:

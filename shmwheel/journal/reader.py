@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,8 @@ class Segment:
     path: str
     header: dict[str, Any] | None = None
     rejects: list[Reject] = field(default_factory=list)
+    end: dict[str, Any] | None = None  # its END record: the chain goes on at end["next"]
+    retired: list[str] = field(default_factory=list)  # names its RETIRED records list
     size: int = 0
     data: bytes = b""
     rows: np.ndarray = field(default_factory=lambda: np.empty((0, SCAN_WORDS), np.int64))
@@ -108,12 +111,13 @@ def parse_segment(path: str, data: bytes) -> Segment:
         else:
             seg.rejects.append(Reject(path, 0, "not a shmwheel journal segment (bad magic)"))
         return seg
-    if data[7] != F.VERSION:
+    if data[7] not in F.VERSIONS:
         seg.rejects.append(
             Reject(
                 path,
                 7,
-                f"unknown format version {data[7]} (this shmwheel reads version {F.VERSION})",
+                f"unknown format version {data[7]} (this shmwheel reads versions "
+                f"{', '.join(map(str, F.VERSIONS))})",
             )
         )
         return seg
@@ -144,12 +148,18 @@ def parse_segment(path: str, data: bytes) -> Segment:
                 else:
                     seg.rejects.append(Reject(path, off, "a second header"))
                 continue
+            if rec[0] in F.CHAIN_KINDS:  # the chain's records are not lifecycle records
+                _chain(seg, rec, off, i == count - 1)
+                continue
             seg.decoded[off] = rec
             keep[i] = True
     if end in _END:
         seg.rejects.append(Reject(path, at, _END[end]))
+    elif count == 0:  # its magic and nothing more
+        seg.rejects.append(Reject(path, at, "torn: the file ends before its header"))
     # the usual case, a view: at most row 0 (the header) is not a record row
-    rows = rows[0 if keep[0] else 1 :] if keep[1:].all() else rows[keep]
+    if count:
+        rows = rows[0 if keep[0] else 1 :] if keep[1:].all() else rows[keep]
     if seg.header is None and len(rows):
         seg.rejects.append(
             Reject(
@@ -163,6 +173,39 @@ def parse_segment(path: str, data: bytes) -> Segment:
     return seg
 
 
+def frame_after(data: bytes, start: int) -> int | None:
+    """The offset of the first whole frame (a plausible length, its CRC-32 right) that
+    begins after `start`, or None: a torn tail has none after its cut; a bad length word
+    in the middle of a file has the rest of the file's frames after it."""
+    n = len(data) - start - 1 - F.FRAME_BYTES
+    if n <= 0:
+        return None
+    b = np.frombuffer(data, np.uint8, offset=start + 1).astype(np.uint32)
+    lens = b[:n] | b[1 : n + 1] << 8 | b[2 : n + 2] << 16 | b[3 : n + 3] << 24
+    pos = np.arange(n, dtype=np.int64) + start + 1
+    ok = (lens > 0) & (lens <= F.MAX_BODY) & (pos + F.FRAME_BYTES + lens <= len(data))
+    for p in pos[ok][:100_000].tolist():
+        length, crc = int.from_bytes(data[p : p + 4], "little"), data[p + 4 : p + 8]
+        body = data[p + F.FRAME_BYTES : p + F.FRAME_BYTES + length]
+        if zlib.crc32(body).to_bytes(4, "little") == crc:
+            return int(p)
+    return None
+
+
+def _chain(seg: Segment, rec: list[Any], off: int, last: bool) -> None:
+    """An END (only as the segment's last record) or RETIRED record, kept on `seg`."""
+    if rec[0] == F.RETIRED:
+        names = rec[2]
+        if type(names) is list and all(type(n) is str for n in names):
+            seg.retired.extend(names)
+        else:
+            seg.rejects.append(Reject(seg.path, off, "a retired record without file names"))
+    elif not last or seg.end is not None or type(rec[2]) is not str:
+        seg.rejects.append(Reject(seg.path, off, "an end record that is not the last record"))
+    else:
+        seg.end = F.as_dict(rec)
+
+
 def _decode(data: bytes, off: int, seg: Segment) -> list[Any] | None:
     """A record the scanner left to Python (a header, a purgatory record, or a body it
     did not understand), or None with a reject."""
@@ -172,12 +215,15 @@ def _decode(data: bytes, off: int, seg: Segment) -> list[Any] | None:
     except Exception as e:  # noqa: BLE001 (msgpack raises several kinds on garbage)
         seg.rejects.append(Reject(seg.path, off, f"bad msgpack body: {e}"))
         return None
-    if (
-        type(rec) is not list or not rec or F.ARITY.get(rec[0]) != len(rec) or rec[0] in _NATIVE
-    ):  # a native kind the scanner could not decode: malformed
+    known = type(rec) is list and bool(rec) and type(rec[0]) is int
+    arity_ok = known and F.ARITY.get(rec[0]) == len(rec)
+    if known and rec[0] == F.HEADER and len(rec) == F.HEADER_V1_ARITY:
+        arity_ok = seg.data[7] == 1  # a version 1 header has no prev
+    if not arity_ok or rec[0] in _NATIVE:  # a native kind the scanner could not decode
         seg.rejects.append(Reject(seg.path, off, "not a record of a known kind and arity"))
         return None
-    return rec
+    out: list[Any] = rec
+    return out
 
 
 _BLOB_LAST = (F.SCHEDULED, F.WATCHED)  # kinds whose last field is the blob (journal.c)

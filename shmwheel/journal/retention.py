@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +39,10 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import shm
 from . import format as F
+from .check import file_damage
+from .directory import JournalOptions
 from .reader import read_header
-from .writer import JournalOptions, SegmentWriter
+from .writer import SegmentWriter
 
 log = logging.getLogger("shmwheel.journal")
 
@@ -54,6 +57,7 @@ class Retention:
         self.mem = mem
         self.opts = opts
         self.paths: dict[int, str] = {}  # this epoch's coordinator segments by number
+        self.unread: set[str] = set()  # a dead predecessor's: read whole before deleting
         self.next_pass = 0.0
         self.deleted = 0
         for path in F.segment_files(opts.directory):  # a restarted coordinator's map
@@ -67,6 +71,7 @@ class Retention:
             h = read_header(path)
             if h is not None:
                 self.paths[h["seq"]] = path
+                self.unread.add(path)
 
     def next_seq(self) -> int:
         """The next coordinator segment's number (the writer's seq_source)."""
@@ -110,18 +115,12 @@ class Retention:
                 writer.sync()  # the carried records are on disk before anything goes
             log.debug("journal: carried %d live timers up to segment %d", carried, cur)
         mem.header[L.W_JLOW] = low
-        n = self._delete(low, cur)
-        self.deleted += n
-        return n
-
-    def _delete(self, low: int, cur: int) -> int:
-        cutoff = time.time() - self.opts.keep_hours * 3600
-        n = 0
-        for seq in sorted(s for s in self.paths if s < low):
-            if _unlink_if_older(self.paths[seq], cutoff):
-                del self.paths[seq]
-                n += 1
-        return n
+        due = [(s, self.paths[s]) for s in sorted(self.paths) if s < low]
+        gone = retire(writer, due, self.unread)
+        for seq in gone:
+            del self.paths[seq]
+        self.deleted += len(gone)
+        return len(gone)
 
 
 class ReaperFiles:
@@ -132,6 +131,7 @@ class ReaperFiles:
         self.mem = mem
         self.opts = opts
         self.closed: list[tuple[str, int]] = []  # (path, mark), oldest first
+        self.unread: set[str] = set()  # a dead predecessor's: read whole before deleting
         self.current = ""
         self.next_pass = 0.0
         mark = int(mem.header[L.W_JSEQ])
@@ -144,6 +144,7 @@ class ReaperFiles:
                 and not shm.pid_alive(name.pid)
             ):
                 self.closed.append((path, mark))
+                self.unread.add(path)
 
     def opened(self, seq: int, path: str) -> None:
         """The writer's on_open, right after the last write to the previous segment: that
@@ -152,32 +153,60 @@ class ReaperFiles:
             self.closed.append((self.current, int(self.mem.header[L.W_JSEQ])))
         self.current = path
 
-    def tick(self) -> int:
+    def tick(self, writer: SegmentWriter) -> int:
         now = time.monotonic()
         if now < self.next_pass or not self.closed:
             return 0
         self.next_pass = now + PASS_S
         low = int(self.mem.header[L.W_JLOW])
-        cutoff = time.time() - self.opts.keep_hours * 3600
-        keep, n = [], 0
-        for path, mark in self.closed:
-            if mark <= low and _unlink_if_older(path, cutoff):
-                n += 1
-            else:
-                keep.append((path, mark))
-        self.closed = keep
-        return n
+        due = [(p, p) for p, mark in self.closed if mark <= low]
+        gone = set(retire(writer, due, self.unread))
+        self.closed = [(p, mark) for p, mark in self.closed if p not in gone]
+        return len(gone)
 
 
-def _unlink_if_older(path: str, cutoff: float) -> bool:
-    """Delete `path` if its last write is before `cutoff` (True: gone, or gone already)."""
-    try:
-        if os.stat(path).st_mtime > cutoff:
-            return False
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    return True
+_DAMAGED: set[str] = set()  # segments this process found damaged: never deleted
+
+
+def retire(writer: SegmentWriter, files: list[tuple[Any, str]], unread: set[str]) -> list[Any]:
+    """Delete the segments of `files` ((key, path) pairs) whose last write is older than
+    ``keep_hours``, their names first recorded in a RETIRED record of the writer's
+    current segment, synced: the chain then shows them retired, not missing. Nothing is
+    deleted while the writer cannot make that record durable (a disk fault). A file in
+    `unread` (a dead predecessor wrote it) is first read whole: a damaged one is never
+    deleted (a torn tail, its writer's death, is no damage). Returns the keys gone."""
+    cutoff = time.time() - writer.opts.keep_hours * 3600
+    due = []
+    for key, path in files:
+        try:
+            if os.stat(path).st_mtime > cutoff:
+                continue
+        except FileNotFoundError:
+            due.append((key, path))  # gone already (its record was written before)
+            continue
+        if path in _DAMAGED:
+            continue
+        if path in unread:
+            damage = file_damage(path)
+            if damage:
+                log.warning("journal: not deleting %s, it is damaged: %s", path, damage[0])
+                _DAMAGED.add(path)  # kept for good: `shmwheel journal check` shows it
+                continue
+            unread.discard(path)
+        due.append((key, path))
+    if not due:
+        return []
+    writer.append(
+        F.body(F.RETIRED, time.monotonic_ns() // 1000, [os.path.basename(p) for _, p in due])
+    )
+    if not writer.commit():
+        return []
+    for _, path in due:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return [key for key, _ in due]
 
 
 def anchor_installed(mem: L.ServiceMemory, slots: np.ndarray) -> None:

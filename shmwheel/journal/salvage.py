@@ -24,7 +24,8 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import shm
 from . import format as F
-from .writer import SALVAGE_HOLDER, JournalInUse, JournalOptions, SegmentWriter, claim
+from .directory import SALVAGE_HOLDER, JournalInUse, JournalOptions, claim
+from .writer import SegmentWriter
 
 log = logging.getLogger("shmwheel.journal")
 
@@ -88,9 +89,10 @@ def salvage(service: str, directory: str, epoch: int) -> int:
 
 
 def salvage_stale(service: str) -> bool:
-    """``shm.sweep_stale``'s hook: a dead service that kept a journal is salvaged into it
-    before its segment goes, whichever service's start sweeps it. False (keep the
-    segment) when that journal is in use: the service starting on it salvages it."""
+    """``census.sweep_stale``'s hook: a dead service that kept a journal is salvaged into
+    it before its segment goes, whichever service's start sweeps it. False (keep the
+    segment) when that journal is in use or its directory is another user's: the service
+    starting on it salvages it."""
     try:
         mem = L.ServiceMemory.attach(service)
     except (ShmwheelError, OSError, posix_ipc.Error, ValueError):
@@ -99,6 +101,19 @@ def salvage_stale(service: str) -> bool:
     mem.close()
     if not directory or not os.path.isdir(directory):
         return True
+    try:
+        owner = os.stat(directory).st_uid
+    except OSError:
+        return True
+    if owner != os.geteuid():  # never write into a directory of another user: keep it
+        log.warning(
+            "journal %s: not salvaging the dead service %s into it: the directory is "
+            "%s's; the service starting on that journal salvages it",
+            directory,
+            service,
+            shm.user_name(owner),
+        )
+        return False
     try:
         fd = claim(directory, f"{SALVAGE_HOLDER}{service}")
     except JournalInUse:

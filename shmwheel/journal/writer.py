@@ -5,103 +5,64 @@ A writer fills a ``_native.JournalBuffer`` during a batch (the native state mach
 see shmwheel/native/slots.h) and calls ``flush`` before the batch's effects become
 irreversible: one write(2) of the whole buffer, then, by the fsync policy, nothing
 (``none``), an fdatasync by a background thread every ``fsync_ms`` (``interval``, the
-default) or an fdatasync now (``always``). A segment that reaches ``segment_bytes`` is
-synced, closed and followed by a new one; a batch is never split across two files.
+default) or an fdatasync now (``always``). A segment that reaches ``segment_bytes`` ends
+with an END record naming its successor and is followed by it; a batch is never split
+across two files. Each header names its predecessor (``prev``), so a writer's segments
+form a chain that shows a missing one (docs/journal.md, "The chain").
 
-The directory is claimed by the service that writes it with ``claim``: an exclusive
-``flock`` on ``DIR/LOCK``, inherited by its service processes, so the lock is free only
-when every process of that service is gone.
+Faults. A service's coordinator and reaper never stop for their disk: when a write, a
+sync, a truncation or the creation of a file fails (ENOSPC, EDQUOT, EROFS, EIO, a failed
+fsync: any OSError), the writer keeps every byte the disk has not vouched for in memory
+(its *tail*: with ``interval`` that includes what was written but not yet synced, since a
+failed fdatasync may have dropped it), reports the fault in the service header
+(``FAULT_WORDS``: clients then refuse new timers with JournalError, stats() and ``shmwheel
+status`` show it), and every RETRY_S truncates the file back to its last durable byte and
+writes the tail again. Once that succeeds the fault is over, with nothing lost and no
+restart. Timers already accepted run on meanwhile, exactly once and never early: the
+wheel is in shared memory; only their durability waits. The tail is bounded by
+HOLD_BYTES: past it the process takes no new work (``blocked``) until the disk takes
+writes again, so a long outage makes timers late, never lost. A writer without fault
+words (a recovery's, a salvage's) raises JournalError instead: the start fails, clearly.
+Every system call on the files goes through one seam, ``disk.Disk``, where tests inject
+faults.
 """
 
 from __future__ import annotations
 
-import fcntl
+import errno
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from .. import _native as N
-from ..errors import ShmwheelError
-from ..segment.layout import ServiceConfig, ServiceMemory
+from ..errors import JournalError
+from ..segment import contract as C
+from ..segment import layout as L
+from ..segment.layout import ServiceMemory
 from . import format as F
+from .directory import JournalInUse as JournalInUse  # where it was first defined
+from .directory import JournalOptions, options_of
+from .directory import claim as claim
+from .disk import Disk
 
 log = logging.getLogger("shmwheel.journal")
 
-FSYNC_POLICIES = ("none", "interval", "always")
-LOCK_NAME = "LOCK"
-SALVAGE_HOLDER = "salvage of "  # how a salvage names itself in the lock file
-SALVAGE_WAIT_S = 10.0
-
-
-class JournalInUse(ShmwheelError):
-    """Another live service is writing this journal directory."""
-
-
-@dataclass(frozen=True)
-class JournalOptions:
-    """How a service journals (recorded in its segment, read by its writer processes)."""
-
-    directory: str
-    fsync: str = "interval"
-    fsync_ms: int = 100
-    segment_bytes: int = 64 << 20
-    keep_hours: float = 0.0
-    epoch: int = 1
-
-    def __post_init__(self) -> None:
-        if self.fsync not in FSYNC_POLICIES:
-            raise ValueError(
-                f"journal_fsync must be one of {', '.join(FSYNC_POLICIES)}, got {self.fsync!r}"
-            )
-        for what, v, low in (
-            ("journal_fsync_ms", self.fsync_ms, 1),
-            ("journal_segment_bytes", self.segment_bytes, 1 << 16),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{what} must be an integer >= {low}, got {v!r}")
-        if not isinstance(self.keep_hours, (int, float)) or not self.keep_hours >= 0:
-            raise ValueError(f"journal_keep_hours must be a number >= 0, got {self.keep_hours!r}")
-
-
-def claim(directory: str, service: str) -> int:
-    """Create the journal directory if need be and lock it for `service`; returns the
-    lock's file descriptor (keep it open, pass it to the service processes). Raises
-    JournalInUse naming the service that holds it."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    path = os.path.join(directory, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    start = time.monotonic()
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-            # another service's start salvaging a dead one into this journal holds it
-            # for a moment: wait for that (and a little for a holder that has not yet
-            # written its name), not for a live service
-            waited = time.monotonic() - start
-            if waited < (SALVAGE_WAIT_S if holder.startswith(SALVAGE_HOLDER) else 0.5):
-                time.sleep(0.01)
-                continue
-            os.close(fd)
-        raise JournalInUse(
-            f"journal {directory} is being written by another service "
-            f"({holder}): stop it first, or give this service another "
-            f"journal directory"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"service {service}, supervisor pid {os.getpid()}\n".encode(), 0)
-    return fd
+RETRY_S = 0.2  # how often a writer through a fault tries to write what it holds
+ROTATE_RETRY_S = 1.0  # how often a rotation whose new file could not be created retries
+HOLD_BYTES = 64 << 20  # the most a writer holds through a fault before it stops taking work
+# a writer's fault words in the service header (from L.W_JFAULT_COORDINATOR / _REAPER)
+FW_ERRNO, FW_SINCE_MS, FW_HELD = 0, 1, 2
 
 
 class SegmentWriter:
-    """Appends framed records to this process's segment files."""
+    """Appends framed records to this process's segment files, and holds them in memory
+    through a disk fault (module doc, "Faults")."""
 
     def __init__(
         self,
@@ -114,10 +75,16 @@ class SegmentWriter:
         counters: np.ndarray | None = None,
         seq_source: Callable[[], int] | None = None,
         on_open: Callable[[int, str], None] | None = None,
+        fault_words: np.ndarray | None = None,
+        disk: Disk | None = None,
+        gen_source: Callable[[], int] | None = None,
     ) -> None:
         """`seq_source` numbers the segments (default 1, 2, ... for this writer; the
         coordinator's come from the segment header, so that a restarted coordinator goes
-        on counting); `on_open(seq, path)` is told of each new segment."""
+        on counting); `on_open(seq, path)` is told of each new segment. With
+        `fault_words` (a service process's writer: its three fault words of the header) a write
+        that fails is held and retried; without, it raises JournalError. `gen_source`
+        gives each new header's next_gen (a bound on every id issued before it opened)."""
         if role not in F.ROLE_CODES:
             raise ValueError(f"unknown journal writer role {role!r}")
         self.opts = opts
@@ -128,18 +95,32 @@ class SegmentWriter:
         self.next_gen = next_gen
         self.counters = counters  # this writer's counter row (bytes, syncs), if any
         self.buffer = N.JournalBuffer()
-        self._lock = threading.Lock()  # the file descriptor against the sync thread
+        self.disk = disk if disk is not None else Disk(role)
+        self._lock = threading.Lock()  # the file and the tail, against the sync thread
+        # Ground rules (under _lock): the current file's first `_durable` bytes are on
+        # disk as the policy wants them (synced; with "none", written); `_tail` holds
+        # every byte after them that belongs in the file, in order. Without a fault the
+        # file is exactly those two. With one (`fault` set) the file's end past
+        # `_durable` is unknown: the repair truncates it there and writes the tail again.
         self._fd = -1
-        self._size = 0
+        self._durable = 0
+        self._tail = bytearray()
+        self._dirty = False  # written and not yet synced
         self._seq = 0
         self._seq_source = seq_source
         self._on_open = on_open
+        self._gen_source = gen_source
         self.seq = 0  # the current segment's number
-        self._dirty = False
         self.path = ""
+        self._prev = "" if role == "recovery" else _newest(opts, role)
+        self.fault: OSError | None = None  # the call that failed, while the fault lasts
+        self.fault_since = 0.0  # time.time() when it began
+        self._retry_at = 0.0
+        self._rotate_at = 0.0  # when a rotation that could not create its file retries
+        self._fault_words = fault_words
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._open()
+        self._begin_segment(self._next_name())
         if opts.fsync == "interval":
             self._thread = threading.Thread(
                 target=self._sync_loop, daemon=True, name="shmwheel-journal-sync"
@@ -147,67 +128,128 @@ class SegmentWriter:
             self._thread.start()
 
     # -- files ----------------------------------------------------------------------
-    def _open(self) -> None:
+    def _next_name(self) -> tuple[str, int, int]:
+        """(path, monotonic µs, wall µs) of a segment begun now."""
         mono_us, wall_us = F.clock_pair_us()
         name = F.SegmentName(self.opts.epoch, wall_us, self.role, os.getpid())
-        self.path = os.path.join(self.opts.directory, name.filename())
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        return os.path.join(self.opts.directory, name.filename()), mono_us, wall_us
+
+    def _begin_segment(self, at: tuple[str, int, int], fd: int = -1) -> None:
+        """Make `at` (its file `fd` if created already) the current segment: its magic
+        and header go at the front of the tail, then to the file, synced."""
+        path, mono_us, wall_us = at
         self._seq += 1
         if self._seq_source is not None:
             self._seq = self._seq_source()
-        header = N.JournalBuffer()
-        header.append(
-            F.body(
-                F.HEADER,
-                F.VERSION,
-                F.ROLE_CODES[self.role],
-                os.getpid(),
-                self.service,
-                self.opts.epoch,
-                self._seq,
-                mono_us,
-                wall_us,
-                F.boot_id(),
-                self.tasks,
-                self.next_gen,
-                self.tick_ms,
-            )
+        if self._gen_source is not None:
+            self.next_gen = self._gen_source()
+        header = F.body(
+            F.HEADER,
+            F.VERSION,
+            F.ROLE_CODES[self.role],
+            os.getpid(),
+            self.service,
+            self.opts.epoch,
+            self._seq,
+            mono_us,
+            wall_us,
+            F.boot_id(),
+            self.tasks,
+            self.next_gen,
+            self.tick_ms,
+            self._prev,
         )
-        data = F.MAGIC + bytes(memoryview(header))
-        _write_all(fd, data)
-        if self.opts.fsync != "none":  # the file and its name survive a host crash
-            os.fdatasync(fd)
-            _sync_dir(self.opts.directory)
-        self._fd, self._size, self.seq = fd, len(data), self._seq
+        self.path, self.seq, self._fd, self._durable = path, self._seq, fd, 0
+        self._tail[0:0] = F.MAGIC + F.frame(header)
         if self._on_open is not None:
             self._on_open(self._seq, self.path)
+        try:
+            self._write_tail()
+        except OSError as e:
+            self._failed(e)
+
+    def _write_tail(self) -> None:
+        """Put the tail in the file right after its durable bytes, and make it durable:
+        the way a new segment's header and the bytes a fault held reach the disk."""
+        new = self._fd < 0
+        if new:
+            self._fd = self.disk.create(self.path)
+        self.disk.truncate(self._fd, self._durable, self.path)
+        self.disk.write_all(self._fd, self._tail, self.path)
+        if self.opts.fsync != "none":
+            self.disk.fdatasync(self._fd, self.path)
+            if new or self._durable == 0:  # a new file's name survives a host crash
+                self.disk.sync_dir(self.opts.directory)
+            self._count(N.C_JOURNAL_SYNCS, 1)
+        self._durable += len(self._tail)
+        self._tail.clear()
+        self._dirty = False
 
     def _rotate(self) -> None:
-        old = self._fd
-        if self.opts.fsync != "none":
-            os.fdatasync(old)
-        os.close(old)
-        self._open()
+        """End the segment with an END naming its successor (synced) and go on in the
+        successor. One that cannot be created leaves us in this one for a second more;
+        an END that cannot be written is a fault (the repair cuts what got in)."""
+        if self._dirty and self.opts.fsync != "none":
+            self._sync_locked()
+        if self.fault is not None or time.monotonic() < self._rotate_at:
+            return
+        at = self._next_name()
+        try:
+            fd = self.disk.create(at[0])
+        except OSError as e:
+            self._rotate_at = time.monotonic() + ROTATE_RETRY_S
+            log.warning(
+                "journal %s: cannot begin a new segment (%s); going on in %s",
+                self.opts.directory,
+                e,
+                os.path.basename(self.path),
+            )
+            return
+        end = F.frame(F.body(F.END, time.monotonic_ns() // 1000, os.path.basename(at[0])))
+        try:
+            self.disk.write_all(self._fd, end, self.path)
+            if self.opts.fsync != "none":
+                self.disk.fdatasync(self._fd, self.path)
+        except OSError as e:
+            os.close(fd)
+            _unlink_quietly(at[0])
+            self._failed(e)
+            return
+        os.close(self._fd)
+        self._prev = os.path.basename(self.path)
+        self._begin_segment(at, fd)
 
     # -- writing --------------------------------------------------------------------
     def flush(self) -> int:
         """Write what the buffer holds (one write), sync by the policy, clear it; returns
-        the bytes written."""
+        the bytes taken. Through a fault the bytes are held, and a repair is tried at
+        most every RETRY_S (so call it now and then even with nothing to write)."""
         buf = self.buffer
         n = len(buf)
-        if n == 0:
+        if n == 0 and self.fault is None:
             return 0
         buf.check()
         with self._lock:
-            _write_all(self._fd, buf)
-            self._size += n
-            self._dirty = True
-            if self.opts.fsync == "always":
-                os.fdatasync(self._fd)
-                self._dirty = False
-                self._count(N.C_JOURNAL_SYNCS, 1)
-            if self._size >= self.opts.segment_bytes:
-                self._rotate()
+            if n and self.fault is None:
+                try:
+                    self.disk.write_all(self._fd, buf, self.path)
+                except OSError as e:
+                    self._tail += buf
+                    self._failed(e)
+                else:
+                    if self.opts.fsync == "none":
+                        self._durable += n
+                    else:
+                        self._tail += buf
+                        self._dirty = True
+                        if self.opts.fsync == "always":
+                            self._sync_locked()
+                    if self._durable + len(self._tail) >= self.opts.segment_bytes:
+                        self._rotate()
+            elif n:
+                self._tail += buf
+            if self.fault is not None:
+                self._retry()
         buf.clear()
         self._count(N.C_JOURNAL_BYTES, n)
         return n
@@ -216,66 +258,166 @@ class SegmentWriter:
         """Add one record encoded by format.body (flushed by the next flush)."""
         self.buffer.append(body)
 
+    def commit(self) -> bool:
+        """Flush and sync now; True iff everything recorded so far is durable (what a
+        writer checks before it deletes a file its records make unneeded)."""
+        self.flush()
+        self.sync()
+        return self.fault is None
+
     def _count(self, word: int, n: int) -> None:
         if self.counters is not None:
             self.counters[word] += n
 
+    def _sync_locked(self) -> None:
+        try:
+            self.disk.fdatasync(self._fd, self.path)
+        except OSError as e:
+            self._failed(e)  # what the sync could not vouch for is written again
+            return
+        self._durable += len(self._tail)
+        self._tail.clear()
+        self._dirty = False
+        self._count(N.C_JOURNAL_SYNCS, 1)
+
     def sync(self) -> None:
+        """fdatasync what was written since the last (or, through a fault, try a repair)."""
         with self._lock:
-            if self._fd >= 0 and self._dirty:
-                os.fdatasync(self._fd)
-                self._dirty = False
-                self._count(N.C_JOURNAL_SYNCS, 1)
+            if self.fault is not None:
+                self._retry()
+            elif self._fd >= 0 and self._dirty and self.opts.fsync != "none":
+                self._sync_locked()
 
     def _sync_loop(self) -> None:
         while not self._stop.wait(self.opts.fsync_ms / 1000):
-            try:
-                self.sync()
-            except OSError as e:  # a full or failing disk: say so, keep trying
-                log.error("journal %s: fdatasync failed: %s", self.path, e)
+            self.sync()
+
+    # -- faults -----------------------------------------------------------------------
+    @property
+    def held(self) -> int:
+        """Bytes held in memory because the disk did not take them (0 without a fault)."""
+        return len(self._tail) if self.fault is not None else 0
+
+    @property
+    def blocked(self) -> bool:
+        """Holding HOLD_BYTES or more: the process takes no new work until the disk
+        takes writes again (the coordinator drains no ring, the reaper fires nothing)."""
+        return self.fault is not None and len(self._tail) >= HOLD_BYTES
+
+    def _failed(self, e: OSError) -> None:
+        """A call on the file failed: a service's writer holds and reports; any other
+        raises JournalError."""
+        if self._fault_words is None:
+            raise JournalError(
+                f"journal {self.opts.directory}: cannot write {os.path.basename(self.path)}: "
+                f"{e.strerror or e} ({errno.errorcode.get(e.errno or 0, e.errno)})"
+            ) from e
+        if self.fault is None:
+            self.fault_since = time.time()
+            log.error(
+                "journal %s: the %s cannot write %s: %s; holding its records in memory "
+                "(at most %d MiB) and retrying every %.1f s; new timers are refused until "
+                "then",
+                self.opts.directory,
+                self.role,
+                os.path.basename(self.path),
+                e,
+                HOLD_BYTES >> 20,
+                RETRY_S,
+            )
+            self._retry_at = time.monotonic() + RETRY_S
+        self.fault = e.with_traceback(None)  # keeps no frame (nor a view of a buffer)
+        self._publish()
+
+    def _retry(self) -> None:
+        if time.monotonic() < self._retry_at:
+            self._publish()
+            return
+        self._retry_at = time.monotonic() + RETRY_S
+        held, since = len(self._tail), self.fault_since
+        try:
+            self._write_tail()
+        except OSError as e:
+            self.fault = e.with_traceback(None)
+            self._publish()
+            return
+        self.fault = None
+        self._publish()
+        log.warning(
+            "journal %s: the %s writes again after %.1f s; the %d bytes it held are on disk",
+            self.opts.directory,
+            self.role,
+            time.time() - since,
+            held,
+        )
+        if self._durable >= self.opts.segment_bytes:
+            self._rotate()
+
+    def _publish(self) -> None:
+        """The fault in the service header, for clients, stats() and the supervisor."""
+        words = self._fault_words
+        if words is None:
+            return
+        e = self.fault
+        words[FW_HELD] = self.held
+        words[FW_SINCE_MS] = int(self.fault_since * 1000) if e is not None else 0
+        words[FW_ERRNO] = (e.errno or -1) if e is not None else 0
 
     def close(self) -> None:
-        """Flush, sync (unless the policy is none) and close."""
+        """Flush, end the segment with an END (synced unless the policy is none) and
+        close. Through a fault that a last try does not repair, what is held is lost
+        with this process: logged as an error."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._fd < 0:
-            return
         self.flush()
-        if self.opts.fsync != "none":
-            self.sync()
         with self._lock:
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                if self.fault is not None:
+                    self._retry_at = 0.0
+                    self._retry()
+                if self.fault is None and self._fd >= 0:
+                    self._tail += F.frame(F.body(F.END, time.monotonic_ns() // 1000, ""))
+                    try:
+                        self._write_tail()
+                    except OSError as e:
+                        self._failed(e)
+                if self.fault is not None:
+                    log.error(
+                        "journal %s: the %s closes with %d bytes it could not write (%s): "
+                        "the events they record are not on disk",
+                        self.opts.directory,
+                        self.role,
+                        len(self._tail),
+                        self.fault,
+                    )
+            finally:
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
 
 
-def _write_all(fd: int, data: bytes | N.JournalBuffer) -> None:
-    view = memoryview(data)
-    while len(view):
-        view = view[os.write(fd, view) :]
-
-
-def _sync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+def _newest(opts: JournalOptions, role: str) -> str:
+    """The newest segment of `role` in this epoch (a dead predecessor's): a restarted
+    writer's first segment names it as its prev."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        names = os.listdir(opts.directory)
+    except OSError:
+        return ""
+    mine = [
+        n
+        for n in names
+        if (s := F.SegmentName.parse(n)) is not None and s.epoch == opts.epoch and s.role == role
+    ]
+    return max(mine) if mine else ""
 
 
-def options_of(cfg: ServiceConfig) -> JournalOptions | None:
-    """The journal options a service's config records (None: no journal)."""
-    if not cfg.journal_dir:
-        return None
-    return JournalOptions(
-        cfg.journal_dir,
-        cfg.journal_fsync,
-        cfg.journal_fsync_ms,
-        cfg.journal_segment_bytes,
-        cfg.journal_keep_hours,
-        cfg.journal_epoch,
-    )
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def service_writer(
@@ -290,6 +432,7 @@ def service_writer(
     opts = options_of(mem.config)
     if opts is None:
         return None
+    first = L.W_JFAULT_COORDINATOR if role == "coordinator" else L.W_JFAULT_REAPER
     w = SegmentWriter(
         opts,
         role,
@@ -299,6 +442,50 @@ def service_writer(
         counters=mem.counters[row],
         seq_source=seq_source,
         on_open=on_open,
+        fault_words=mem.header[first : first + L.JFAULT_WORDS],
+        # every slot's generation only grows: above them all is above every id issued so
+        # far, so a recovery never issues an id again whose records were all retired
+        gen_source=lambda: int(C.gs_gen(mem.nodes()[:, C.F_GS]).max()) + 1,
+        disk=Disk(role, mem.header[L.W_JINJECT : L.W_JINJECT + 1]),
     )
     mem.bind_tables().set_journal(w.buffer)
     return w
+
+
+def read_faults(mem: ServiceMemory) -> dict[str, dict[str, Any]]:
+    """The journal faults in force, by writer role, from the service header: errno and
+    its name and text, since when (wall clock, ISO 8601, and seconds ago), bytes held."""
+    out = {}
+    for role, first in (
+        ("coordinator", L.W_JFAULT_COORDINATOR),
+        ("reaper", L.W_JFAULT_REAPER),
+    ):
+        code, since_ms, held = (int(w) for w in mem.header[first : first + L.JFAULT_WORDS])
+        if not code:
+            continue
+        out[role] = {
+            "errno": code,
+            "error": errno.errorcode.get(code, str(code)),
+            "message": os.strerror(code),
+            "since": datetime.fromtimestamp(since_ms / 1000, UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "seconds": max(0.0, time.time() - since_ms / 1000),
+            "held_bytes": held,
+        }
+    return out
+
+
+def refusal(mem: ServiceMemory) -> JournalError:
+    """The JournalError a client raises while the journal has a fault (what, where, since
+    when, and what still holds)."""
+    faults = read_faults(mem)
+    what = "; ".join(
+        f"the {role} cannot write: {f['message']} ({f['error']}) since {f['since']}"
+        for role, f in faults.items()
+    )
+    return JournalError(
+        f"journal {mem.config.journal_dir}: {what or 'a write failed'}. New timers are "
+        f"refused until the disk takes writes again (free space, or make it writable); "
+        f"timers already accepted still run, and are written once it does"
+    )

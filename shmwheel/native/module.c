@@ -10,6 +10,7 @@
 extern PyMethodDef shmwheel_wheel_methods[];
 extern PyMethodDef shmwheel_slot_methods[];
 extern PyMethodDef shmwheel_purgatory_methods[];
+extern PyMethodDef shmwheel_payload_methods[];
 int shmwheel_add_types(PyObject *m);
 int shmwheel_add_journal_type(PyObject *m);
 
@@ -29,6 +30,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddFunctions(m, shmwheel_wheel_methods) < 0) goto fail;
     if (PyModule_AddFunctions(m, shmwheel_slot_methods) < 0) goto fail;
     if (PyModule_AddFunctions(m, shmwheel_purgatory_methods) < 0) goto fail;
+    if (PyModule_AddFunctions(m, shmwheel_payload_methods) < 0) goto fail;
     if (shmwheel_add_types(m) < 0) goto fail;
     if (shmwheel_add_journal_type(m) < 0) goto fail;
     EXPORT(H_MAGIC); EXPORT(H_VERSION); EXPORT(H_CAPACITY); EXPORT(H_LEVELS);

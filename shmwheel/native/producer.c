@@ -11,7 +11,10 @@
  * The caches are refilled in batches by the Python method `_restock` (segment lock).
  *
  * cancel() is slot_cancel's compare-and-swap; when it wins it publishes (handle, handle ^
- * CHECK_CANCEL) so the coordinator unlinks and frees the slot within its next drain.
+ * CHECK_CANCEL) so the coordinator unlinks and frees the slot within its next drain. A
+ * handle is bound to the service instance its client was bound to: one of another service
+ * (or of an earlier run of the same name) is refused with ValueError before anything
+ * changes (handle_id). A bare int id is taken as given.
  *
  * Threads: nothing here releases the GIL, so one Client may be shared by the threads of
  * its process; the Python callbacks (_restock, _bell, ...) are made between, never inside,
@@ -33,6 +36,7 @@
 
 static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms;
 static PyObject *s_schedule_slow, *s_schedule_checked, *s_restock, *s_bell, *s_check;
+static PyObject *s_refuse_foreign;
 
 i64 producer_now_ns(void) {
     struct timespec ts;
@@ -153,7 +157,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
     if (!delay || (deadline && deadline != Py_None) || (key && key != Py_None) ||
             (every && every != Py_None) || !PyUnicode_CheckExact(task))
         goto slow;
-    if (!producer_ready(p)) goto slow;
+    if (!producer_accepting(p)) goto slow;
     PyObject *tid_obj = PyDict_GetItemWithError(p->task_ids, task);
     if (!tid_obj) {
         if (PyErr_Occurred()) return NULL;
@@ -176,6 +180,11 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         }
         Py_ssize_t len = PyBytes_GET_SIZE(blob);
         const char *bytes = PyBytes_AS_STRING(blob);
+        if (payload_problem(bytes, len)) {   /* the executor could not decode it: the slow
+                                               path refuses it (segment/payload.py) */
+            Py_DECREF(blob);
+            goto slow;
+        }
         if (len <= INLINE_MAX) {
             u64 v = 0;
             memcpy(&v, bytes, (size_t)len);   /* little-endian, as contract.py packs it */
@@ -219,8 +228,24 @@ slow:
 }
 
 /* ---- cancel --------------------------------------------------------------------- */
-static int handle_id(PyObject *o, i64 *h) {
+/* The id to cancel. A handle must be of this client's service instance: its client is p
+ * (a pointer compare: the common case, handle.cancel() and client.cancel(handle)), or
+ * another client bound to the same segment instance (the instance words they copied at
+ * bind are equal). Anything else is refused, with the message of Client._refuse_foreign
+ * (it names both services), before any slot is touched: the same id in another service
+ * is another timer. A bare int is taken as given (which service an id belongs to is the
+ * caller's business). */
+static int handle_id(Producer *p, PyObject *o, i64 *h) {
     if (PyObject_TypeCheck(o, &HandleType)) {
+        PyObject *owner = ((Handle *)o)->client;
+        if (owner != (PyObject *)p && !(owner && PyObject_TypeCheck(owner, &ProducerType) &&
+                                        ((Producer *)owner)->instance == p->instance)) {
+            PyObject *r = PyObject_CallMethodOneArg((PyObject *)p, s_refuse_foreign, o);
+            Py_XDECREF(r);   /* it raises; if it did not, still refuse */
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "a handle of another service");
+            return -1;
+        }
         *h = ((Handle *)o)->id;
         return 0;
     }
@@ -256,6 +281,13 @@ int producer_ready(Producer *p) {
     return !p->closed && !p->forked && p->holds.n && !relaxed_load(&p->header[p->w_stopping]);
 }
 
+/* W_JREFUSE is written by the supervisor and only read here, relaxed: a schedule that
+ * races the gate closing is accepted, as one just before it would have been (the writers
+ * hold its records like any other through the fault) */
+int producer_accepting(Producer *p) {
+    return producer_ready(p) && !relaxed_load(&p->header[p->w_refuse]);
+}
+
 int producer_usable(Producer *p) {
     if (producer_ready(p)) return 1;
     PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, s_check);   /* raises */
@@ -267,7 +299,7 @@ int producer_usable(Producer *p) {
 PyObject *producer_cancel(PyObject *self, PyObject *arg) {
     Producer *p = (Producer *)self;
     i64 h;
-    if (!producer_usable(p) || handle_id(arg, &h) < 0) return NULL;
+    if (!producer_usable(p) || handle_id(p, arg, &h) < 0) return NULL;
     int code = cancel_one(p, h);
     if (code < 0) return NULL;
     return PyBool_FromLong(code == CANCEL_WON);
@@ -297,11 +329,11 @@ static PyObject *prod_cancel_many(Producer *p, PyObject *const *args, Py_ssize_t
 static PyObject *prod_bind(Producer *p, PyObject *args) {
     PyObject *wheel, *side, *arena, *adata, *ring, *counters, *header, *task_ids, *encode;
     PyObject *htype;
-    long long ring_index, w_sleeping, w_stopping, max_delay, batch;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLLLLLO!OO!:_bind", &wheel, &side, &arena, &adata,
+    long long ring_index, w_sleeping, w_stopping, max_delay, batch, instance, w_refuse;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLLLLO!OO!LL:_bind", &wheel, &side, &arena, &adata,
                           &ring, &counters, &header, &ring_index, &w_sleeping, &w_stopping,
                           &max_delay, &batch, &PyDict_Type, &task_ids, &encode, &PyType_Type,
-                          &htype))
+                          &htype, &instance, &w_refuse))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)htype, &HandleType))
         return PyErr_Format(PyExc_TypeError, "handle type must derive from Handle");
@@ -327,6 +359,8 @@ static PyObject *prod_bind(Producer *p, PyObject *args) {
     p->w_sleeping = w_sleeping;
     p->w_stopping = w_stopping;
     p->max_delay_ms = max_delay;
+    p->instance = instance;
+    p->w_refuse = w_refuse;
     p->batch = batch < 1 ? 1 : batch > CACHE_MAX ? CACHE_MAX : batch;
     p->scheduled = relaxed_load(&p->counters[C_SCHEDULED]);
     p->cancelled = relaxed_load(&p->counters[C_CANCELLED]);
@@ -383,7 +417,9 @@ static PyMethodDef prod_methods[] = {
     {"cancel", (PyCFunction)producer_cancel, METH_O,
      "cancel(handle) -> bool\n\nTrue iff the timer will never run (a compare-and-swap on "
      "its slot: a racing fire and this cancel have exactly one winner). For a repeating "
-     "timer with a run in flight: False, and it will not run again."},
+     "timer with a run in flight: False, and it will not run again. `handle` is a "
+     "TimerHandle or Operation of this service (ValueError for one of another service, "
+     "or of an earlier run of this name: nothing is cancelled), or an int id."},
     {"_cancel_many", (PyCFunction)(void (*)(void))prod_cancel_many, METH_FASTCALL, NULL},
     PRODUCER_OPS_METHODS
     {"_bind", (PyCFunction)prod_bind, METH_VARARGS, NULL},
@@ -394,6 +430,8 @@ static PyMethodDef prod_methods[] = {
 static PyMemberDef prod_members[] = {
     {"_closed", T_BOOL, offsetof(Producer, closed), 0, NULL},
     {"_forked", T_BOOL, offsetof(Producer, forked), 0, NULL},
+    {"_instance", T_LONGLONG, offsetof(Producer, instance), READONLY,
+     "The instance word of the segment this client was bound to (0 before)."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -416,7 +454,7 @@ int shmwheel_add_client_types(PyObject *m) {
         {&s_delay_ms, "delay_ms"}, {&s_deadline_ms, "deadline_ms"}, {&s_key, "key"},
         {&s_every_ms, "every_ms"},
         {&s_schedule_slow, "_schedule_slow"}, {&s_schedule_checked, "_schedule_checked"}, {&s_restock, "_restock"}, {&s_bell, "_bell"},
-        {&s_check, "_check"},
+        {&s_check, "_check"}, {&s_refuse_foreign, "_refuse_foreign"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].s = PyUnicode_InternFromString(names[i].v))) return -1;

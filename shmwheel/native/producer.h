@@ -21,7 +21,13 @@ typedef struct {
     i64 *header;          /* the segment header (nheader words) */
     Py_ssize_t nheader;
     i64 w_sleeping, w_stopping;
+    i64 w_refuse;           /* header word: nonzero while the journal cannot keep new
+                               timers durable (layout.py W_JREFUSE): schedule and watch
+                               take the slow path, which raises JournalError */
     i64 ring_index, max_delay_ms, batch;
+    i64 instance;           /* the segment's instance word (layout.py, W_INSTANCE), copied
+                               at bind: a handle of a client whose word differs belongs to
+                               another service, or another run of this one (producer.c) */
     i64 scheduled, cancelled;
     int closed, forked;
     int ncache, nblocks;
@@ -57,6 +63,7 @@ i64 producer_now_ns(void);                                        /* CLOCK_MONOT
  * up); 0 for anything else (the slow path raises what the API says) */
 int producer_due(Producer *p, PyObject *delay, i64 *now_ns, i64 *due);
 int producer_ready(Producer *p);    /* open, bound, not forked, the service not stopping */
+int producer_accepting(Producer *p);   /* producer_ready, and new timers not refused */
 int producer_usable(Producer *p);  /* producer_ready, or 0 with the API's exception set */
 int producer_call0(Producer *p, PyObject *name);   /* p.name(); -1 if it raised */
 int producer_restock(Producer *p);                 /* p._restock(): refill the caches */
@@ -71,6 +78,10 @@ int producer_push(Producer *p, i64 h, i64 check);   /* 1 if it fit on the ring *
  * raised (the slot taken back) */
 int producer_submit(Producer *p, i64 h, i64 meta, i64 word, i64 deadline);
 PyObject *producer_new_handle(Producer *p, PyTypeObject *type, i64 h, i64 deadline);
+
+/* payload.c: why a Packer's blob would not decode in the executor (a map key that is not
+ * a str or bin: msgpack's strict_map_key), or NULL if it would */
+const char *payload_problem(const char *blob, Py_ssize_t n);
 
 /* producer_slow.c: the private methods the Python slow paths build on */
 int producer_bound(Producer *p);   /* 0 with ValueError set if the client is closed */

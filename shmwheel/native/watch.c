@@ -2,14 +2,15 @@
  * (purgatory.c holds the design; this is its calling side), and a key's id.
  *
  * The common call runs here: keys a list or tuple of at most FAST_KEYS str, bytes or int
- * keys; tasks named or None; `required` and `amount` ints; a payload msgpack encodes; the
- * whole block within one arena block. Its keys are encoded and hashed, its block and watch
- * entries written under the segment lock taken here (op_store), and its slot submitted on
- * the client's ring as schedule() submits a timer. Anything else, and every refusal, goes
- * to the Python methods _watch_slow / _check_and_complete_slow (service/operations.py)
- * with the arguments as given: they validate and raise what the API promises, so the
- * native path never decides an error. Keys have one encoder, key_encode below: Python's
- * operations.key_id is this file's key_id.
+ * keys; tasks named or None; `required` and `amount` ints; a payload msgpack encodes and
+ * the executor can decode (payload.c); the whole block within one arena block. Its keys
+ * are encoded and hashed, its block and watch entries written under the segment lock taken
+ * here (op_store), and its slot submitted on the client's ring as schedule() submits a
+ * timer. Anything else, and every refusal, goes to the Python methods _watch_slow /
+ * _check_and_complete_slow (service/operations.py) with the arguments as given: they
+ * validate and raise what the API promises, so the native path never decides an error.
+ * Keys have one encoder, key_encode below: Python's operations.key_id is this file's
+ * key_id.
  *
  * The segment lock from C. Its halves are shm.Locked's: the process's thread lock (the
  * threads of one process share the flock, so it cannot exclude them), then flock on the
@@ -239,7 +240,8 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     PyObject *on_complete = Py_None, *on_expire = Py_None, *payload = Py_None;
     PyObject *required = NULL, *blob = NULL;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs != 2 || !fast_ok(p)) goto slow;
+    /* a new operation, like a new timer, is refused while the journal cannot keep it */
+    if (nargs != 2 || !fast_ok(p) || !producer_accepting(p)) goto slow;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[nargs + i];
         if (k == s_on_complete) on_complete = v;
@@ -273,9 +275,11 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     const char *pb = "\xc0";                                /* nil */
     Py_ssize_t pn = 1;
     if (payload != Py_None) {
-        if (!(blob = PyObject_CallOneArg(p->encode, payload)) || !PyBytes_Check(blob)) {
+        if (!(blob = PyObject_CallOneArg(p->encode, payload)) || !PyBytes_Check(blob) ||
+                payload_problem(PyBytes_AS_STRING(blob), PyBytes_GET_SIZE(blob))) {
             Py_XDECREF(blob);
-            PyErr_Clear();   /* the Python path raises the API's error */
+            PyErr_Clear();   /* the Python path raises the API's error (for a payload the
+                                executor could not decode too: payload.c) */
             goto slow;
         }
         pb = PyBytes_AS_STRING(blob);

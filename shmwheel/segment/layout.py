@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import secrets
 import time
 from dataclasses import asdict, dataclass
 
@@ -37,8 +38,8 @@ from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433035  # "SHWSVC05"
-LAYOUT_VERSION = 5
+MAGIC = 0x5348575356433036  # "SHWSVC06"
+LAYOUT_VERSION = 6
 OUTQ_CAPACITY = 8192  # records of each client's outcome ring: waiters notified exactly at once
 HEADER_WORDS = 64
 META_BYTES = 16384
@@ -62,6 +63,16 @@ W_JSEQ = 14  # the journal's next coordinator segment number (the coordinator's)
 W_JLOW = 15  # the oldest coordinator segment still holding a live timer
 W_RESTARTS_COORDINATOR = 16  # restarts of each role, counted by the supervisor
 W_RESTARTS_REAPER = 17
+W_INSTANCE = 18  # random, drawn at create: which instance of its name this segment is
+# the journal's faults (shmwheel/journal/writer.py, "Faults"): three words per writer
+# (errno, since in wall ms, bytes held; all 0 while it writes), each written only by that
+# writer; W_JREFUSE, written only by the supervisor, is 1 while either has a fault: the
+# clients' schedule and watch paths read it and refuse with JournalError
+W_JFAULT_COORDINATOR = 24  # .. 26
+W_JFAULT_REAPER = 27  # .. 29
+JFAULT_WORDS = 3
+W_JREFUSE = 30
+W_JINJECT = 31  # the fault-injection word of journal/disk.py (tests and benchmarks only)
 
 READY_COORDINATOR = 1
 READY_REAPER = 2
@@ -298,6 +309,7 @@ class ServiceMemory:
             h[W_TOTAL] = off["total"] * 8
             h[W_OWNER] = owner_pid
             h[W_META_LEN] = len(blob)
+            h[W_INSTANCE] = secrets.randbits(62) | 1  # never 0 (an unbound client's)
             seg.bytes[off["meta"] * 8 : off["meta"] * 8 + len(blob)] = np.frombuffer(blob, np.uint8)
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)

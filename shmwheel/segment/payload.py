@@ -4,6 +4,13 @@ A payload (and its key, if any) is encoded here once, with the API's errors; the
 stored inline in the side record (up to ``INLINE_MAX`` bytes) or in an arena block of the
 smallest class that holds it, and decoded, after its side record checks out, by the
 executor's native loop. The hard maximum is the largest arena class.
+
+What is accepted is what the executor can decode: it decodes with ``unpack`` below,
+msgpack's defaults, whose ``strict_map_key`` refuses a map key that is not a str or bytes
+(the journal's reader decodes the same way). msgpack's Packer writes such keys, so every
+blob is checked (``decodable``, natively: shmwheel/native/payload.c) and a dict with an
+int, tuple, None, ... key at any depth is refused at the call with TypeError, rather than
+accepted and failed in the executor.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from typing import Any
 
 import msgpack
 
+from .. import _native as N
 from . import contract as C
 
 _pack = msgpack.Packer().pack  # one reusable packer: packb builds a new one per call
@@ -23,6 +31,18 @@ def _refuse(e: Exception) -> TypeError:
         f"payload must be msgpack-encodable (None, bool, int, float, str, bytes, "
         f"list, dict of those): {e}"
     )
+
+
+def decodable(blob: bytes) -> bytes:
+    """`blob` if the executor can decode it, else the API's TypeError (a map key that is
+    not a str or bytes)."""
+    why = N.payload_problem(blob)
+    if why is not None:
+        raise TypeError(
+            f"payload holds {why}: dict keys must be str or bytes, at any depth (the "
+            f"executor decodes payloads with msgpack's strict_map_key)"
+        )
+    return blob
 
 
 def _check_size(blob: bytes) -> bytes:
@@ -40,7 +60,7 @@ def encode_payload(payload: Any) -> bytes:
         blob = _pack(payload)
     except (TypeError, ValueError, OverflowError) as e:
         raise _refuse(e) from None
-    return _check_size(blob)
+    return _check_size(decodable(blob))
 
 
 def encode(payload: Any, key: Any = None) -> tuple[bytes, int]:
@@ -54,7 +74,7 @@ def encode(payload: Any, key: Any = None) -> tuple[bytes, int]:
         blob = _pack([key, payload])
     except (TypeError, ValueError, OverflowError) as e:
         raise _refuse(e) from None
-    return _check_size(blob), C.FLAG_KEY
+    return _check_size(decodable(blob)), C.FLAG_KEY
 
 
 def size_class(n: int) -> int:

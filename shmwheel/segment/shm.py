@@ -5,6 +5,12 @@ semaphore ``/shmwheel.<service>.<role>`` (``/dev/shm/sem.shmwheel.<service>.<rol
 all are created with mode 0600.  ``multiprocessing.shared_memory`` is deliberately not
 used: its resource tracker unlinks segments that the tracking process did not create.
 
+Trust (docs/operations.md): an existing segment is used only if ``fstat`` on its open
+descriptor says it is this user's, a regular file, mode 0600 or stricter and a whole
+number of words (``check_own``); a name another user holds raises ``ForeignSegment``
+naming them, and ``unlink_service`` removes only this user's files. What each entry in
+/dev/shm is, and the sweep of stale services, are ``census``'s.
+
 The segment lock is ``flock`` on the segment's own file descriptor: the kernel drops it
 when its holder dies, so a SIGKILLed holder never deadlocks the service.  A holder that
 died mid-update is detected by the ``dirty`` word it leaves set; the next holder repairs.
@@ -15,7 +21,9 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+import pwd
 import re
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,13 +36,79 @@ from ..errors import LayoutError
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
 PREFIX = "shmwheel."
 SHM_DIR = Path("/dev/shm")
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "x\n" is not a name
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process id is above it
+
+
+class ForeignSegment(LayoutError):
+    """A segment or semaphore name of a service held by another user: never attached,
+    swept or salvaged; the name is unavailable to this user (``uid`` holds it)."""
+
+    def __init__(self, message: str, uid: int) -> None:
+        super().__init__(message)
+        self.uid = uid
+
+
+def valid_name(name: object) -> bool:
+    """Whether `name` is a service name: 1-64 letters, digits, '_' or '-', matched whole."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    """`name` if it is a service name, else ValueError."""
+    if not valid_name(name):
         raise ValueError(f"service name must be 1-64 letters, digits, '_' or '-', got {name!r}")
     return name
+
+
+def user_name(uid: int) -> str:
+    """'user NAME (uid N)', or 'uid N' for an id with no user name."""
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def shm_path(posix_name: str) -> Path:
+    """The file of a posix-ipc segment ('/shmwheel.X') or semaphore name ('sem.' prefixed)."""
+    return SHM_DIR / posix_name.lstrip("/")
+
+
+def holder(path: Path) -> int | None:
+    """The uid owning `path` (not following a link), None if there is no such file."""
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return None
+
+
+def held_elsewhere(posix_name: str, path: Path, uid: int) -> ForeignSegment:
+    """The error for a name that another user (`uid`) holds."""
+    return ForeignSegment(
+        f"{posix_name} ({path}) is held by {user_name(uid)}, not by this process's "
+        f"{user_name(os.geteuid())}: shmwheel uses only its own user's shared memory, so "
+        f"this service name is unavailable here (choose another, or have that user or "
+        f"root remove {path})",
+        uid,
+    )
+
+
+def check_own(posix_name: str, st: os.stat_result) -> None:
+    """Refuse what fstat says is not a segment of this user: another owner, not a regular
+    file, group or other permission bits (ours are made 0600), or a size that cannot be a
+    segment (not a positive multiple of 8 bytes)."""
+    path = shm_path(posix_name)
+    if st.st_uid != os.geteuid():
+        raise held_elsewhere(posix_name, path, st.st_uid)
+    if not stat.S_ISREG(st.st_mode):
+        raise LayoutError(f"{path} is not a shared memory segment")
+    if st.st_mode & 0o077:
+        raise LayoutError(
+            f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, not 0600: other users could "
+            f"have written it, so it is not used"
+        )
+    if st.st_size < 8 or st.st_size % 8:
+        raise LayoutError(f"{path} has {st.st_size} bytes: not a shmwheel segment")
 
 
 def segment_name(service: str) -> str:
@@ -46,7 +120,8 @@ def semaphore_name(service: str, role: str) -> str:
 
 
 def pid_alive(pid: int) -> bool:
-    if pid <= 0:
+    """Whether a process `pid` exists; False for any value that cannot be a pid."""
+    if not 0 < pid <= PID_MAX:
         return False
     try:
         os.kill(pid, 0)
@@ -54,26 +129,49 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    except (OverflowError, OSError):
+        return False
     return True
 
 
 class Segment:
     """One mapped posix-ipc segment and its int64 view. ``close`` drops the mapping
-    (views first) and the fd; ``unlink`` removes the name."""
+    (views first) and the fd; ``unlink`` removes the name.
+
+    Opening an existing segment checks, with fstat on the open descriptor and before
+    anything is mapped or read, that it is this user's (``check_own``): another user's
+    raises ``ForeignSegment`` naming its owner. Creating one is exclusive (``O_CREX``,
+    mode 0600); a name already taken by another user raises ``ForeignSegment`` too."""
 
     def __init__(self, name: str, size: int | None = None) -> None:
         self.name = name
+        path = shm_path(name)
         try:
             if size is None:
                 self._shm = posix_ipc.SharedMemory(name)
             else:
                 self._shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
-        except posix_ipc.ExistentialError as e:
-            what = "exists already" if size is not None else "does not exist"
+        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError) as e:
+            uid = holder(path)
+            if uid is not None and uid != os.geteuid():
+                raise held_elsewhere(name, path, uid) from e
+            if isinstance(e, posix_ipc.PermissionsError):
+                raise LayoutError(f"shared memory segment {name}: {e}") from e
+            what = (
+                "exists already (`shmwheel ls --all` shows what it is)"
+                if size is not None
+                else "does not exist"
+            )
             raise LayoutError(f"shared memory segment {name} {what}") from e
         self.fd = self._shm.fd
-        self.size = self._shm.size
-        self._map: mmap.mmap | None = mmap.mmap(self.fd, self.size)
+        try:
+            st = os.fstat(self.fd)
+            check_own(name, st)
+            self.size = st.st_size
+            self._map: mmap.mmap | None = mmap.mmap(self.fd, self.size)
+        except BaseException:
+            self._shm.close_fd()
+            raise
         self.words = np.frombuffer(self._map, dtype=np.int64)
         self.bytes = np.frombuffer(self._map, dtype=np.uint8)
         self._views: list[np.ndarray] = []
@@ -187,9 +285,18 @@ class Locked:
 
 
 def open_semaphore(service: str, role: str, create: bool) -> posix_ipc.Semaphore:
+    """A service's wake-up semaphore; `create` makes it exclusively (mode 0600), and a
+    name another user holds raises ``ForeignSegment`` naming that user."""
     name = semaphore_name(service, role)
     if create:
-        return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=0)
+        try:
+            return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=0)
+        except posix_ipc.ExistentialError:
+            path = SHM_DIR / ("sem." + name[1:])
+            uid = holder(path)
+            if uid is not None and uid != os.geteuid():
+                raise held_elsewhere(name, path, uid) from None
+            raise
     return posix_ipc.Semaphore(name)
 
 
@@ -207,51 +314,21 @@ def service_files(service: str) -> list[Path]:
     return [p for p in [seg, *sems] if p.exists()]
 
 
+def ours(path: Path) -> bool:
+    """Whether `path` exists and belongs to this process's user (not following a link)."""
+    return holder(path) == os.geteuid()
+
+
 def unlink_service(service: str) -> None:
-    """Remove the segment and every semaphore of a service (idempotent)."""
-    posix_name = segment_name(service)
-    try:
-        posix_ipc.unlink_shared_memory(posix_name)
-    except posix_ipc.ExistentialError:
-        pass
+    """Remove the segment and every semaphore of a service (idempotent); a file of the
+    name that another user holds is left alone (root could unlink it: it must not)."""
+    check_name(service)
+    seg = SHM_DIR / (PREFIX + service)
+    if ours(seg):
+        try:
+            posix_ipc.unlink_shared_memory(segment_name(service))
+        except posix_ipc.ExistentialError:
+            pass
     for p in SHM_DIR.glob("sem." + PREFIX + service + ".*"):
-        unlink_semaphore("/" + p.name[len("sem.") :])
-
-
-def sweep_stale(
-    owner_of: Callable[[Segment], int], before_unlink: Callable[[str], bool] | None = None
-) -> list[str]:
-    """Unlink services whose segment's owner process is gone (the embedding process was
-    killed). `owner_of` reads the owner pid from a segment's header; a segment that cannot
-    be read as a service segment is left alone. `before_unlink(service)` runs first and
-    may keep the segment by returning False (a journal salvages it). Returns the services
-    removed."""
-    removed = []
-    for p in SHM_DIR.glob(PREFIX + "*"):
-        service = p.name[len(PREFIX) :]
-        if not _NAME.match(service):
-            continue
-        try:
-            seg = Segment(segment_name(service))
-        except (LayoutError, posix_ipc.Error, OSError):
-            continue  # gone meanwhile, or another user's (mode 0600): not ours to judge
-        try:
-            owner = owner_of(seg)
-        except LayoutError:
-            owner = -1
-        finally:
-            seg.close()
-        if owner > 0 and not pid_alive(owner):
-            if before_unlink is not None and not before_unlink(service):
-                continue
-            unlink_service(service)
-            removed.append(service)
-    # semaphores whose segment is gone entirely
-    for p in SHM_DIR.glob("sem." + PREFIX + "*"):
-        service = p.name[len("sem." + PREFIX) :].rsplit(".", 1)[0]
-        if not (SHM_DIR / (PREFIX + service)).exists() and service not in removed:
-            try:
-                unlink_semaphore("/" + p.name[len("sem.") :])
-            except posix_ipc.Error:
-                pass  # another user's
-    return removed
+        if ours(p):
+            unlink_semaphore("/" + p.name[len("sem.") :])

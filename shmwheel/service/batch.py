@@ -1,6 +1,8 @@
 """Batches of timers: ``Client.schedule_many`` and ``Client.cancel_many`` (their bodies;
 the Client keeps the public methods). All or none: slots are reserved under one lock,
-written natively in one call, published with bounded waits for ring room."""
+written natively in one call, published with bounded waits for ring room. Every argument
+is checked before a slot is reserved; handles of another service instance are refused
+before anything is cancelled (handles.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import _native as N
 from ..errors import Full
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
-from .handles import TimerHandles
+from . import times as T
+from .handles import TimerHandles, check_owner
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
@@ -34,23 +38,14 @@ def schedule_many(
 ) -> TimerHandles:
     """Schedule one timer per delay, all or none (Full if they do not all fit).
     Returns a ``TimerHandles`` sequence (ids and deadlines as arrays)."""
-    client._check()
+    client._check_accepting()
     tid = client._task_id(task)
-    try:
-        d = np.asarray(delays_ms, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"delays_ms must be a sequence of numbers: {e}") from None
-    if d.ndim != 1:
-        raise ValueError("delays_ms must be one-dimensional")
-    if not np.isfinite(d).all():
-        raise ValueError("delays_ms must all be finite (no NaN or infinity)")
-    if len(d) and (d.min() < 0 or d.max() >= client._max_delay):
-        raise ValueError(f"delays_ms must lie in [0, {client._max_delay}) ms")
+    d = T.check_delays(delays_ms, client._max_delay)
     n = len(d)
     if payloads is not None and len(payloads) != n:
         raise ValueError(f"{len(payloads)} payloads for {n} delays")
     blobs = [P.encode(p) for p in payloads] if payloads is not None else None
-    deadlines = -(-(time.monotonic_ns() + np.ceil(d * 1e6).astype(np.int64)) // 1_000_000)
+    deadlines = T.due_ms_many(time.monotonic_ns(), d)
     if n == 0:
         return TimerHandles(client, np.empty(0, np.int64), deadlines)
     handles = _reserve_many(client, n)
@@ -155,11 +150,30 @@ def _store_blobs(
             client._own_blocks(slots[:done], metas[:done], words[:done])
 
 
-def cancel_many(client: Client, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:
+def cancel_many(client: Client, handles: TimerHandles | Sequence[Any] | np.ndarray) -> np.ndarray:
     """Cancel a batch (no lock); a bool array, True where that timer will never run."""
-    ids = handles.ids if isinstance(handles, TimerHandles) else np.asarray(handles, np.int64)
-    ids = np.ascontiguousarray(ids, np.int64)
+    ids = np.ascontiguousarray(_ids_of(client, handles), np.int64)
     out = np.zeros(len(ids), np.int64)
     client._cancel_many(ids, out)
     won: np.ndarray = out == C.CANCEL_WON
     return won
+
+
+def _ids_of(client: Client, handles: TimerHandles | Sequence[Any] | np.ndarray) -> np.ndarray:
+    """The ids of a batch: a TimerHandles' array, an array or sequence of ids as given, or
+    a sequence with handles among them; every handle checked to be of `client`'s service
+    instance (ValueError before anything is cancelled)."""
+    if isinstance(handles, TimerHandles):
+        check_owner(client, handles._client, repr(handles))
+        return handles.ids
+    try:
+        return np.asarray(handles, np.int64)  # ids (the common case: no handle objects)
+    except TypeError:
+        pass
+    ids = []
+    for h in handles:
+        if isinstance(h, N.Handle):
+            check_owner(client, h._client, repr(h))
+            h = h.id
+        ids.append(h)
+    return np.asarray(ids, np.int64)

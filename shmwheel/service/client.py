@@ -30,7 +30,8 @@ from ..segment import layout as L
 from ..segment import payload as P
 from . import batch as _batch
 from . import operations as _ops
-from .handles import TimerHandle, TimerHandles
+from . import times as _times
+from .handles import TimerHandle, TimerHandles, check_owner
 from .operations import Operation
 from .outcomes import Outcomes
 from .stats import read_stats
@@ -56,20 +57,7 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def _check_delay(value: object, what: str, limit: int) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of milliseconds, got {type(value).__name__}")
-    v = float(value)
-    if math.isnan(v) or math.isinf(v):
-        raise ValueError(f"{what} must be finite, got {value!r}")
-    if v < 0:
-        raise ValueError(f"{what} must be >= 0, got {value!r}")
-    if v >= limit:
-        raise ValueError(
-            f"{what}={value!r} is beyond the wheel's range ({limit} ms); "
-            f"use a shorter delay or a larger tick_ms/wheel_size"
-        )
-    return v
+_check_delay = _times.check_delay  # delays, deadlines and periods: service/times.py
 
 
 class Client(N.Producer):
@@ -104,6 +92,8 @@ class Client(N.Producer):
             dict(mem.task_ids),
             P.fast_pack,
             TimerHandle,
+            int(mem.header[L.W_INSTANCE]),  # handles are bound to it (handles.py)
+            L.W_JREFUSE,  # new timers refused while set (_check_accepting)
         )
         fd, thread_lock, dirty = mem.locked().parts()
         self._bind_ops(mem.bind_tables(), fd, thread_lock, dirty, L.W_REAPER_WAKE_AT, Operation)
@@ -167,6 +157,15 @@ class Client(N.Producer):
             )
         if self._mem.header[L.W_STOPPING]:
             raise ShmwheelError(f"service {self.name!r} is stopping")
+
+    def _check_accepting(self) -> None:
+        """_check, and JournalError while the journal cannot keep new timers durable
+        (the native schedule and watch paths come here when W_JREFUSE is set)."""
+        self._check()
+        if self._mem.header[L.W_JREFUSE]:
+            from ..journal.writer import refusal
+
+            raise refusal(self._mem)
 
     # -- callbacks of the native paths ------------------------------------------------
     def _restock(self) -> None:
@@ -233,22 +232,14 @@ class Client(N.Producer):
         return tid
 
     def _deadline(self, delay_ms: float | None, deadline_ms: int | None) -> int:
-        if (delay_ms is None) == (deadline_ms is None):
-            raise TypeError("pass exactly one of delay_ms= or deadline_ms=")
-        now_ns = time.monotonic_ns()
-        if delay_ms is not None:
-            d = _check_delay(delay_ms, "delay_ms", self._max_delay)
-            return -(-(now_ns + math.ceil(d * 1e6)) // 1_000_000)
-        if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, np.integer)):
-            raise TypeError(
-                f"deadline_ms must be an int (monotonic ms), got {type(deadline_ms).__name__}"
-            )
-        if deadline_ms - now_ns // 1_000_000 >= self._max_delay:
-            raise ValueError(
-                f"deadline_ms={deadline_ms} is beyond the wheel's range "
-                f"({self._max_delay} ms from now)"
-            )
-        return int(deadline_ms)
+        """schedule()'s deadline, or the API's error before any slot is taken."""
+        return _times.deadline(delay_ms, deadline_ms, self._max_delay)
+
+    def _refuse_foreign(self, handle: N.Handle) -> None:
+        """Raise the ValueError for a handle of another service instance (the native
+        cancel calls this: shmwheel/native/producer.c, handle_id)."""
+        check_owner(self, handle._client, repr(handle))
+        raise ValueError(f"{handle!r} is not a handle of service {self.name!r}")
 
     # -- slots ------------------------------------------------------------------------
     def _waiting_retirement(self) -> int:
@@ -326,7 +317,7 @@ class Client(N.Producer):
         key: Any,
         every_ms: float | None,
     ) -> TimerHandle:
-        self._check()
+        self._check_accepting()
         tid = self._task_id(task)
         deadline = self._deadline(delay_ms, deadline_ms)
         every = 0
@@ -372,8 +363,11 @@ class Client(N.Producer):
         Returns a ``TimerHandles`` sequence (ids and deadlines as arrays)."""
         return _batch.schedule_many(self, task, delays_ms, payloads)
 
-    def cancel_many(self, handles: TimerHandles | Sequence[int] | np.ndarray) -> np.ndarray:
-        """Cancel a batch (no lock); a bool array, True where that timer will never run."""
+    def cancel_many(
+        self, handles: TimerHandles | Sequence[int | TimerHandle | Operation] | np.ndarray
+    ) -> np.ndarray:
+        """Cancel a batch (no lock); a bool array, True where that timer will never run.
+        Handles of another service (instance) are refused whole with ValueError."""
         return _batch.cancel_many(self, handles)
 
     # watch() and check_and_complete() are native (shmwheel/native/watch.c, their

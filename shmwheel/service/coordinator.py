@@ -10,8 +10,10 @@ any moment re-reads them on restart, and ``link_records`` skips what is applied 
 With a journal, a batch is recorded before it is applied (write-ahead): the SCHEDULED and
 CANCELLED records of the batch are written to the coordinator's segment file (and synced,
 by the fsync policy) before the slots are linked or freed, so every timer is on disk
-before it can fire, and every won cancel before its slot is reused. Started by the
-supervisor through ``shmwheel.service.main``.
+before it can fire, and every won cancel before its slot is reused. Through a disk fault
+the writer holds the records (shmwheel/journal/writer.py, "Faults") and the batch is
+applied all the same: durability waits, the timers do not. Started by the supervisor
+through ``shmwheel.service.main``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class Coordinator(ServiceProcess):
             return 0
         if n == 0:
             return 0
+        if self.journal is not None and self.journal.blocked:
+            return 0  # the disk holds nothing more (writer.py, "Faults"): the ring waits
         res = self.res
         res[:] = 0
         res[3] = np.iinfo(np.int64).max
@@ -120,6 +124,7 @@ class Coordinator(ServiceProcess):
                 self.tend_rings()
                 next_tend = 1000
                 if self.retention is not None and self.journal is not None:
+                    self.journal.flush()  # through a fault: the retry, even when idle
                     self.retention.tick(self.journal)
             now = time.monotonic_ns()
             if total:

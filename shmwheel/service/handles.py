@@ -1,5 +1,12 @@
 """Handles of scheduled timers: ``TimerHandle`` (one timer; its native base holds the id and
-deadline and cancels by compare-and-swap) and ``TimerHandles`` (a batch, over arrays)."""
+deadline and cancels by compare-and-swap) and ``TimerHandles`` (a batch, over arrays).
+
+A handle is bound to the service instance that made it: its client's ``_instance``, the
+random word the supervisor wrote into the segment header at create (layout.py,
+``W_INSTANCE``). A client refuses a handle of another instance with ValueError
+(``check_owner``; the native cancel checks the same, producer.c ``handle_id``), even one
+of a service of the same name that was stopped and started again: the same id there is
+another timer. A bare int id is the caller's business."""
 
 from __future__ import annotations
 
@@ -70,7 +77,12 @@ class _FutureLike(N.Handle):
         return asyncio.wrap_future(self._fut()).__await__()
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.id == self.id
+        """Equal: the same kind, id and service instance."""
+        return (
+            type(other) is type(self)
+            and other.id == self.id
+            and other._client._instance == self._client._instance
+        )
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -90,6 +102,27 @@ class TimerHandle(_FutureLike):
             f"TimerHandle(id={self.id:#x}, slot={C.handle_slot(self.id)}, "
             f"deadline_ms={self.deadline_ms})"
         )
+
+
+def check_owner(client: Client, owner: Any, what: str) -> None:
+    """Nothing if `owner` (the client that made a handle, or a batch of them, described by
+    `what`) is bound to `client`'s service instance; else the ValueError that names both
+    services (nothing has been changed in either)."""
+    if owner is client or getattr(owner, "_instance", None) == client._instance:
+        return
+    theirs = getattr(owner, "name", "?")
+    if theirs == client.name:
+        whose = (
+            f"another instance of service {theirs!r} (it was stopped and started again "
+            f"since), not by the running one, this client's"
+        )
+    else:
+        whose = f"service {theirs!r}, not by service {client.name!r} (this client's)"
+    raise ValueError(
+        f"{what} was made by {whose}: a handle cancels only in the service instance that "
+        f"made it (the same id there is another timer). Nothing was cancelled: use a "
+        f"client of the handle's own service"
+    )
 
 
 class TimerHandles(Sequence[TimerHandle]):

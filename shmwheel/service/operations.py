@@ -13,7 +13,6 @@ a schedule, so a signal that arrives before the coordinator links it is still co
 
 from __future__ import annotations
 
-import math
 import struct
 import time
 from collections.abc import Sequence
@@ -26,21 +25,12 @@ from .. import _native as N
 from ..errors import Full
 from ..segment import contract as C
 from ..segment import layout as L
+from ..segment import payload as P
+from . import times as T
 from .handles import _FutureLike
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
-
-
-def _deadline_of(timeout_ms: object, limit: int) -> int:
-    """The deadline (monotonic ms, rounded up) of a timeout checked as a delay is."""
-    if (type(timeout_ms) is not int and type(timeout_ms) is not float) or not (
-        0 <= timeout_ms < limit
-    ):
-        from .client import _check_delay  # the one checker, for its messages
-
-        _check_delay(timeout_ms, "timeout_ms", limit)
-    return -(-(time.monotonic_ns() + math.ceil(timeout_ms * 1e6)) // 1_000_000)  # type: ignore[operator]
 
 
 def now_ms() -> int:
@@ -105,7 +95,7 @@ def watch(
     required: int,
 ) -> Operation:
     """Client.watch (see its docstring)."""
-    client._check()
+    client._check_accepting()
     if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
         raise TypeError("keys must be a sequence of keys (a list or tuple), not a single key")
     unique = list(dict.fromkeys(keys))  # a key named twice counts once
@@ -117,11 +107,12 @@ def watch(
     required = _count(required, "required")
     on_complete_id = _task_or_none(client, on_complete, "on_complete")
     on_expire_id = _task_or_none(client, on_expire, "on_expire")
-    deadline = _deadline_of(timeout_ms, client._max_delay)
+    deadline = T.timeout_deadline(timeout_ms, client._max_delay)
     try:
         blob: bytes = msgpack.packb([unique, payload])
     except (TypeError, ValueError, OverflowError) as e:
         raise TypeError(f"payload cannot be encoded with msgpack: {e}") from None
+    P.decodable(blob)  # what the executor could not decode is refused here
     if len(blob) + C.OP_HEADER > C.MAX_PAYLOAD:
         raise ValueError(
             f"an operation's keys and payload encode to {len(blob)} bytes; at most "

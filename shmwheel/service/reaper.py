@@ -41,6 +41,7 @@ MAX_SLEEP_S = 0.05
 # in W_REAPER_WAKE_AT, so a burst of completions (check_and_complete) needs no wake-up each:
 # they wait at most HOT_STEP_S for it instead of costing a system call and a context switch
 HOT_S, HOT_STEP_S = 0.005, 0.001
+BLOCKED_WAIT_MS = 50  # how often a reaper whose journal holds all it may looks again
 PURGE_BUDGET = 64  # watch-list chains purged per loop (the purgatory's reaper duty)
 
 
@@ -110,8 +111,11 @@ class Reaper(ServiceProcess):
         expires, so cascading can wait, a due timer cannot."""
         mem = self.mem
         now_ns = time.monotonic_ns()
-        with mem.locked():
-            n = self.tables.advance(now_ns // 1_000_000, self.out)
+        n = 0
+        blocked = self.journal is not None and self.journal.blocked
+        if not blocked:  # a journal holding all it may (writer.py): late, never lost
+            with mem.locked():
+                n = self.tables.advance(now_ns // 1_000_000, self.out)
         if n:
             fired = self.out[:n].copy()
             self.backlog = np.concatenate([self.backlog, fired]) if len(self.backlog) else fired
@@ -129,9 +133,11 @@ class Reaper(ServiceProcess):
                 if now_ns < self.hot_until:
                     nxt = min(nxt, now_ns // 1_000_000 + int(HOT_STEP_S * 1000))
                 mem.header[L.W_REAPER_WAKE_AT] = nxt
+        if blocked:
+            nxt, busy = max(nxt, now_ns // 1_000_000 + BLOCKED_WAIT_MS), False
         if self.journal is not None:
             self.journal.flush()
-            self.retention.tick()  # type: ignore[union-attr]
+            self.retention.tick(self.journal)  # type: ignore[union-attr]
         return n, 0 if busy else int(nxt)
 
     # -- recovery ---------------------------------------------------------------------

@@ -99,7 +99,9 @@ def read_stats(
 
 
 def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
-    """What the journal has written, and what its directory holds on disk."""
+    """What the journal has written, what its directory holds on disk, and its faults."""
+    from ..journal.writer import read_faults
+
     directory = mem.config.journal_dir
     disk = segments = 0
     try:
@@ -119,6 +121,8 @@ def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
         "disk_bytes": disk,
         "segments": segments,
         "recovered": int(mem.header[L.W_RECOVERED]),
+        # the writers that cannot write now, by role (writer.py, "Faults"); {} when none
+        "faults": read_faults(mem),
     }
 
 

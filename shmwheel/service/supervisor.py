@@ -21,12 +21,12 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ShmwheelError
-from ..journal.writer import JournalOptions
+from ..journal.directory import JournalOptions
+from ..segment import census, shm
 from ..segment import layout as L
-from ..segment import shm
 from .client import Client, connect, now_ms
 from .stats import read_stats
-from .tasks import task_spec
+from .tasks import service_path, task_spec
 
 log = logging.getLogger("shmwheel.service")
 
@@ -66,10 +66,17 @@ class TimerService:
         journal_segment_bytes: int = 64 << 20,
         journal_keep_hours: float = 0.0,
         watch_capacity: int = 65536,
+        journal_on_damage: str = "refuse",
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
         self.journal: JournalOptions | None = None
+        if journal_on_damage not in ("refuse", "salvage"):
+            raise ValueError(
+                f"journal_on_damage must be 'refuse' or 'salvage', got {journal_on_damage!r}"
+            )
+        # what start() does with a damaged journal (docs/journal.md, "Damage")
+        self.journal_on_damage = journal_on_damage
         if journal is not None:
             if not isinstance(journal, (str, os.PathLike)) or not os.fspath(journal):
                 raise ValueError(f"journal must be a directory path, got {journal!r}")
@@ -139,6 +146,7 @@ class TimerService:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._journal_fd = -1  # the journal directory's lock, shared with our children
+        self._path: list[str] = []  # the service processes' import path (tasks.service_path)
         self.recovery: dict[str, Any] = {}  # what the last start recovered (journal only)
         self._rate_sample: tuple[float, int] | None = None
         self._started = 0.0
@@ -151,11 +159,12 @@ class TimerService:
             raise ShmwheelError(f"service {self.name!r} is already started")
         L.check_architecture()
         self._owner_pid = os.getpid()
+        self._path = service_path()  # every start and restart of its processes uses it
         try:
             plan = self._recover_plan() if self.journal is not None else None
             from ..journal.salvage import salvage_stale  # a dead journaled service's
 
-            shm.sweep_stale(L.owner_of, salvage_stale)  # memory goes to its journal first
+            census.sweep_stale(salvage_stale)  # memory goes to its journal first
             self.mem = L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
         except BaseException:
             self._release_journal()
@@ -233,7 +242,7 @@ class TimerService:
         from ..journal import recovery
 
         assert self.journal is not None
-        plan = recovery.prepare(self.journal, self.name)
+        plan = recovery.prepare(self.journal, self.name, self.journal_on_damage)
         self._journal_fd = plan.fd
         st = plan.state
         self.journal = replace(self.journal, epoch=st.epoch + 1)
@@ -255,10 +264,13 @@ class TimerService:
     # -- processes --------------------------------------------------------------------
     def _spawn(self, role: str) -> None:
         # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
-        # program must not kill a service process that is still starting
+        # program must not kill a service process that is still starting. -P: nothing is
+        # put in front of sys.path (`-c` alone would put '', the working directory): the
+        # process imports only from the path the embedding process chose
+        # (tasks.service_path). One "-Pc" keeps the code at argv[2], where tools look.
         argv = [
             sys.executable,
-            "-c",
+            "-Pc",
             "import signal; signal.signal(signal.SIGINT, "
             "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
             "main(sys.argv)",
@@ -268,7 +280,7 @@ class TimerService:
         else:
             argv += [role, self.name]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        env["PYTHONPATH"] = os.pathsep.join(self._path)
         env.setdefault(
             "SHMWHEEL_LOG_LEVEL",
             logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()),
@@ -321,6 +333,7 @@ class TimerService:
         backoff: dict[str, float] = {}
         due: dict[str, float] = {}
         while not self._stop.wait(MONITOR_S):
+            self._gate_schedules()
             for role, p in list(self.procs.items()):
                 if p.poll() is None or self._stop.is_set():
                     continue
@@ -350,6 +363,15 @@ class TimerService:
                         bit = _READY_BITS.get(role, 0)
                         self.mem.header[L.W_READY] &= ~bit  # the new one sets it when up
                         self._spawn(role)
+
+    def _gate_schedules(self) -> None:
+        """Clients refuse new timers (JournalError) while a journal writer has a fault:
+        W_JREFUSE is the one word their fast paths read, kept here from the writers'."""
+        mem = self.mem
+        if mem is None or self.journal is None:
+            return
+        h = mem.header
+        h[L.W_JREFUSE] = int(bool(h[L.W_JFAULT_COORDINATOR] or h[L.W_JFAULT_REAPER]))
 
     def _count_restart(self, role: str) -> None:
         """Also in the segment, so any process (``shmwheel status``) can read it."""

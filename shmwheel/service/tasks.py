@@ -1,14 +1,22 @@
-"""The task registry: what a ``TimerService(tasks=...)`` entry names, and importing it.
+"""The task registry: what a ``TimerService(tasks=...)`` entry names, and importing it;
+and the import path of the service processes.
 
 Executors import only registered tasks; nothing named in a payload is ever imported.
+Service processes import from the embedding process's ``sys.path`` as it was at
+``start()``, with each entry made absolute, less ``''``: that entry (what ``python -c`` and
+the REPL put first) means the working directory, wherever it is, and a module another user
+plants in a shared working directory must never run in a service process. A task module
+that the embedding process finds only there is refused when the service is made.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -72,4 +80,56 @@ def task_spec(name: str, task: str | Callable[..., Any]) -> str:
         resolve(spec)
     except Exception as e:
         raise ValueError(f"task {name!r}: cannot import {spec!r}: {e}") from None
+    _check_reachable(name, spec)
     return spec
+
+
+def service_path(path: Iterable[object] | None = None) -> list[str]:
+    """The import path of the service processes (module doc): `path` (default sys.path)
+    with '' dropped, every other entry made absolute, duplicates dropped."""
+    out: list[str] = []
+    for entry in sys.path if path is None else path:
+        if not isinstance(entry, (str, os.PathLike)):
+            continue
+        text = os.fsdecode(entry)
+        if not text:
+            continue  # the working directory, wherever it is: never searched
+        absolute = os.path.abspath(text)
+        if absolute not in out:
+            out.append(absolute)
+    return out
+
+
+def _found(top: str, path: list[str]) -> bool:
+    """Whether a process importing from `path` finds the top-level module `top`: on the
+    path itself, or through a finder that does not search sys.path (an editable install's,
+    the built-in and frozen modules)."""
+    if importlib.machinery.PathFinder.find_spec(top, path) is not None:
+        return True
+    for finder in sys.meta_path:
+        if finder is importlib.machinery.PathFinder or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            if finder.find_spec(top, None) is not None:
+                return True
+        except Exception:
+            continue
+    return False
+
+
+def _check_reachable(name: str, spec: str) -> None:
+    """Refuse a task module the embedding process finds only through '' on its path (the
+    working directory), which service processes do not search (module doc)."""
+    module = spec.partition(":")[0]
+    if module.endswith(".py") or "" not in sys.path:
+        return  # a script's tasks are loaded by file; without '' the paths are the same
+    top = module.split(".")[0]
+    if _found(top, service_path()):
+        return
+    raise ValueError(
+        f"task {name!r}: module {top!r} is found only in the working directory "
+        f"{os.getcwd()} ('' on sys.path), which service processes do not search (a module "
+        f"another user put there would run in them); put its directory on the path on "
+        f"purpose: sys.path.insert(0, {os.getcwd()!r}) before creating the service, or "
+        f"PYTHONPATH={os.getcwd()}"
+    )

@@ -1,0 +1,500 @@
+"""The one place that judges a journal (docs/journal.md, "Damage"): what is wrong with each
+segment file, whether each writer's chain is complete, and — from the same pass — which
+timers the intact records prove pending. ``TimerService.start()`` (``recovery.prepare``),
+``shmwheel journal check`` and ``shmwheel journal repair`` all read a journal through
+``inspect``.
+
+Every problem has a severity:
+
+* ``torn``: the tail of the newest segment of a writer that died mid-write (the normal
+  crash case): the records before it are read, the journal is not damaged.
+* ``warning``: a gap in an epoch a later start has superseded (its pending timers were
+  carried into that start's compaction segment, so nothing depends on it).
+* ``damage``: anything else — a record that fails its CRC-32 or does not decode, a bad
+  magic, header or frame length, a segment cut short that its writer had gone on from, a
+  segment missing from a chain, an epoch without one of its writers' chains, a segment of
+  another service. A start refuses it unless told to salvage.
+
+A problem's scope is ``file`` (the file itself is damaged: a salvage moves it to
+``DIR/damaged/``) or ``chain`` (something is missing around it: nothing to move).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..segment import contract as C
+from . import format as F
+from .reader import Reject, Segment, frame_after, read_segment
+from .scan import JournalState, Part, collect, combine
+
+DAMAGE, TORN, WARNING = "damage", "torn", "warning"
+FILE, CHAIN = "file", "chain"
+DAMAGED_DIR = "damaged"  # where a salvage moves damaged segments, untouched
+# A start's coordinator and reaper begin their first segments within well under a second
+# of each other: an epoch with one's segments and none of the other's, whose present ones
+# span less than this, is a service killed while starting (a warning), not damage
+START_GRACE_S = 10.0
+WRITERS = ("coordinator", "reaper")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a journal: where (a segment file, "" for the journal; a byte
+    offset, -1 for none), what, which records it costs, how bad (module doc)."""
+
+    file: str
+    offset: int
+    what: str
+    affected: str
+    severity: str
+    scope: str = FILE
+
+    def __str__(self) -> str:
+        where = os.path.basename(self.file) if self.file else "journal"
+        at = f" at byte {self.offset}" if self.offset >= 0 else ""
+        return f"{where}{at}: {self.what}" + (f": {self.affected}" if self.affected else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": os.path.basename(self.file),
+            "offset": self.offset,
+            "what": self.what,
+            "affected": self.affected,
+            "severity": self.severity,
+            "scope": self.scope,
+        }
+
+
+@dataclass
+class SegmentReport:
+    """One segment file as read: what its header and chain records say, the problems its
+    bytes have, and its records' part of the pending set."""
+
+    path: str
+    name: F.SegmentName
+    size: int = 0
+    version: int = 0
+    header: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    retired: list[str] = field(default_factory=list)
+    records: int = 0
+    rejects: list[Reject] = field(default_factory=list)
+    torn_at: int = -1  # where a tail that is not a whole record begins
+    frame: list[Problem] = field(default_factory=list)  # its bytes' own problems
+    problems: list[Problem] = field(default_factory=list)  # all of its, after analyse
+    part: Part | None = None
+    foreign: bool = False
+    last_us: int = 0  # the wall clock (µs) of its last record: its writer was alive then
+
+    @property
+    def basename(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def prev(self) -> str | None:
+        """The predecessor its header names ("" for a first segment; None: unknown, a
+        version 1 segment or no header)."""
+        return None if self.header is None else self.header.get("prev")
+
+    @property
+    def damaged(self) -> bool:
+        """Its file is damaged (a salvage moves it to DIR/damaged/)."""
+        return any(p.severity == DAMAGE and p.scope == FILE for p in self.problems)
+
+
+@dataclass
+class Inspection:
+    """A journal judged (module doc): its segments, their problems and the journal's,
+    and the state its records prove (``state``: what a start would re-arm)."""
+
+    directory: str
+    reports: list[SegmentReport] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    state: JournalState = field(default_factory=JournalState)
+    base: int = 0  # the newest epoch a start began: older ones are superseded
+
+    @property
+    def damage(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == DAMAGE]
+
+    @property
+    def damaged(self) -> list[str]:
+        """The damaged segment files (paths), which a salvage moves to DIR/damaged/."""
+        return [r.path for r in self.reports if r.damaged]
+
+    def intact(self) -> list[str]:
+        """The segment files read whole and intact (or ending in a dead writer's torn
+        tail): the only ones retention may delete."""
+        return [r.path for r in self.reports if not r.damaged and not r.foreign]
+
+    def newest_header(self) -> dict[str, Any] | None:
+        """The header of the newest segment of this journal's own that has one."""
+        own = [r for r in self.reports if r.header is not None and not r.foreign]
+        return own[-1].header if own else None
+
+    def add(self, paths: list[str]) -> None:
+        """Read more segments (a salvage's, written after ``inspect``) and judge again."""
+        for path in paths:
+            self.reports.append(_read(path, len(self.reports)))
+        self.reports.sort(key=lambda r: r.basename)
+        _analyse(self)
+
+    def refusal(self) -> str:
+        """A RecoveryError's message: what is damaged, what it costs, what to do."""
+        d, dmg = self.directory, self.damage
+        lines = [f"journal {d} is damaged or incomplete; nothing in it was changed:"]
+        lines += [f"  {p}" for p in dmg[:20]]
+        if len(dmg) > 20:
+            lines.append(f"  ... and {len(dmg) - 20} more (`shmwheel journal check {d}`)")
+        lines.append(
+            f"Its intact records prove {len(self.state.pending.ids)} timers and "
+            f"{len(self.state.ops.pending())} operations pending. Start with "
+            f"journal_on_damage='salvage' (re-arms those, moves the damaged segments to "
+            f"{os.path.join(d, DAMAGED_DIR)}/) or run `shmwheel journal repair {d}`."
+        )
+        return "\n".join(lines)
+
+
+def inspect(directory: str) -> Inspection:
+    """Read every segment of `directory` once and judge it (module doc)."""
+    insp = Inspection(directory)
+    insp.reports = [_read(p, i) for i, p in enumerate(F.segment_files(directory))]
+    _analyse(insp)
+    return insp
+
+
+# -- one file ---------------------------------------------------------------------------
+def _read(path: str, order: int) -> SegmentReport:
+    name = F.SegmentName.parse(os.path.basename(path))
+    assert name is not None  # segment_files lists only segment names
+    rep = SegmentReport(path, name)
+    try:
+        seg = read_segment(path)
+    except OSError as e:
+        rep.frame.append(
+            Problem(path, -1, f"cannot read it: {e.strerror or e}", "all of its records", DAMAGE)
+        )
+        return rep
+    rep.size, rep.header, rep.end, rep.retired = seg.size, seg.header, seg.end, seg.retired
+    rep.version = seg.data[7] if seg.size >= len(F.MAGIC) else 0
+    rep.records, rep.rejects = len(seg.rows), seg.rejects
+    rep.last_us = name.wall_us
+    h = rep.header
+    if h is not None:  # t_us (every kind's second field) is the writer's monotonic clock
+        t = [int(seg.rows[:, 4].max())] if len(seg.rows) else []
+        t += [rep.end["t_us"]] if rep.end is not None else []
+        if t:
+            rep.last_us = max(rep.last_us, h["wall_us"] + max(t) - h["mono_us"])
+    _frame_problems(rep, seg)
+    if h is not None and (h["epoch"], F.ROLES.get(h["role"]), h["pid"]) != (
+        name.epoch,
+        name.role,
+        name.pid,
+    ):
+        rep.frame.append(
+            Problem(
+                path,
+                len(F.MAGIC),
+                f"its header (epoch {h['epoch']}, {F.ROLES.get(h['role'], h['role'])}, pid "
+                f"{h['pid']}) does not match its name: a renamed or copied file",
+                f"its {rep.records} records are not where they belong",
+                DAMAGE,
+            )
+        )
+    rep.part = collect(seg, order, F.boot_id())
+    return rep
+
+
+def file_damage(path: str) -> list[Problem]:
+    """What is wrong with one segment file by itself (a tail that may be a dead writer's
+    torn one is not counted): what the running retention asks before it deletes a file
+    it did not write (retention.retire)."""
+    return _read(path, 0).frame
+
+
+def _frame_problems(rep: SegmentReport, seg: Segment) -> None:
+    """The reader's rejects as problems; a tail that may be torn is kept as ``torn_at``
+    (whether it may be is decided with the other segments, in ``_analyse``)."""
+    data, path, size = seg.data, rep.path, seg.size
+    for r in seg.rejects:
+        reason, off = r.reason, r.offset
+        if reason.startswith("torn"):
+            later = frame_after(data, off)
+            if later is None:
+                rep.torn_at = off
+                continue
+            what = "a frame whose length runs past the end of the file (a bad length word)"
+            lost = f"the records from byte {off} are unread (a whole record begins at {later})"
+        elif reason.startswith("bad frame length"):
+            if not data[off:].strip(b"\0"):  # zeros the writer never wrote: a crash's tail
+                rep.torn_at = off
+                continue
+            what, lost = (
+                "a bad frame length",
+                f"the rest of the file ({size - off} bytes) is unread",
+            )
+        elif "bad magic" in reason or reason.startswith("unknown format version"):
+            what, lost = reason, f"the whole file ({size} bytes) is unread"
+        elif "before the segment's header" in reason:
+            what, lost = "no readable header", f"its {reason.split()[0]} records are unread"
+        else:
+            what = reason + (" (its header)" if off == len(F.MAGIC) else "")
+            lost = "1 record unreadable"
+        rep.frame.append(Problem(path, off, what, lost, DAMAGE))
+    if rep.end is not None and rep.torn_at >= 0:
+        rep.frame.append(
+            Problem(path, rep.torn_at, "bytes after its END record", "not records", DAMAGE)
+        )
+        rep.torn_at = -1
+
+
+# -- the journal --------------------------------------------------------------------------
+def _analyse(insp: Inspection) -> None:
+    """Judge the segments together: torn tails, foreign files, the chains, the epochs;
+    then work out the pending set from the records that count."""
+    reports = insp.reports
+    for r in reports:
+        r.problems, r.foreign = list(r.frame), False
+    extra: list[Problem] = []
+    _foreign(reports)
+    own = [r for r in reports if not r.foreign]
+    started = [
+        r.name.epoch
+        for r in own
+        if r.name.role in WRITERS
+        or (  # the last segment of a recovery's compaction, ended (all of it written)
+            r.header is not None
+            and r.header["seq"] == 0
+            and r.end is not None
+            and r.end["next"] == ""
+            and not r.frame
+        )
+    ]
+    insp.base = base = max(started, default=0)
+    _tails(own)
+    present = {r.basename for r in reports}
+    known = present | {n for r in own for n in r.retired}
+    named_prev: dict[str, list[SegmentReport]] = defaultdict(list)
+    for r in own:
+        sev = DAMAGE if r.name.epoch >= base else WARNING
+        prev = r.prev
+        if prev:
+            named_prev[prev].append(r)
+            if prev not in known:
+                r.problems.append(
+                    Problem(
+                        r.path,
+                        len(F.MAGIC),
+                        f"segment {prev} is missing (named as the one before it)",
+                        "the records it held are lost",
+                        sev,
+                        CHAIN,
+                    )
+                )
+        nxt = None if r.end is None else r.end["next"]
+        if nxt and nxt not in known:
+            r.problems.append(
+                Problem(
+                    r.path,
+                    r.size,
+                    f"segment {nxt} is missing (named by its END as the one after it)",
+                    "the records it held are lost",
+                    sev,
+                    CHAIN,
+                )
+            )
+    for prev, after in named_prev.items():
+        if len(after) > 1:
+            for r in after:
+                r.problems.append(
+                    Problem(
+                        r.path,
+                        len(F.MAGIC),
+                        f"{len(after)} segments name {prev} as the one before them",
+                        "a chain that forks: a copied or replaced file",
+                        DAMAGE if r.name.epoch >= base else WARNING,
+                        CHAIN,
+                    )
+                )
+    extra += _epochs(own, base, known)
+    insp.problems = [p for r in reports for p in r.problems] + extra
+    _state(insp, own)
+
+
+def _foreign(reports: list[SegmentReport]) -> None:
+    """Mark the segments of another service: within an epoch every segment is one
+    service's (the recovery of a dead service's memory writes under that service's name
+    and epoch); the one most of the epoch's segments name is the journal's."""
+    by_epoch: dict[int, list[SegmentReport]] = defaultdict(list)
+    for r in reports:
+        if r.header is not None:
+            by_epoch[r.name.epoch].append(r)
+    for epoch, rs in by_epoch.items():
+        count = Counter(r.header["service"] for r in rs if r.header is not None)
+        if len(count) < 2:
+            continue
+        (top, n), (_, n2) = count.most_common(2)
+        for r in rs:
+            assert r.header is not None
+            service = r.header["service"]
+            if service != top or n == n2:
+                r.foreign = True
+                r.problems.append(
+                    Problem(
+                        r.path,
+                        len(F.MAGIC),
+                        f"a segment of another service ({service!r}; epoch {epoch} of this "
+                        f"journal is {top!r}'s)"
+                        if n != n2
+                        else f"epoch {epoch} mixes services ({', '.join(map(repr, count))})",
+                        f"its {r.records} records are not read",
+                        DAMAGE,
+                    )
+                )
+
+
+def _tails(own: list[SegmentReport]) -> None:
+    """A segment without END is the newest of a writer that died (allowed, and so is its
+    torn tail), unless its writer went on after it: a newer segment of the same process
+    (but for an empty one the process died creating), or, for a recovery's segment, a
+    coordinator or reaper segment of its epoch (they start once recovery has ended)."""
+    named = {n for r in own for n in (r.prev, r.end and r.end["next"]) if n}
+    for r in own:
+        if r.end is not None or r.frame or (r.version < 2 and r.torn_at < 0):
+            continue
+        if r.header is None and r.basename not in named:  # created, never written
+            r.problems.append(
+                Problem(r.path, 0, "a segment its writer created and died before writing", "", TORN)
+            )
+            continue
+        after = [o for o in own if o.basename > r.basename and _went_on(r, o)]
+        if after:
+            cut = r.torn_at if r.torn_at >= 0 else r.size
+            r.problems.append(
+                Problem(
+                    r.path,
+                    cut,
+                    f"cut short at byte {cut} of {r.size} (no END record, yet "
+                    f"{after[0].basename} was begun after it)",
+                    "the records after it are lost",
+                    DAMAGE,
+                )
+            )
+        elif r.torn_at >= 0:
+            r.problems.append(
+                Problem(
+                    r.path,
+                    r.torn_at,
+                    f"torn tail at byte {r.torn_at} of {r.size}: the newest segment of a "
+                    f"writer that died mid-write",
+                    f"the {r.size - r.torn_at} bytes after it are not a whole record",
+                    TORN,
+                )
+            )
+
+
+def _went_on(r: SegmentReport, o: SegmentReport) -> bool:
+    """Whether `o`, begun after `r`, shows that the writer of `r` was done with it."""
+    if o.name.epoch != r.name.epoch:
+        return False
+    if (o.name.role, o.name.pid) == (r.name.role, r.name.pid):
+        return not (o.header is None and o.torn_at >= 0)  # not one it died creating
+    return r.name.role == "recovery" and o.name.role in WRITERS
+
+
+def _epochs(own: list[SegmentReport], base: int, known: set[str]) -> list[Problem]:
+    """Each epoch a start began and no later one superseded has a coordinator and a
+    reaper chain, each with one first segment (unless that one was retired). An epoch
+    with neither is a start that died before its writers began (or a repair's). A
+    coordinator's first segment of an epoch after the first comes after that epoch's
+    compaction (a recovery's segment): present, or retired."""
+    out: list[Problem] = []
+    epochs: dict[int, dict[str, list[SegmentReport]]] = defaultdict(lambda: defaultdict(list))
+    for r in own:
+        if r.name.epoch >= base and r.name.role in WRITERS:
+            epochs[r.name.epoch][r.name.role].append(r)
+    recoveries = [
+        n for n in map(F.SegmentName.parse, known) if n is not None and n.role == "recovery"
+    ]
+    for epoch, roles in sorted(epochs.items()):
+        if all(r.version == 1 for rs in roles.values() for r in rs):
+            continue  # version 1 segments have no chain
+        for role in WRITERS:
+            rs = roles.get(role, [])
+            if not rs:
+                other = roles[WRITERS[1 - WRITERS.index(role)]]
+                span = (max(r.last_us for r in other) - other[0].name.wall_us) / 1e6
+                short = span < START_GRACE_S
+                out.append(
+                    Problem(
+                        "",
+                        -1,
+                        f"epoch {epoch} has {other[0].name.role} segments but no {role} "
+                        f"segment (its chain is missing"
+                        + (
+                            f"; they span {span:.1f} s: a service killed while starting?)"
+                            if short
+                            else ")"
+                        ),
+                        "the timers scheduled in it are lost"
+                        if role == "coordinator"
+                        else "the outcomes recorded in it are lost: ended timers run again",
+                        WARNING if short else DAMAGE,
+                        CHAIN,
+                    )
+                )
+                continue
+            roots = [r for r in rs if r.prev == ""]
+            if len(roots) > 1:
+                out.append(
+                    Problem(
+                        "",
+                        -1,
+                        f"epoch {epoch} has {len(roots)} first {role} segments "
+                        f"({', '.join(r.basename for r in roots)}): one chain is expected",
+                        "a segment copied in from elsewhere",
+                        DAMAGE,
+                        CHAIN,
+                    )
+                )
+            elif roots and role == "coordinator" and epoch > 1:
+                root = roots[0].name
+                if not any(n.epoch == epoch and n.wall_us < root.wall_us for n in recoveries):
+                    out.append(
+                        Problem(
+                            roots[0].path,
+                            -1,
+                            f"the compaction segment of epoch {epoch} (a recovery's, begun "
+                            f"before this first coordinator segment) is missing",
+                            "the timers that start re-armed are lost",
+                            DAMAGE,
+                            CHAIN,
+                        )
+                    )
+    return out
+
+
+def _state(insp: Inspection, own: list[SegmentReport]) -> None:
+    """The pending set from the records that count: those of the journal's own segments
+    of the epochs no later start superseded (the epoch `base` and newer). Every other
+    segment still bounds the generations the next epoch starts at."""
+    st = JournalState()
+    st.segments = len(insp.reports)
+    st.records = sum(r.records for r in insp.reports)
+    st.rejects = [j for r in insp.reports for j in r.rejects]
+    st.epoch = max((r.name.epoch for r in insp.reports), default=0)
+    counted = [r.part for r in own if r.part is not None and r.name.epoch >= insp.base]
+    max_gen = -1
+    for r in insp.reports:
+        p = r.part
+        if p is None or (not r.foreign and r.name.epoch >= insp.base):
+            continue
+        max_gen = max(max_gen, p.max_gen, p.ops.max_gen())
+        if len(p.sched):
+            max_gen = max(max_gen, int(C.handle_gen(p.sched[:, 0]).max()))
+    combine(counted, st, insp.directory, max_gen)
+    insp.state = st

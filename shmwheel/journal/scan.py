@@ -1,0 +1,225 @@
+"""Step 2 of whole-service recovery (``recovery.py``): what a journal's records say is
+pending. One pass reads every segment (``check.inspect``, which also judges each file's
+damage and the chains); each segment's records give a ``Part`` here, and ``combine``
+works out, from the parts of the segments that count, which timers and operations have
+no final outcome, each at its next run's deadline.
+
+A timer is done once it has a CANCELLED, a COMPLETED/EXPIRED, or an OUTCOME with
+``next_deadline_ms == -1``. Every other scheduled timer is pending, at its next run: the
+one after its latest OUTCOME, or — if a run was FIRED and has no outcome — that run
+again. Columnar: each segment's records are numpy rows, and the per-timer decisions are
+array operations (1 M pending timers in about a second).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..segment import contract as C
+from . import format as F
+from .operations import PendingOps
+from .reader import Reject, Segment
+
+
+@dataclass
+class Pending:
+    """The timers a journal holds without a final outcome, as parallel arrays; `words` is
+    the payload word of a blob of at most INLINE_MAX bytes (one-shots), `blobs` holds the
+    others' bytes by index."""
+
+    ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    deadlines: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    tasks: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # into names
+    flags: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    periods: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    runs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    lengths: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    words: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    blobs: dict[int, bytes] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)  # task names
+
+    def blob(self, i: int) -> bytes:
+        """The payload bytes of pending timer `i` as its SCHEDULED record holds them."""
+        if i in self.blobs:
+            return self.blobs[i]
+        n = int(self.lengths[i])
+        return int(self.words[i]).to_bytes(8, "little", signed=True)[:n]
+
+
+@dataclass
+class JournalState:
+    epoch: int = 0  # the latest epoch found (0: an empty journal)
+    next_gen: int = 0  # every slot's generation starts here in the next epoch
+    pending: Pending = field(default_factory=Pending)
+    ops: PendingOps = field(default_factory=PendingOps)  # the purgatory's (operations.py)
+    rejects: list[Reject] = field(default_factory=list)
+    records: int = 0
+    timers: int = 0  # distinct ids scheduled
+    segments: int = 0
+
+
+def clock_offset_ms(header: dict[str, Any], boot: str) -> int:
+    """What to add to a deadline recorded under `header` to make it a deadline of this
+    boot's monotonic clock (0 on the same boot: the clock is the same)."""
+    if header["boot_id"] == boot and boot:
+        return 0
+    mono_us, wall_us = F.clock_pair_us()
+    return int(header["wall_us"] - header["mono_us"]) // 1000 - (wall_us - mono_us) // 1000
+
+
+# columns of a reader row (reader.Segment.rows): field k of a record is column 3 + k
+_ID, _RUN_S, _DL_S, _TASK, _FLAGS, _PERIOD = 3, 10, 5, 6, 8, 9  # scheduled
+_RUN_O, _NEXT_O = 5, 8  # outcome
+_RUN_F, _DL_F = 5, 6  # fired
+_BLOB_OFF, _BLOB_LEN, _WORD = 11, 12, 13
+_EMPTY3 = np.empty((0, 3), np.int64)
+
+
+@dataclass
+class Part:
+    """What one segment's records contribute: its schedules (id, run, deadline, task
+    index into `tasks`, flags, period, blob length, payload word, blob index into `blobs`
+    or -1), its progress (id, run, deadline), the ids it ends, its operations."""
+
+    order: int  # the segment's place in the journal (names sort by creation)
+    records: int
+    max_gen: int
+    tasks: list[str]
+    sched: np.ndarray
+    blobs: list[bytes]
+    prog: list[np.ndarray]
+    done: list[np.ndarray]
+    ops: PendingOps
+
+
+def collect(seg: Segment, order: int, boot: str) -> Part | None:
+    """One segment's part (None for a segment without a header: its records cannot be
+    read as timers, their task names and clock being unknown)."""
+    h, rows = seg.header, seg.rows
+    if h is None:
+        return None
+    off = clock_offset_ms(h, boot)
+    ops = PendingOps()
+    ops.collect(rows, seg.data, list(h["tasks"]), off)
+    kind = rows[:, 2]
+    s = rows[kind == F.SCHEDULED]
+    blobs: list[bytes] = []
+    if len(s):
+        inline = (s[:, _BLOB_LEN] <= C.INLINE_MAX) & (s[:, _PERIOD] <= 0)
+        words = np.where(inline, s[:, _WORD], 0)  # the scanner read them
+        ref = np.where(inline, -1, np.cumsum(~inline) - 1)
+        blobs = [seg.data[o : o + n] for o, n in s[~inline][:, _BLOB_OFF : _BLOB_OFF + 2].tolist()]
+        ntasks = len(h["tasks"])
+        sched = np.column_stack(
+            [
+                s[:, _ID],
+                s[:, _RUN_S],
+                s[:, _DL_S] + off,
+                np.where((s[:, _TASK] >= 0) & (s[:, _TASK] < ntasks), s[:, _TASK], -1),
+                s[:, _FLAGS],
+                s[:, _PERIOD],
+                s[:, _BLOB_LEN],
+                words,
+                ref,
+                np.full(len(s), order),
+            ]
+        )
+    else:
+        sched = np.empty((0, 10), np.int64)
+    o = rows[kind == F.OUTCOME]
+    final = o[:, _NEXT_O] < 0
+    f = rows[kind == F.FIRED]
+    return Part(
+        order=order,
+        records=len(rows),
+        max_gen=int(h["next_gen"]) - 1,
+        tasks=list(h["tasks"]),
+        sched=sched,
+        blobs=blobs,
+        prog=[
+            np.column_stack([o[~final, _ID], o[~final, _RUN_O] + 1, o[~final, _NEXT_O] + off]),
+            np.column_stack([f[:, _ID], f[:, _RUN_F], f[:, _DL_F] + off]),
+        ],
+        done=[
+            rows[(kind == F.CANCELLED) | (kind == F.COMPLETED) | (kind == F.EXPIRED), _ID],
+            o[final, _ID],
+        ],
+        ops=ops,
+    )
+
+
+def combine(parts: Sequence[Part], st: JournalState, directory: str, max_gen: int = -1) -> None:
+    """Work out the pending timers and operations of the records of `parts` into `st`
+    (its pending, ops, timers, next_gen; rejects for what cannot be re-armed). `max_gen`:
+    the highest generation seen elsewhere (segments whose records do not count)."""
+    names: dict[str, int] = {}
+    sched: list[np.ndarray] = []
+    blobs: list[bytes] = []
+    ops = PendingOps()
+    for part in parts:
+        max_gen = max(max_gen, part.max_gen)
+        ops.ops.update(part.ops.ops)
+        ops.decided.update(part.ops.decided)
+        if not len(part.sched):
+            continue
+        tmap = np.array([names.setdefault(t, len(names)) for t in part.tasks] + [-1], np.int64)
+        s = part.sched.copy()
+        s[:, 3] = tmap[s[:, 3]]  # -1 (unknown) indexes the map's last entry, -1
+        s[:, 8] = np.where(s[:, 8] >= 0, s[:, 8] + len(blobs), -1)
+        blobs.extend(part.blobs)
+        sched.append(s)
+    st.ops = ops
+    st.pending = Pending(names=list(names))
+    max_gen = max(max_gen, ops.max_gen())
+    if not sched:
+        st.next_gen = max(st.next_gen, max_gen + 1)
+        return
+    S = np.concatenate(sched)
+    # the latest schedule of each id (highest run, then latest segment)
+    S = S[np.lexsort((S[:, 9], S[:, 1], S[:, 0]))]
+    S = S[np.r_[S[1:, 0] != S[:-1, 0], True]]
+    st.timers = len(S)
+    st.next_gen = max(st.next_gen, max_gen + 1, int(C.handle_gen(S[:, 0]).max()) + 1)
+    done = np.concatenate([d for part in parts for d in part.done] or [np.empty(0, np.int64)])
+    S = S[~np.isin(S[:, 0], done)]
+    unknown = S[:, 3] < 0
+    for tid in S[unknown, 0].tolist():
+        st.rejects.append(
+            Reject(
+                directory, 0, f"timer {tid:#x} names a task id its segment's header does not list"
+            )
+        )
+    S = S[~unknown]
+    # two pending ids in one slot: the newer generation proves the older was freed (its
+    # final record is missing: a journal that lost a record). Keep the newer.
+    slot_of = C.handle_slot(S[:, 0])
+    order = np.lexsort((C.handle_gen(S[:, 0]), slot_of))
+    S, slot_of = S[order], slot_of[order]
+    newest = np.r_[slot_of[1:] != slot_of[:-1], True][: len(S)]
+    for tid in S[~newest, 0].tolist():
+        st.rejects.append(
+            Reject(
+                directory,
+                0,
+                f"timer {tid:#x} has no final record but its slot was used again: not re-armed",
+            )
+        )
+    S = S[newest]
+    P = np.concatenate([x for part in parts for x in part.prog] or [_EMPTY3])
+    if len(P) and len(S):  # the furthest run of each id, if it is past its schedule's
+        P = P[np.lexsort((P[:, 1], P[:, 0]))]
+        P = P[np.r_[P[1:, 0] != P[:-1, 0], True]]
+        at = np.clip(np.searchsorted(P[:, 0], S[:, 0]), 0, len(P) - 1)
+        later = (P[at, 0] == S[:, 0]) & (P[at, 1] >= S[:, 1])
+        S[later, 1] = P[at[later], 1]
+        S[later, 2] = P[at[later], 2]
+    p = st.pending
+    p.ids, p.runs, p.deadlines, p.tasks = S[:, 0], S[:, 1], S[:, 2], S[:, 3]
+    p.flags = S[:, 4] & (F.FLAG_KEY | F.FLAG_REPEAT)
+    p.periods, p.lengths, p.words = S[:, 5], S[:, 6], S[:, 7]
+    refs = np.flatnonzero(S[:, 8] >= 0)
+    p.blobs = {i: blobs[r] for i, r in zip(refs.tolist(), S[refs, 8].tolist(), strict=True)}

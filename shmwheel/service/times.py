@@ -1,0 +1,104 @@
+"""The time arguments of a client's calls, checked and made deadlines in one place.
+
+``delay_ms`` (``schedule``), ``deadline_ms`` (``schedule``), ``every_ms`` (a repeating
+timer), ``timeout_ms`` (``watch``) and ``delays_ms`` (``schedule_many``) are all decided
+here, before the caller takes a slot, so a refused argument never costs one. A delay must
+be a finite number of milliseconds in ``[0, limit)``, where ``limit`` is the client's
+``_max_delay`` (a quarter of the wheel's span); an absolute ``deadline_ms`` an int in
+``[0, now + limit)`` (monotonic time is never negative; a deadline already past fires at
+once, and its lateness counts from it). Anything else is a ``TypeError`` (not a number) or
+a ``ValueError`` (out of range), with a message that says what to change; an int too large
+for a float is out of range too, not an ``OverflowError``.
+
+A delay becomes a deadline as the native paths make it (shmwheel/native/producer.c,
+``producer_due``): the monotonic clock in ns plus the delay rounded up to the ns, rounded
+up to the ms. So a timer never fires before its delay, whichever path scheduled it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def check_delay(value: object, what: str, limit: int) -> float:
+    """`value` as a float of milliseconds in [0, limit), or the API's TypeError /
+    ValueError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of milliseconds, got {type(value).__name__}")
+    if isinstance(value, int) and not -limit < value < limit:  # exact: no float overflow
+        v = -1.0 if value < 0 else float(limit)
+    else:
+        v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    if v < 0:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    if v >= limit:
+        raise ValueError(
+            f"{what}={value!r} is beyond the wheel's range ({limit} ms); "
+            f"use a shorter delay or a larger tick_ms/wheel_size"
+        )
+    return v
+
+
+def due_ms(now_ns: int, delay_ms: float) -> int:
+    """The deadline (monotonic ms) of a checked delay from `now_ns`: rounded up, as
+    producer.c rounds it."""
+    return -(-(now_ns + math.ceil(delay_ms * 1e6)) // 1_000_000)
+
+
+def deadline(delay_ms: object, deadline_ms: object, limit: int) -> int:
+    """``schedule``'s deadline: from exactly one of a delay or an absolute deadline."""
+    if (delay_ms is None) == (deadline_ms is None):
+        raise TypeError("pass exactly one of delay_ms= or deadline_ms=")
+    now_ns = time.monotonic_ns()
+    if delay_ms is not None:
+        return due_ms(now_ns, check_delay(delay_ms, "delay_ms", limit))
+    if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, np.integer)):
+        raise TypeError(
+            f"deadline_ms must be an int (monotonic ms), got {type(deadline_ms).__name__}"
+        )
+    d = int(deadline_ms)
+    if d < 0:
+        raise ValueError(
+            f"deadline_ms={d} is negative: a deadline is a monotonic time in ms "
+            f"(time.monotonic_ns() // 1_000_000), never below 0"
+        )
+    if d - now_ns // 1_000_000 >= limit:
+        raise ValueError(f"deadline_ms={d} is beyond the wheel's range ({limit} ms from now)")
+    return d
+
+
+def timeout_deadline(timeout_ms: object, limit: int) -> int:
+    """``watch``'s deadline: its timeout checked as a delay is (the common case first)."""
+    if (type(timeout_ms) is int or type(timeout_ms) is float) and 0 <= timeout_ms < limit:
+        return due_ms(time.monotonic_ns(), timeout_ms)
+    return due_ms(time.monotonic_ns(), check_delay(timeout_ms, "timeout_ms", limit))
+
+
+def check_delays(delays_ms: Sequence[float] | np.ndarray, limit: int) -> np.ndarray:
+    """``schedule_many``'s delays as a float64 array, each checked as ``check_delay``
+    checks one."""
+    try:
+        d = np.asarray(delays_ms, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"delays_ms must lie in [0, {limit}) ms: one is too large") from None
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"delays_ms must be a sequence of numbers: {e}") from None
+    if d.ndim != 1:
+        raise ValueError("delays_ms must be one-dimensional")
+    if not np.isfinite(d).all():
+        raise ValueError("delays_ms must all be finite (no NaN or infinity)")
+    if len(d) and (d.min() < 0 or d.max() >= limit):
+        raise ValueError(f"delays_ms must lie in [0, {limit}) ms")
+    return d
+
+
+def due_ms_many(now_ns: int, delays_ms: np.ndarray) -> np.ndarray:
+    """``due_ms`` of each checked delay (an int64 array)."""
+    due: np.ndarray = -(-(now_ns + np.ceil(delays_ms * 1e6).astype(np.int64)) // 1_000_000)
+    return due

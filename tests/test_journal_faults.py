@@ -1,0 +1,334 @@
+"""The journal under disk faults (shmwheel/journal/writer.py, "Faults"): a write, sync,
+truncation or file creation that fails costs no record and crashes nothing; the records
+held through the fault reach the disk, in order and once, when it clears; a service refuses
+new timers with JournalError meanwhile and keeps every accepted one exactly once and never
+early, across a whole-service kill right after the fault clears. Faults are injected
+through the writer's one seam (shmwheel/journal/disk.py); one test fills a real tmpfs."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_service import TASKS, read_log, wait_for
+
+from shmwheel import JournalError, TimerService, journal
+from shmwheel.journal import disk as D
+from shmwheel.journal import format as F
+from shmwheel.journal import reader
+from shmwheel.journal.writer import HOLD_BYTES, JournalOptions, SegmentWriter
+from shmwheel.segment import layout as L
+
+HERE = Path(__file__).resolve().parent
+FAULTS = [  # (errno, the calls it fails)
+    (errno.ENOSPC, D.OPS_ALL),
+    (errno.EDQUOT, D.OPS_ALL),
+    (errno.EROFS, D.OPS_ALL),
+    (errno.EIO, D.OP_WRITE),
+    (errno.EIO, D.OP_SYNC),  # a failed fdatasync: what it could not vouch for is rewritten
+]
+
+
+def read_ids(directory: Path) -> tuple[list[int], list[reader.Segment]]:
+    """The ids of the CANCELLED records of every segment, in file order, and the segments."""
+    segs = [reader.read_segment(p) for p in F.segment_files(directory)]
+    return [r[1] for s in segs for r in s.records], segs
+
+
+def assert_chain(segs: list[reader.Segment]) -> None:
+    """One writer's segments: no rejects, each names the one before, each but the last
+    ends naming the next, the last ends closed."""
+    names = [os.path.basename(s.path) for s in segs]
+    for i, s in enumerate(segs):
+        assert not s.rejects, s.rejects
+        assert s.header is not None and s.header["prev"] == (names[i - 1] if i else "")
+        assert s.end is not None and s.end["next"] == (names[i + 1] if i + 1 < len(segs) else "")
+
+
+# -- the writer alone ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("policy", "code", "ops"),
+    [  # with "none" nothing is synced, so a failing sync is no fault there
+        (p, code, ops)
+        for p in ("none", "interval", "always")
+        for code, ops in FAULTS
+        if not (p == "none" and ops == D.OP_SYNC)
+    ],
+)
+def test_records_held_through_a_fault_reach_the_disk_in_order_once(tmp_path, policy, code, ops):
+    words = np.zeros(3, np.int64)
+    w = SegmentWriter(
+        JournalOptions(str(tmp_path), policy, fsync_ms=5, segment_bytes=1 << 16),
+        "reaper",
+        "svc",
+        ["t"],
+        1,
+        fault_words=words,
+    )
+    for i in range(20000):  # ~14 bytes a record: rotations before, during and after
+        w.append(F.body(F.CANCELLED, i, 7))
+        if i == 5000:
+            w.disk.plan = (code, ops)
+        if i % 25 == 0:
+            w.flush()
+        if i == 14000:
+            time.sleep(0.02)  # the interval thread's sync meets the fault too
+            assert w.fault is not None and w.fault.errno == code
+            assert words[0] == code and words[2] == w.held > 0 and words[1] > 0
+            w.disk.plan = None
+            w._retry_at = 0.0  # no need to wait RETRY_S here
+    w.close()
+    assert w.fault is None and not words.any()
+    ids, segs = read_ids(tmp_path)
+    assert ids == list(range(20000))  # nothing lost, nothing twice, in order
+    assert len(segs) > 2
+    assert_chain(segs)
+
+
+def test_a_writer_that_cannot_create_its_first_file_holds_until_it_can(tmp_path):
+    disk = D.Disk("coordinator")
+    disk.plan = (errno.EROFS, D.OP_OPEN)
+    w = SegmentWriter(
+        JournalOptions(str(tmp_path), "interval"),
+        "coordinator",
+        "svc",
+        ["t"],
+        1,
+        fault_words=np.zeros(3, np.int64),
+        disk=disk,
+    )
+    assert w.fault is not None and not os.listdir(tmp_path)
+    w.append(F.body(F.CANCELLED, 1, 2))
+    w.flush()
+    disk.plan = None
+    w._retry_at = 0.0
+    w.append(F.body(F.CANCELLED, 2, 2))
+    w.flush()
+    assert w.fault is None
+    w.close()
+    ids, segs = read_ids(tmp_path)
+    assert ids == [1, 2] and len(segs) == 1
+    assert_chain(segs)
+
+
+def test_a_rotation_that_cannot_create_a_file_goes_on_in_the_old_one(tmp_path):
+    w = SegmentWriter(
+        JournalOptions(str(tmp_path), "none", segment_bytes=1 << 16),
+        "reaper",
+        "svc",
+        ["t"],
+        1,
+        fault_words=np.zeros(3, np.int64),
+    )
+    w.disk.plan = (errno.EROFS, D.OP_OPEN)  # a directory made read-only (chattr +i)
+    for i in range(8000):
+        w.append(F.body(F.CANCELLED, i, 7))
+        w.flush()
+    assert w.fault is None and len(os.listdir(tmp_path)) == 1  # no fault: still durable
+    w.disk.plan = None
+    w._rotate_at = 0.0
+    w.append(F.body(F.CANCELLED, 8000, 7))
+    w.flush()
+    w.close()
+    ids, segs = read_ids(tmp_path)
+    assert ids == list(range(8001)) and len(segs) == 2
+    assert_chain(segs)
+
+
+def test_a_writer_without_fault_words_raises_journal_error(tmp_path):
+    disk = D.Disk("recovery")
+    disk.plan = (errno.ENOSPC, D.OP_WRITE)
+    with pytest.raises(JournalError, match="No space left on device"):
+        SegmentWriter(JournalOptions(str(tmp_path), "always"), "recovery", "s", ["t"], 1, disk=disk)
+
+
+def test_a_writer_holding_hold_bytes_is_blocked(tmp_path, monkeypatch):
+    import shmwheel.journal.writer as W
+
+    monkeypatch.setattr(W, "HOLD_BYTES", 4096)
+    w = SegmentWriter(
+        JournalOptions(str(tmp_path), "none"),
+        "reaper",
+        "s",
+        ["t"],
+        1,
+        fault_words=np.zeros(3, np.int64),
+    )
+    w.disk.plan = (errno.ENOSPC, D.OPS_ALL)
+    while not w.blocked:
+        w.append(F.body(F.CANCELLED, 1, 2))
+        w.flush()
+    assert w.held >= 4096
+    w.disk.plan = None
+    w._retry_at = 0.0
+    w.flush()
+    assert not w.blocked and w.held == 0
+    w.close()
+    assert HOLD_BYTES == 64 << 20  # the documented bound (docs/journal.md)
+
+
+# -- a service, killed whole right after the fault clears ----------------------------------
+def run_case(tmp_path: Path, role: str, code: int, ops: int) -> None:
+    d, log = tmp_path / "j", tmp_path / "log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "journal_fault_driver.py"),
+            str(d),
+            str(log),
+            role,
+            str(code),
+            str(ops),
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line, f"the driver died (exit {proc.wait()})"
+        out = json.loads(line)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the embedding process and every service one
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    wait_for(lambda: not _alive(proc.pid), what="the killed service to be gone")
+    assert out["refusal_s"] < 2.0, out  # the client's usual bound
+    assert "journal" in out["refusal"] and os.strerror(code) in out["refusal"]
+    assert role in out["faults"] and out["faults"][role]["errno"] == code
+    expected = set(out["accepted"]) - set(out["cancelled"])
+    with TimerService(
+        tasks=TASKS, capacity=20_000, executors=1, journal=d, journal_keep_hours=1e6
+    ) as svc:
+        assert svc.recovery["recovered"] == 100  # the b's, pending at the kill
+        wait_for(lambda: expected <= {r[0] for r in read_log(log)}, what="every accepted timer")
+        if not out["rep_cancelled"]:
+            wait_for(lambda: svc.stats()["in_flight"] == 0, what="the last repeat run")
+    rows = [r for r in read_log(log) if r[0] != "rep"]
+    counts = Counter(r[0] for r in rows)
+    assert set(counts) == expected, set(counts) ^ expected
+    assert not [t for t, n in counts.items() if n > 1], "ran twice"
+    assert not [r for r in rows if r[3] < r[2] * 1_000_000], "ran early"
+    reps = [r[4] for r in read_log(log) if r[0] == "rep"]
+    assert len(reps) == len(set(reps)), "a repeating run ran twice"
+    # and what was held through the fault is on disk: every event of every timer
+    kinds: dict[str, set[int]] = {"scheduled": set(), "fired": set(), "outcome": set()}
+    kinds["cancelled"] = set()
+    for rec in journal.records(d):
+        if rec["kind"] in kinds:
+            kinds[rec["kind"]].add(rec["id"])
+    ids = out["ids"]
+    assert {ids[t] for t in out["accepted"]} <= kinds["scheduled"]
+    assert {ids[t] for t in expected} <= kinds["fired"] & kinds["outcome"]
+    assert {ids[t] for t in out["cancelled"]} <= kinds["cancelled"]
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("role", ["coordinator", "reaper"])
+@pytest.mark.parametrize(("code", "ops"), FAULTS)
+def test_a_failing_disk_costs_no_accepted_timer(tmp_path, role, code, ops):
+    run_case(tmp_path, role, code, ops)
+
+
+# -- the real thing: a journal on a small tmpfs that fills up ------------------------------
+def fill(path: Path) -> None:
+    """Write zeros to `path` until the volume is full."""
+    with open(path, "wb", buffering=0) as f:
+        block = bytes(4096)
+        try:
+            while True:
+                f.write(block)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+
+
+def test_a_journal_on_a_full_tmpfs_refuses_then_recovers(tmp_path):
+    vol, log = tmp_path / "vol", tmp_path / "log"
+    vol.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(vol)], check=True)
+    try:
+        accepted: list[str] = []
+        with (
+            TimerService(
+                tasks=TASKS,
+                capacity=20_000,
+                executors=1,
+                journal=vol / "j",
+                journal_segment_bytes=1 << 16,
+            ) as svc,
+            svc.client() as c,
+        ):
+
+            def one(tag: str, delay: float) -> None:
+                c.schedule("record", {"path": str(log), "tag": tag}, delay_ms=delay)
+                accepted.append(tag)
+
+            for i in range(200):
+                one(f"a{i}", i * 3)
+            fill(vol / "filler")
+            t0, n = time.monotonic(), 0
+            with pytest.raises(JournalError, match="No space left on device"):
+                while time.monotonic() - t0 < 10:
+                    one(f"d{n}", 50)
+                    n += 1
+                    time.sleep(0.001)
+            assert svc.stats()["journal"]["faults"], "JournalError with no fault in stats()"
+            os.unlink(vol / "filler")
+            wait_for(lambda: not svc.stats()["journal"]["faults"], what="the repair")
+            wait_for(lambda: not svc.mem.header[L.W_JREFUSE], what="the gate to open")
+            for i in range(50):
+                one(f"b{i}", 20)
+            wait_for(lambda: set(accepted) <= {r[0] for r in read_log(log)}, what="all ran")
+        rows = read_log(log)
+        counts = Counter(r[0] for r in rows)
+        assert set(counts) == set(accepted) and max(counts.values()) == 1
+        assert not [r for r in rows if r[3] < r[2] * 1_000_000], "ran early"
+        assert all(not reader.read_segment(p).rejects for p in F.segment_files(vol / "j"))
+    finally:
+        subprocess.run(["umount", str(vol)], check=False)
+        if os.path.ismount(vol):
+            subprocess.run(["umount", "-l", str(vol)], check=True)
+
+
+def test_retention_reads_a_predecessors_segment_whole_and_keeps_a_damaged_one(tmp_path):
+    from shmwheel.journal.retention import retire
+
+    def segment(name: str) -> str:
+        w = SegmentWriter(JournalOptions(str(tmp_path / name), "none"), "reaper", "s", ["t"], 1)
+        for i in range(50):
+            w.append(F.body(F.CANCELLED, i, 1))
+        w.flush()
+        w.close()
+        return w.path
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    good, bad = segment("a"), segment("b")
+    data = bytearray(Path(bad).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a flipped byte in the middle: a bad CRC
+    Path(bad).write_bytes(bytes(data))
+    (tmp_path / "w").mkdir()
+    w = SegmentWriter(JournalOptions(str(tmp_path / "w"), "none"), "reaper", "s", ["t"], 1)
+    gone = retire(w, [("good", good), ("bad", bad)], {good, bad})
+    w.close()
+    assert gone == ["good"] and not os.path.exists(good)
+    assert Path(bad).read_bytes() == bytes(data)  # untouched
+    retired = [reader.read_segment(p).retired for p in F.segment_files(tmp_path / "w")]
+    assert retired == [[os.path.basename(good)]]
