@@ -54,9 +54,9 @@ class Disk:
                 raise OSError(code, os.strerror(code), path)
 
     def create(self, path: str) -> int:
-        """A new file, opened for appending (it must not exist)."""
+        """A new file, opened for appending, and reading back (it must not exist)."""
         self._check(OP_OPEN, path)
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
 
     def write_all(self, fd: int, data: Buffer, path: str) -> None:
         """Every byte of `data`, however many write(2) calls it takes."""
@@ -74,6 +74,10 @@ class Disk:
     def truncate(self, fd: int, size: int, path: str) -> None:
         self._check(OP_TRUNCATE, path)
         os.ftruncate(fd, size)
+
+    def read(self, fd: int, size: int, offset: int) -> bytes:
+        """`size` bytes at `offset` (what a failed sync leaves in the page cache)."""
+        return os.pread(fd, size, offset)
 
     def sync_dir(self, directory: str) -> None:
         """The directory's entries (a new file's name) on disk."""

@@ -156,6 +156,22 @@ def frame(body_: bytes) -> bytes:
     return bytes(memoryview(buf))
 
 
+def intact_prefix(data: bytes) -> int:
+    """How many bytes of `data`, frames from its start, are whole records whose CRC-32
+    checks out (the rest is cut or damaged)."""
+    at = 0
+    while at + FRAME_BYTES <= len(data):
+        n = int.from_bytes(data[at : at + 4], "little")
+        crc = int.from_bytes(data[at + 4 : at + 8], "little")
+        end = at + FRAME_BYTES + n
+        if n == 0 or n > MAX_BODY or end > len(data):
+            break
+        if N.journal_crc32(data[at + FRAME_BYTES : end]) != crc:
+            break
+        at = end
+    return at
+
+
 def as_dict(record: list[Any]) -> dict[str, Any]:
     """A decoded record as {"kind": name, field: value, ...} (a version 1 header gets
     ``prev`` None: its chain is unknown)."""

@@ -12,9 +12,9 @@ form a chain that shows a missing one (docs/journal.md, "The chain").
 
 Faults. A service's coordinator and reaper never stop for their disk: when a write, a
 sync, a truncation or the creation of a file fails (ENOSPC, EDQUOT, EROFS, EIO, a failed
-fsync: any OSError), the writer keeps every byte the disk has not vouched for in memory
-(its *tail*: with ``interval`` that includes what was written but not yet synced, since a
-failed fdatasync may have dropped it), reports the fault in the service header
+fsync: any OSError), the writer keeps every byte the disk has not taken in memory (its
+*tail*: what failed to write, and after a failed fdatasync what that sync could not vouch
+for, read back from the page cache), reports the fault in the service header
 (``FAULT_WORDS``: clients then refuse new timers with JournalError, stats() and ``shmwheel
 status`` show it), and every RETRY_S truncates the file back to its last durable byte and
 writes the tail again. Once that succeeds the fault is over, with nothing lost and no
@@ -97,12 +97,16 @@ class SegmentWriter:
         self.buffer = N.JournalBuffer()
         self.disk = disk if disk is not None else Disk(role)
         self._lock = threading.Lock()  # the file and the tail, against the sync thread
-        # Ground rules (under _lock): the current file's first `_durable` bytes are on
-        # disk as the policy wants them (synced; with "none", written); `_tail` holds
-        # every byte after them that belongs in the file, in order. Without a fault the
-        # file is exactly those two. With one (`fault` set) the file's end past
-        # `_durable` is unknown: the repair truncates it there and writes the tail again.
+        # Ground rules (under _lock): the current file's first `_size` bytes are written
+        # and trusted, its first `_durable` of them on disk as the policy wants (synced;
+        # with "none", written). `_tail` holds, in order, every byte that belongs after
+        # `_size` and is not known to be there: empty but for a fault (or a new segment's
+        # header on its way). With a fault, the file's end past `_size` is unknown: the
+        # repair truncates it there and writes the tail. A failed sync moves the bytes it
+        # could not vouch for back into the tail (read from the page cache), so nothing is
+        # copied on the way to the disk while it works.
         self._fd = -1
+        self._size = 0
         self._durable = 0
         self._tail = bytearray()
         self._dirty = False  # written and not yet synced
@@ -159,7 +163,8 @@ class SegmentWriter:
             self.tick_ms,
             self._prev,
         )
-        self.path, self.seq, self._fd, self._durable = path, self._seq, fd, 0
+        self.path, self.seq, self._fd = path, self._seq, fd
+        self._size = self._durable = 0
         self._tail[0:0] = F.MAGIC + F.frame(header)
         if self._on_open is not None:
             self._on_open(self._seq, self.path)
@@ -174,14 +179,15 @@ class SegmentWriter:
         new = self._fd < 0
         if new:
             self._fd = self.disk.create(self.path)
-        self.disk.truncate(self._fd, self._durable, self.path)
+        self.disk.truncate(self._fd, self._size, self.path)
         self.disk.write_all(self._fd, self._tail, self.path)
         if self.opts.fsync != "none":
             self.disk.fdatasync(self._fd, self.path)
-            if new or self._durable == 0:  # a new file's name survives a host crash
+            if new or self._size == 0:  # a new file's name survives a host crash
                 self.disk.sync_dir(self.opts.directory)
             self._count(N.C_JOURNAL_SYNCS, 1)
-        self._durable += len(self._tail)
+        self._size += len(self._tail)
+        self._durable = self._size
         self._tail.clear()
         self._dirty = False
 
@@ -237,14 +243,14 @@ class SegmentWriter:
                     self._tail += buf
                     self._failed(e)
                 else:
+                    self._size += n
                     if self.opts.fsync == "none":
-                        self._durable += n
+                        self._durable = self._size
                     else:
-                        self._tail += buf
                         self._dirty = True
                         if self.opts.fsync == "always":
                             self._sync_locked()
-                    if self._durable + len(self._tail) >= self.opts.segment_bytes:
+                    if self._size >= self.opts.segment_bytes:
                         self._rotate()
             elif n:
                 self._tail += buf
@@ -273,12 +279,37 @@ class SegmentWriter:
         try:
             self.disk.fdatasync(self._fd, self.path)
         except OSError as e:
-            self._failed(e)  # what the sync could not vouch for is written again
+            self._unsynced_to_tail()
+            self._failed(e)
             return
-        self._durable += len(self._tail)
-        self._tail.clear()
+        self._durable = self._size
         self._dirty = False
         self._count(N.C_JOURNAL_SYNCS, 1)
+
+    def _unsynced_to_tail(self) -> None:
+        """After a failed fdatasync: what it could not vouch for, [durable, size), goes
+        back to the front of the tail to be written again (and synced) by the repair.
+        It is read from the page cache, where Linux keeps a failed writeback's pages;
+        only the whole records whose CRC checks out are kept (whatever else was lost is
+        logged: a kernel that dropped the pages of a failed write)."""
+        n = self._size - self._durable
+        try:
+            data = self.disk.read(self._fd, n, self._durable) if n > 0 else b""
+        except OSError as e:
+            log.critical("journal %s: cannot read back what a failed sync left: %s", self.path, e)
+            data = b""
+        good = F.intact_prefix(data)
+        if good < n:
+            log.critical(
+                "journal %s: after a failed sync, %d of %d bytes of %s no longer read back "
+                "as records: the disk lost them",
+                self.opts.directory,
+                n - good,
+                n,
+                os.path.basename(self.path),
+            )
+        self._tail[0:0] = data[:good]
+        self._size = self._durable
 
     def sync(self) -> None:
         """fdatasync what was written since the last (or, through a fault, try a repair)."""
@@ -350,7 +381,7 @@ class SegmentWriter:
             time.time() - since,
             held,
         )
-        if self._durable >= self.opts.segment_bytes:
+        if self._size >= self.opts.segment_bytes:
             self._rotate()
 
     def _publish(self) -> None:
