@@ -183,9 +183,9 @@ def main() -> int:
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
-        Path(args.json).with_suffix(".txt").write_text(
-            "\n".join(f"cycle {e['cycle']}: {e}" for e in out["cycles"]) + "\n" + text + "\n"
-        )
+        command = "python bench/journal_faults.py " + " ".join(sys.argv[1:])
+        cycles = "\n".join(f"cycle {e['cycle']}: {e}" for e in out["cycles"])
+        Path(args.json).with_suffix(".txt").write_text(f"{command}\n{cycles}\n{text}\n")
     bad = out["lost"] or out["ran_twice"] or out["ran_after_cancel"] or out["early"]
     return 1 if bad else 0
 
