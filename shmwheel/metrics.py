@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Mapping
+from itertools import accumulate
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -94,10 +96,8 @@ JOURNAL_WRITERS = ("coordinator", "reaper")
 def lateness_buckets(hist: list[int]) -> list[tuple[str, float]]:
     """Cumulative ``(le, count)`` pairs, ``le`` in seconds, ``+Inf`` last, from the
     segment's lateness histogram (``stats()["lateness_histogram"]``)."""
-    cumulative, total = [], 0
-    for i, n in enumerate(hist):
-        total += n
-        cumulative.append(total)
+    cumulative = list(accumulate(int(n) for n in hist))
+    total = cumulative[-1] if cumulative else 0
     out = [
         (floatToGoString(le), float(cumulative[k * C.HIST_PER_OCTAVE]))
         for k, le in enumerate(LATENESS_BUCKETS_S)
@@ -157,7 +157,9 @@ def families(service: str, st: Mapping[str, Any], capacity: int) -> list[Metric]
     )
     buckets = lateness_buckets(list(st["lateness_histogram"]))
     hist.add_metric([service], buckets, None)  # no _sum: see the help text
-    hist.samples.append(Sample("shmwheel_lateness_seconds_count", {"service": service}, buckets[-1][1]))
+    hist.samples.append(
+        Sample("shmwheel_lateness_seconds_count", {"service": service}, buckets[-1][1])
+    )
     out.append(hist)
 
     ops = st.get("operations")
@@ -175,7 +177,9 @@ def families(service: str, st: Mapping[str, Any], capacity: int) -> list[Metric]
             j["bytes_written"],
         )
         counter("journal_syncs", "fsync / fdatasync calls of the journal writers.", j["syncs"])
-        gauge("journal_disk_bytes", "Bytes of the journal's segment files on disk.", j["disk_bytes"])
+        gauge(
+            "journal_disk_bytes", "Bytes of the journal's segment files on disk.", j["disk_bytes"]
+        )
         gauge("journal_segments", "Segment files in the journal directory.", j["segments"])
         faults = j.get("faults") or {}
         fault = GaugeMetricFamily(
@@ -309,34 +313,29 @@ def _running(mem: ServiceMemory) -> bool:
 class _QuietHandler(WSGIRequestHandler):
     """Requests logged through logging at DEBUG, not written to stderr."""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics %s: " + format, self.address_string(), *args)
 
 
-class _ThreadingWSGIServer(WSGIServer):
-    """One thread per scrape, none of which keeps the process alive."""
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """One daemon thread per scrape: a slow scraper delays no other, and none keeps the
+    process alive."""
 
     daemon_threads = True
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        threading.Thread(
-            target=self._handle, args=(request, client_address), daemon=True
-        ).start()
-
-    def _handle(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
 
 
 class MetricsServer:
     """An HTTP server of a registry's metrics on ``/metrics`` (any path, like
-    ``prometheus_client.start_http_server``), in a daemon thread; `close()` stops it."""
+    ``prometheus_client.start_http_server``), IPv4, in a daemon thread; `close()` stops
+    it, then closes `collectors` (those of `serve`)."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        collectors: tuple[ServiceCollector, ...] = (),
+    ) -> None:
         self._httpd = make_server(
             host,
             port,
@@ -346,6 +345,7 @@ class MetricsServer:
         )
         self.host = host
         self.port: int = self._httpd.server_address[1]
+        self._collectors = collectors
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="shmwheel-metrics", daemon=True
         )
@@ -354,8 +354,7 @@ class MetricsServer:
     @property
     def url(self) -> str:
         """Where the metrics are served."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return f"http://{self.host}:{self.port}/metrics"
 
     def close(self) -> None:
         """Stop serving and close the socket (idempotent)."""
@@ -363,11 +362,18 @@ class MetricsServer:
             self._httpd.shutdown()
             self._thread.join()
         self._httpd.server_close()
+        for c in self._collectors:
+            c.close()
 
 
 def serve(service: TimerService | str, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
     """Serve `service`'s metrics (a `ServiceCollector` in a registry of its own) on
     ``http://host:port/metrics``; port 0 picks a free port (``.port`` says which)."""
+    collector = ServiceCollector(service)
     registry = CollectorRegistry()
-    registry.register(ServiceCollector(service))
-    return MetricsServer(registry, host, port)
+    registry.register(collector)
+    try:
+        return MetricsServer(registry, host, port, (collector,))
+    except BaseException:
+        collector.close()
+        raise

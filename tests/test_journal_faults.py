@@ -259,7 +259,7 @@ def fill(path: Path) -> None:
             assert e.errno == errno.ENOSPC
 
 
-def test_a_journal_on_a_full_tmpfs_refuses_then_recovers(tmp_path):
+def test_a_journal_on_a_full_tmpfs_refuses_then_recovers(tmp_path, cli):
     vol, log = tmp_path / "vol", tmp_path / "log"
     vol.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(vol)], check=True)
@@ -290,6 +290,8 @@ def test_a_journal_on_a_full_tmpfs_refuses_then_recovers(tmp_path):
                     n += 1
                     time.sleep(0.001)
             assert svc.stats()["journal"]["faults"], "JournalError with no fault in stats()"
+            code, out, _ = cli("status", svc.name)
+            assert code == 0 and "FAULT" in out and "ENOSPC" in out, out
             os.unlink(vol / "filler")
             wait_for(lambda: not svc.stats()["journal"]["faults"], what="the repair")
             wait_for(lambda: not svc.mem.header[L.W_JREFUSE], what="the gate to open")
