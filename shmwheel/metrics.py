@@ -34,7 +34,6 @@ try:
         Metric,
     )
     from prometheus_client.samples import Sample
-    from prometheus_client.utils import floatToGoString
 except ImportError as e:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "shmwheel.metrics needs prometheus_client: pip install 'shmwheel[metrics]' "
@@ -99,7 +98,7 @@ def lateness_buckets(hist: list[int]) -> list[tuple[str, float]]:
     cumulative = list(accumulate(int(n) for n in hist))
     total = cumulative[-1] if cumulative else 0
     out = [
-        (floatToGoString(le), float(cumulative[k * C.HIST_PER_OCTAVE]))
+        (str(le), float(cumulative[k * C.HIST_PER_OCTAVE]))
         for k, le in enumerate(LATENESS_BUCKETS_S)
         if k * C.HIST_PER_OCTAVE < len(cumulative)
     ]

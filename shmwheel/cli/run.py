@@ -30,6 +30,7 @@ examples:
       --tasks expire=myapp.tasks:expire retry=myapp.tasks:retry
   shmwheel run --config orders.toml --log-level DEBUG
   shmwheel run --name orders --journal /var/lib/shmwheel/orders --tasks ...
+  shmwheel run --name orders --metrics-port 9464 --tasks ...   # Prometheus /metrics
 
   then, from any process of the same user:  shmwheel.connect("orders")
 
@@ -125,6 +126,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         default=10.0,
         metavar="SECONDS",
         help="how long stopping may take before processes are killed (default 10)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics while the service runs "
+        "(0: a free port, logged); needs prometheus_client (pip install 'shmwheel[metrics]')",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the IPv4 address --metrics-port listens on (default 127.0.0.1)",
     )
     p.set_defaults(execute=execute, default_log_level="INFO")
 
@@ -238,7 +252,6 @@ def _search_cwd() -> None:
 def execute(args: argparse.Namespace) -> int:
     """Run the service until a stop signal; 0 after a clean stop."""
     from .. import TimerService
-    from ..errors import ShmwheelError
 
     opts, level = options(args)
     if level is not None:
@@ -252,6 +265,37 @@ def execute(args: argparse.Namespace) -> int:
         svc = TimerService(name, **opts)
     except (ValueError, TypeError) as e:
         raise CommandError(str(e), 2) from None
+    metrics = _serve_metrics(svc, args.metrics_host, args.metrics_port)
+    try:
+        return _run(svc, args.stop_timeout)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def _serve_metrics(svc: Any, host: str, port: int | None) -> Any:
+    """The metrics server of --metrics-port (None without it); bound before the service
+    starts, so a port in use or a missing prometheus_client starts nothing (exit 1)."""
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        raise CommandError(f"--metrics-port must be 0 to 65535, got {port}", 2)
+    try:
+        from ..metrics import serve
+    except ImportError as e:
+        raise CommandError(str(e)) from None
+    try:
+        server = serve(svc, host, port)
+    except OSError as e:
+        raise CommandError(f"cannot serve metrics on {host}:{port}: {e}") from None
+    log.info("service %s: Prometheus metrics on %s", svc.name, server.url)
+    return server
+
+
+def _run(svc: Any, stop_timeout: float) -> int:
+    """Start `svc` and serve it until a stop signal; 0 after a clean stop."""
+    from ..errors import ShmwheelError
+
     stopper = _Stopper()
     stopper.install()
     try:
@@ -259,7 +303,7 @@ def execute(args: argparse.Namespace) -> int:
         try:
             svc.start()
         except KeyboardInterrupt:  # start() stopped what it had started; stop() covers
-            svc.stop(args.stop_timeout)  # a signal that came just after it returned
+            svc.stop(stop_timeout)  # a signal that came just after it returned
             log.warning("interrupted while starting: service %s was not started", svc.name)
             return 128 + (stopper.signum or signal.SIGINT)
         except (ShmwheelError, OSError, RuntimeError) as e:
@@ -267,9 +311,9 @@ def execute(args: argparse.Namespace) -> int:
         finally:
             stopper.starting = False
         try:
-            _serve(svc, stopper, args.stop_timeout)
+            _serve(svc, stopper, stop_timeout)
         finally:
-            svc.stop(args.stop_timeout)  # idempotent: a no-op after _serve's own stop
+            svc.stop(stop_timeout)  # idempotent: a no-op after _serve's own stop
     finally:
         stopper.restore()
     return 0

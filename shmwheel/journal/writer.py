@@ -15,7 +15,7 @@ sync, a truncation or the creation of a file fails (ENOSPC, EDQUOT, EROFS, EIO, 
 fsync: any OSError), the writer keeps every byte the disk has not taken in memory (its
 *tail*: what failed to write, and after a failed fdatasync what that sync could not vouch
 for, read back from the page cache), reports the fault in the service header
-(``FAULT_WORDS``: clients then refuse new timers with JournalError, stats() and ``shmwheel
+(three words per writer, journal/faults.py: clients then refuse new timers with JournalError, stats() and ``shmwheel
 status`` show it), and every RETRY_S truncates the file back to its last durable byte and
 writes the tail again. Once that succeeds the fault is over, with nothing lost and no
 restart. Timers already accepted run on meanwhile, exactly once and never early: the
@@ -35,8 +35,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 
@@ -50,14 +48,13 @@ from .directory import JournalInUse as JournalInUse  # where it was first define
 from .directory import JournalOptions, options_of
 from .directory import claim as claim
 from .disk import Disk
+from .faults import FW_ERRNO, FW_HELD, FW_SINCE_MS
 
 log = logging.getLogger("shmwheel.journal")
 
 RETRY_S = 0.2  # how often a writer through a fault tries to write what it holds
 ROTATE_RETRY_S = 1.0  # how often a rotation whose new file could not be created retries
 HOLD_BYTES = 64 << 20  # the most a writer holds through a fault before it stops taking work
-# a writer's fault words in the service header (from L.W_JFAULT_COORDINATOR / _REAPER)
-FW_ERRNO, FW_SINCE_MS, FW_HELD = 0, 1, 2
 
 
 class SegmentWriter:
@@ -481,42 +478,3 @@ def service_writer(
     )
     mem.bind_tables().set_journal(w.buffer)
     return w
-
-
-def read_faults(mem: ServiceMemory) -> dict[str, dict[str, Any]]:
-    """The journal faults in force, by writer role, from the service header: errno and
-    its name and text, since when (wall clock, ISO 8601, and seconds ago), bytes held."""
-    out = {}
-    for role, first in (
-        ("coordinator", L.W_JFAULT_COORDINATOR),
-        ("reaper", L.W_JFAULT_REAPER),
-    ):
-        code, since_ms, held = (int(w) for w in mem.header[first : first + L.JFAULT_WORDS])
-        if not code:
-            continue
-        out[role] = {
-            "errno": code,
-            "error": errno.errorcode.get(code, str(code)),
-            "message": os.strerror(code),
-            "since": datetime.fromtimestamp(since_ms / 1000, UTC).isoformat(
-                timespec="milliseconds"
-            ),
-            "seconds": max(0.0, time.time() - since_ms / 1000),
-            "held_bytes": held,
-        }
-    return out
-
-
-def refusal(mem: ServiceMemory) -> JournalError:
-    """The JournalError a client raises while the journal has a fault (what, where, since
-    when, and what still holds)."""
-    faults = read_faults(mem)
-    what = "; ".join(
-        f"the {role} cannot write: {f['message']} ({f['error']}) since {f['since']}"
-        for role, f in faults.items()
-    )
-    return JournalError(
-        f"journal {mem.config.journal_dir}: {what or 'a write failed'}. New timers are "
-        f"refused until the disk takes writes again (free space, or make it writable); "
-        f"timers already accepted still run, and are written once it does"
-    )

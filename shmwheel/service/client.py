@@ -163,7 +163,7 @@ class Client(N.Producer):
         (the native schedule and watch paths come here when W_JREFUSE is set)."""
         self._check()
         if self._mem.header[L.W_JREFUSE]:
-            from ..journal.writer import refusal
+            from ..journal.faults import refusal
 
             raise refusal(self._mem)
 
