@@ -13,19 +13,18 @@ form a chain that shows a missing one (docs/journal.md, "The chain").
 Faults. A service's coordinator and reaper never stop for their disk: when a write, a
 sync, a truncation or the creation of a file fails (ENOSPC, EDQUOT, EROFS, EIO, a failed
 fsync: any OSError), the writer keeps every byte the disk has not taken in memory (its
-*tail*: what failed to write, and after a failed fdatasync what that sync could not vouch
-for, read back from the page cache), reports the fault in the service header
-(three words per writer, journal/faults.py: clients then refuse new timers with JournalError, stats() and ``shmwheel
-status`` show it), and every RETRY_S truncates the file back to its last durable byte and
-writes the tail again. Once that succeeds the fault is over, with nothing lost and no
-restart. Timers already accepted run on meanwhile, exactly once and never early: the
-wheel is in shared memory; only their durability waits. The tail is bounded by
-HOLD_BYTES: past it the process takes no new work (``blocked``) until the disk takes
-writes again, so a long outage makes timers late, never lost. A writer without fault
-words (a recovery's, a salvage's) raises JournalError instead: the start fails, clearly.
-Every system call on the files goes through one seam, ``disk.Disk``, where tests inject
-faults.
-"""
+*tail*: what failed to write, and after a failed fdatasync what that sync could not
+vouch for, read back from the page cache), reports the fault in three words per writer
+of the service header (journal/faults.py: clients then refuse new timers with
+JournalError, stats() and ``shmwheel status`` show it), and every RETRY_S truncates the
+file back to its last trusted byte and writes the tail again. Once that succeeds the
+fault is over, with nothing lost and no restart. Timers already accepted run on
+meanwhile, exactly once and never early: the wheel is in shared memory; only their
+durability waits. The tail is bounded by HOLD_BYTES: past it the process takes no new
+work (``blocked``) until the disk takes writes again, so a long outage makes timers
+late, never lost. A writer without fault words (a recovery's, a salvage's) raises
+JournalError instead: the start fails, clearly. Every system call on the files goes
+through one seam, ``disk.Disk``, where tests inject faults."""
 
 from __future__ import annotations
 

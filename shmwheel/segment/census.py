@@ -106,6 +106,25 @@ def classify(path: Path) -> Entry | None:
     return Entry(name, state, st.st_uid, st.st_size, st.st_ino, owner, cfg)
 
 
+def describe(service: str) -> str:
+    """What holds the name `service`, for an error message: a running, stopping or stale
+    service with its owner pid, another user's entry, or a damaged one."""
+    e = classify(shm.shm_path(shm.segment_name(service)))
+    if e is None:
+        return "it is gone now: try again"
+    if e.state in ("running", "stopping"):
+        return (
+            f"service {service!r} is {e.state}, owner pid {e.owner_pid} "
+            f"(`shmwheel status {service}` shows it)"
+        )
+    if e.state == "stale":
+        return (
+            f"service {service!r} is not running: its owner pid {e.owner_pid} is gone "
+            "(`shmwheel clean` removes it)"
+        )
+    return f"{e.state}: {e.problem} (`shmwheel ls --all` shows it)"
+
+
 def entries() -> list[Entry]:
     """Every ``/dev/shm/shmwheel.*`` entry, classified, sorted by name."""
     found = []

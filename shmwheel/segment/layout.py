@@ -299,9 +299,14 @@ class ServiceMemory:
                 f"({len(blob)} bytes > {META_BYTES}): register fewer tasks"
             )
         off = segment_layout(cfg)
-        seg = (shm.LocalSegment if local else shm.Segment)(
-            shm.segment_name(service), off["total"] * 8
-        )
+        try:
+            seg = (shm.LocalSegment if local else shm.Segment)(
+                shm.segment_name(service), off["total"] * 8
+            )
+        except shm.NameTaken as e:  # say what holds the name: running, stopping, stale
+            from .census import describe
+
+            raise shm.NameTaken(f"{e}: {describe(service)}") from e
         try:
             h = seg.words
             h[W_MAGIC] = C.as_int64(MAGIC)

@@ -40,6 +40,11 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "x\n" is not a n
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process id is above it
 
 
+class NameTaken(LayoutError):
+    """Creating a segment whose name this user's entry already holds (``census.describe``
+    says what holds it)."""
+
+
 class ForeignSegment(LayoutError):
     """A segment or semaphore name of a service held by another user: never attached,
     swept or salvaged; the name is unavailable to this user (``uid`` holds it)."""
@@ -157,12 +162,9 @@ class Segment:
                 raise held_elsewhere(name, path, uid) from e
             if isinstance(e, posix_ipc.PermissionsError):
                 raise LayoutError(f"shared memory segment {name}: {e}") from e
-            what = (
-                "exists already (`shmwheel ls --all` shows what it is)"
-                if size is not None
-                else "does not exist"
-            )
-            raise LayoutError(f"shared memory segment {name} {what}") from e
+            if size is not None:
+                raise NameTaken(f"shared memory segment {name} exists already") from e
+            raise LayoutError(f"shared memory segment {name} does not exist") from e
         self.fd = self._shm.fd
         try:
             st = os.fstat(self.fd)
