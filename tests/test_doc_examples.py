@@ -4,8 +4,8 @@ fails here, not in a new user's hands.
 Each block is run as a program of its own (``python -c``, from the repository root, with
 the root on PYTHONPATH so that ``workers.tasks`` resolves), with a timeout, several at a
 time (most of their time is spent waiting on a service's timers). A block runs when it
-exits 0; one that starts a timer or a service
-must print something (a demo that shows nothing shows nothing works), and none may leave a segment of its own behind in /dev/shm.
+exits 0; one that starts a timer or a service must print something (a demo that shows
+nothing shows nothing works), and none may leave a segment of its own behind in /dev/shm.
 
 A block that cannot run here is marked in the Markdown itself, on the line right before
 its fence, so that a reader sees why:

@@ -61,7 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
         module.register(sub, common)
     for command in sub.choices.values():  # a usage error found later prints its usage
         command.set_defaults(usage=command.format_usage)
+        _set_error_parser(command)
     return parser
+
+
+def _set_error_parser(parser: argparse.ArgumentParser) -> None:
+    """Record `parser` (and, below it, each nested subcommand's) as the one whose usage an
+    unknown argument prints: the innermost parser that parsed wins."""
+    parser.set_defaults(error_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for nested in action.choices.values():
+                _set_error_parser(nested)
 
 
 def setup_logging(level: str, command: str) -> None:
@@ -77,7 +88,9 @@ def setup_logging(level: str, command: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default sys.argv[1:]), run the command, return its exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # `status NAME --bogus`: the usage of `status`, not of shmwheel
+        args.error_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     setup_logging(args.log_level or args.default_log_level, args.command)
     try:
         code: int = args.execute(args)

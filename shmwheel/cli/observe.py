@@ -6,6 +6,7 @@ writes nothing, so watching a service never changes it.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,50 @@ def service_name(text: str) -> str:
         return shm.check_name(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _seconds(text: str, zero: bool) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+        least = "0 or more" if zero else "above 0"
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds {least}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type for an interval in seconds: a finite number above 0."""
+    return _seconds(text, zero=False)
+
+
+def sample_seconds(text: str) -> float:
+    """argparse type for a sampling time: a finite number of seconds, 0 or more (0: do not
+    wait, CPU% reads 0)."""
+    return _seconds(text, zero=True)
+
+
+def compact_json(value: Any, indent: int = 2, level: int = 0) -> str:
+    """`value` as JSON, indented like ``json.dumps(indent=...)`` except that a list of
+    scalars stays on one line (a 256-bucket histogram is one line, not 256)."""
+    nested = isinstance(value, dict) or (
+        isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+    )
+    if not nested or not value:
+        return json.dumps(value)
+    pad, end = " " * (indent * (level + 1)), " " * (indent * level)
+    if isinstance(value, dict):
+        items = [
+            f"{pad}{json.dumps(str(k))}: {compact_json(v, indent, level + 1)}"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + "\n" + end + "}"
+    items = [pad + compact_json(v, indent, level + 1) for v in value]
+    return "[\n" + ",\n".join(items) + "\n" + end + "]"
 
 
 def attach(name: str) -> ServiceMemory:

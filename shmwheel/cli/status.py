@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from textwrap import fill
@@ -12,10 +11,12 @@ from typing import Any
 from .observe import (
     ProcessHealth,
     attach,
+    compact_json,
     fmt_bytes,
     fmt_ms,
     fmt_opt,
     process_pids,
+    sample_seconds,
     service_name,
     snapshot,
 )
@@ -67,10 +68,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--sample",
-        type=float,
+        type=sample_seconds,
         default=0.25,
         metavar="SECONDS",
-        help="interval over which CPU%% is measured (default 0.25)",
+        help="interval over which CPU%% is measured, 0 or more (default 0.25)",
     )
     p.set_defaults(execute=execute, default_log_level="WARNING")
 
@@ -81,7 +82,7 @@ def read(name: str, sample_s: float) -> dict[str, Any]:
     try:
         health = ProcessHealth()
         health.prime(process_pids(mem))
-        time.sleep(max(0.0, sample_s))
+        time.sleep(sample_s)
         return snapshot(mem, health)
     finally:
         mem.close()
@@ -146,8 +147,7 @@ def execute(args: argparse.Namespace) -> int:
     """Run ``status``; CommandError (exit 1) when the service is not there."""
     st = read(args.name, args.sample)
     if args.json:
-        json.dump(st, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(compact_json(st) + "\n")
     else:
         print(render(st))
     sys.stdout.flush()

@@ -23,6 +23,7 @@ from .observe import (
     fmt_ms,
     fmt_opt,
     gone_reason,
+    positive_seconds,
     service_name,
     snapshot,
 )
@@ -61,7 +62,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("name", type=service_name, metavar="NAME", help="the service's name")
     p.add_argument(
         "--interval",
-        type=float,
+        type=positive_seconds,
         default=1.0,
         metavar="SECONDS",
         help="seconds between redraws (default 1)",

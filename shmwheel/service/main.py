@@ -6,7 +6,8 @@ ignoring SIGINT (so a Ctrl-C never kills a process that is still importing); by 
 Each process logs through ``logging.getLogger("shmwheel.<role>")``. Unless the
 environment variable ``SHMWHEEL_LOG_LEVEL`` says otherwise (the supervisor passes its own
 ``shmwheel`` logger's level), records of level INFO and above go to stderr with the
-service name, role and pid in front.
+service name, role and pid in front. An executor's stdout and stderr write whole lines
+(``lines.LineWriter``), so that executors printing at once never mix inside a line.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def main(argv: list[str]) -> None:
         )
     role, service = argv[1], argv[2]
     index = int(argv[3]) if len(argv) > 3 else 0
+    if role == "executor":  # tasks print here: each line reaches the shared fd whole
+        from .lines import whole_lines
+
+        whole_lines()
     _configure_logging(role if role != "executor" else f"exec{index}", service)
     if role == "coordinator":
         from .coordinator import main as run
