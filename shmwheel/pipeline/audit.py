@@ -44,6 +44,8 @@ COLUMNS = (
     "file",
     "offset",
     "epoch",
+    "service",
+    "boot_id",
     "kind",
     "id",
     "t_us",
@@ -174,3 +176,25 @@ def violations(timers: DataFrame, b: Bounds) -> DataFrame:
         .select("id", "type", f.explode(f.filter(broken, lambda v: v.isNotNull())).alias("v"))
         .select(f.col("v.rule").alias("rule"), "id", "type", f.col("v.detail").alias("detail"))
     )
+
+
+def fleet_violations(timers: DataFrame, bounds: dict[str, Bounds]) -> DataFrame:
+    """``violations`` of a per-timer table of several services (its ``service``
+    column), each judged against its own bounds (its journal's end, its last epoch):
+    service, rule, id, type, detail."""
+    parts = [
+        violations(timers.filter(f.col("service") == svc), b).select(
+            f.lit(svc).alias("service"), "rule", "id", "type", "detail"
+        )
+        for svc, b in sorted(bounds.items())
+    ]
+    if not parts:  # no service: no timer
+        return (
+            violations(timers, Bounds(0, 0, 0, ()))
+            .select(f.col("rule").alias("service"), "rule", "id", "type", "detail")
+            .limit(0)
+        )
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out

@@ -1,7 +1,10 @@
-"""``python -m shmwheel.pipeline audit JOURNAL OUT``: the command line of the audit job.
+"""``python -m shmwheel.pipeline audit JOURNAL... OUT`` (also ``shmwheel-audit JOURNAL...
+OUT``): the command line of the audit job.
 
-Exit status: 0 the journal is clean, 1 a violation or a reject was found, 2 bad arguments,
-an unreadable journal, or no Spark to run on (the message says which).
+Exit status: 0 the journals are clean; 1 a violation or a reject was found (a gap in a
+service's segment chain among them); 2 bad input: bad arguments, no such journal
+directory, a directory without segments, or no Spark to run on (the message says which);
+3 the job itself failed (the cause on the last line of stderr).
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import logging
 import os
 import sys
 import time
+import traceback
 
 from .audit import DEFAULT_GRACE_MS
 
-EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 
 
 def parser() -> argparse.ArgumentParser:
@@ -25,11 +29,16 @@ def parser() -> argparse.ArgumentParser:
         "early, lateness, throughput, per-producer and per-task figures (docs/pipeline.md).",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    a = sub.add_parser("audit", help="audit JOURNAL, writing the tables and report under OUT")
-    a.add_argument(
-        "journal", help="the journal directory (a local path, or a URI with --reader binaryfile)"
+    a = sub.add_parser(
+        "audit", help="audit JOURNAL... (one service's or several), writing under OUT"
     )
-    a.add_argument("out", help="output directory (Parquet tables, report/)")
+    a.add_argument(
+        "paths",
+        nargs="+",
+        metavar="JOURNAL... OUT",
+        help="the journal directories (local paths, globs, or URIs with --reader "
+        "binaryfile), then the output directory (Parquet tables, report/)",
+    )
     a.add_argument(
         "--master",
         help="Spark master URL (default: local[*]; under spark-submit, its --master decides)",
@@ -74,16 +83,19 @@ def _progress(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if len(args.paths) < 2:
+        p.error("audit needs at least one JOURNAL and OUT")
+    *journals, args.out = args.paths
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    if "://" not in args.journal or args.journal.startswith("file://"):
-        from .events import segment_paths
+    from .fleet import journal_dirs
 
-        try:  # before Spark starts: a missing or empty journal costs no session
-            segment_paths(args.journal.removeprefix("file://"))
-        except FileNotFoundError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return EXIT_USAGE
+    try:  # before Spark starts: a missing or empty journal costs no session
+        dirs = journal_dirs(journals)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     if os.path.isfile(args.out):
         print(f"error: OUT {args.out!r} is a file, not a directory", file=sys.stderr)
         return EXIT_USAGE
@@ -96,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     except SparkUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 - a session that cannot start: the job failed
+        return _failed("could not start Spark", e)
     _progress(
         f"[session] Spark {spark.version}, master {spark.sparkContext.master} "
         f"({time.perf_counter() - t0:.1f} s)"
@@ -103,18 +117,37 @@ def main(argv: list[str] | None = None) -> int:
     from . import job
 
     try:
-        summary = job.run(spark, args.journal, args.out, args.reader, args.grace_ms, _progress)
+        summary = job.run(spark, dirs, args.out, args.reader, args.grace_ms, _progress)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 - any other failure is the job's, not a finding
+        return _failed("the audit job failed", e)
     finally:
         if embedder is None:
-            spark.stop()
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001 - the job's failure is the one to report
+                pass
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print(text_summary(summary, args.out))
     return EXIT_CLEAN if summary["clean"] else EXIT_FOUND
+
+
+def _failed(what: str, e: BaseException) -> int:
+    """Exit 3: the traceback, then the cause on the last line of stderr."""
+    traceback.print_exception(e, file=sys.stderr)
+    cause = " ".join(str(e).split()) or type(e).__name__
+    print(f"error: {what}: {type(e).__name__}: {cause[:2000]}", file=sys.stderr, flush=True)
+    return EXIT_FAILED
+
+
+def script() -> int:
+    """The ``shmwheel-audit`` console script: ``shmwheel-audit JOURNAL... OUT [options]``
+    is ``python -m shmwheel.pipeline audit JOURNAL... OUT [options]``."""
+    return main(["audit", *sys.argv[1:]])
 
 
 def text_summary(s: dict, out: str) -> str:
@@ -124,6 +157,16 @@ def text_summary(s: dict, out: str) -> str:
         f"journal {s['journal']}: {s['records']:,} records in {s['epochs']} epochs, "
         f"{s['rejects']:,} rejects",
     ]
+    services = s.get("services", [])
+    if len(services) > 1:
+        for v in services:
+            n = sum(t["n"] for t in v["timers"].values())
+            lines.append(
+                f"  service {v['service']} (host {', '.join(h[:8] for h in v['hosts'])}): "
+                f"{v['records']:,} records, {v['epochs']} epochs, {n:,} timers and "
+                f"operations, {v['violations']:,} violations, {v['rejects'] + len(v['gaps']):,} "
+                "rejects"
+            )
     for typ, t in sorted(s["timers"].items()):
         lines.append(
             f"  {typ:<11} {t['n']:>10,}  ran {t['ran']:,}  cancelled {t['cancelled']:,}  "

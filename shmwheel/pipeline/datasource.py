@@ -26,6 +26,7 @@ shuffle, and the per-second figures a second pass (docs/performance.md).
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "shmwheel-journal"
 DEFAULT_PARTITION_BYTES = 64 << 20
 #: the table of a reader that writes the events (option writeTo): a row per segment
-WRITTEN = "file string, records bigint, rejects bigint, seconds binary"
+WRITTEN = "file string, service string, records bigint, rejects bigint, seconds binary"
 
 
 class _Files(InputPartition):
@@ -59,7 +60,8 @@ class _Files(InputPartition):
 
 
 class JournalDataSource(DataSource):
-    """``spark.read.format("shmwheel-journal").load(DIR)``; options ``partitionBytes``,
+    """``spark.read.format("shmwheel-journal").load(DIR)`` (several directories: no
+    path, and option ``paths``, a JSON list of them); options ``partitionBytes``,
     and ``writeTo`` (a directory) with ``columns`` (comma-separated; default all) to
     write the events instead of returning them."""
 
@@ -71,7 +73,10 @@ class JournalDataSource(DataSource):
         return WRITTEN if self.options.get("writeTo") else E.DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        path = self.options.get("path")
+        raw_paths = self.options.get("paths")
+        path: str | list[str] | None = (
+            json.loads(raw_paths) if raw_paths else self.options.get("path")
+        )
         if not path:
             raise ValueError(f'{NAME}: give the journal directory: .load("/path/to/journal")')
         raw = self.options.get("partitionBytes", str(DEFAULT_PARTITION_BYTES))
@@ -111,7 +116,7 @@ _Target = tuple[str, int]  # where a writing reader writes: (directory, buckets)
 
 class _JournalReader(DataSourceReader):
     def __init__(
-        self, path: str, columns: list[str], target_bytes: int, write_to: _Target | None
+        self, path: str | list[str], columns: list[str], target_bytes: int, write_to: _Target | None
     ) -> None:
         self.path, self.columns, self.target = path, columns, target_bytes
         self.write_to = write_to
@@ -148,9 +153,11 @@ def _emit(seg: Segment, columns: list[str], write_to: _Target | None) -> Iterato
         for c in more:
             table = table.append_column(c, extra.column(c))
     yield pa.RecordBatch.from_pydict(
-        {"file": [seg.path], "records": [len(seg.rows)], "rejects": [len(seg.rejects)],
+        {"file": [seg.path], "service": [(seg.header or {}).get("service")],
+         "records": [len(seg.rows)], "rejects": [len(seg.rejects)],
          "seconds": [Seconds.of_events(table).to_bytes()]},
-        schema=pa.schema([("file", pa.string()), ("records", pa.int64()),
+        schema=pa.schema([("file", pa.string()), ("service", pa.string()),
+                          ("records", pa.int64()),
                           ("rejects", pa.int64()), ("seconds", pa.binary())]),
     )  # fmt: skip
 
@@ -169,7 +176,7 @@ def register(spark: SparkSession) -> None:
 
 def binaryfile_events(
     spark: SparkSession,
-    directory: str,
+    directory: str | Sequence[str],
     columns: Sequence[str] = E.NAMES,
     write_to: _Target | None = None,
 ) -> DataFrame:
@@ -177,12 +184,13 @@ def binaryfile_events(
     driver cannot list with os.listdir: HDFS, S3-style URIs). One file is one row of the
     binaryFile table, so a partition holds whole segments. With `write_to` (directory,
     buckets), the events (`columns`, id among them) are written there bucketed instead,
-    and the table is ``WRITTEN``."""
+    and the table is ``WRITTEN``. `directory` may be a list of directories (or URIs, or
+    Hadoop globs): all their segments are read."""
     cols = E.check_columns(columns)
     files = (
         spark.read.format("binaryFile")
         .option("pathGlobFilter", "*.shwj")
-        .load(directory)
+        .load(directory if isinstance(directory, str) else list(directory))
         .select("path", "content")
     )
     schema = ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in cols)

@@ -54,9 +54,11 @@ def write_demo_journal(
     operations: int = 200,
     spread_ms: float = 300.0,
     seed: int = 1,
+    segment_bytes: int = 64 << 20,
 ) -> DemoCounts:
     """Run a service on `directory` (a new journal) and stop it once every timer has its
-    outcome; returns what was done. A tenth of the one-shots are cancelled before they
+    outcome; returns what was done (`segment_bytes`: the journal's segment size, small
+    for a journal of many segments). A tenth of the one-shots are cancelled before they
     are due, a tenth run the failing task, the repeating timers run every 10 ms until
     cancelled, half the operations are completed and half expire."""
     from .. import TimerService
@@ -76,6 +78,7 @@ def write_demo_journal(
             journal=directory,
             journal_keep_hours=1e6,  # keep every segment: the audit reads the whole history
             journal_fsync="none",
+            journal_segment_bytes=segment_bytes,
         )
         svc.start()
     finally:

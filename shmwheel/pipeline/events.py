@@ -30,6 +30,18 @@ COLUMNS: tuple[tuple[str, pa.DataType, str, str], ...] = (
     ("role", pa.string(), "string", "the writer: coordinator, reaper or recovery"),
     ("writer_pid", pa.int64(), "bigint", "the writer's process id"),
     (
+        "service",
+        pa.string(),
+        "string",
+        "the service's name (the header's; with the id, a timer's key)",
+    ),
+    (
+        "boot_id",
+        pa.string(),
+        "string",
+        "the boot of the machine the writer ran on (the header's; it has no host name)",
+    ),
+    (
         "kind",
         pa.string(),
         "string",
@@ -184,6 +196,8 @@ def _per_file(seg: Segment) -> dict[str, object]:
         "epoch": hdr.get("epoch"),
         "role": F.ROLES.get(hdr.get("role", 0)),
         "writer_pid": hdr.get("pid"),
+        "service": hdr.get("service"),
+        "boot_id": hdr.get("boot_id"),
     }
 
 
@@ -220,9 +234,12 @@ def check_columns(columns: Sequence[str]) -> list[str]:
     return list(columns)
 
 
-def segment_paths(directory: str) -> list[str]:
-    """A journal directory's segment files, oldest first; FileNotFoundError (with a clear
-    message) if there is no such directory or it holds no segment."""
+def segment_paths(directory: str | Sequence[str]) -> list[str]:
+    """A journal directory's segment files, oldest first (of several directories: each
+    one's in turn); FileNotFoundError (with a clear message) if there is no such
+    directory or it holds no segment."""
+    if not isinstance(directory, str):
+        return [p for d in directory for p in segment_paths(d)]
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"no journal directory at {directory!r}")
     paths = F.segment_files(directory)

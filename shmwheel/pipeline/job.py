@@ -16,19 +16,22 @@ Each stage reports one progress line (``progress``); ``run`` returns the summary
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import functions as f
 
 from . import audit as A
 from . import events as E
-from . import parts
+from . import fleet, parts
 from . import pertimer as P
 from . import timers as T
 from .datasource import NAME, binaryfile_events
+from .figures import TimerFigures
 from .seconds import Seconds
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,7 +47,7 @@ SAMPLE = 20  # violations and rejects shown in the summary
 
 def read_journal(
     spark: SparkSession,
-    journal: str,
+    journal: str | Sequence[str],
     reader: str = "datasource",
     columns: tuple[str, ...] = A.COLUMNS,
     write_to: tuple[str, int] | None = None,
@@ -54,55 +57,74 @@ def read_journal(
     (``datasource.WRITTEN``) whose tasks write the events there instead, one Parquet
     file per segment bucketed by id (``buckets.py``)."""
     if reader == "datasource":
-        if "://" not in journal:
-            E.segment_paths(journal)  # a clear error before Spark plans anything
+        dirs = [journal] if isinstance(journal, str) else list(journal)
+        if not any("://" in d for d in dirs):
+            E.segment_paths(dirs)  # a clear error before Spark plans anything
+        source = spark.read.format(NAME)
+        if len(dirs) > 1:  # the data source takes one path, or a JSON list of them
+            source = source.option("paths", json.dumps(dirs))
         if write_to is not None:
-            return (
-                spark.read.format(NAME)
-                .option("writeTo", write_to[0])
+            source = (
+                source.option("writeTo", write_to[0])
                 .option("buckets", str(write_to[1]))
                 .option("columns", ",".join(columns))
-                .load(journal)
             )
-        ddl = ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in columns)
-        return spark.read.format(NAME).schema(ddl).load(journal)
+        else:
+            source = source.schema(
+                ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in columns)
+            )
+        return source.load(dirs[0]) if len(dirs) == 1 else source.load()
     if reader == "binaryfile":
         return binaryfile_events(spark, journal, columns, write_to)
     raise ValueError(f"unknown reader {reader!r}: use one of {', '.join(READERS)}")
 
 
 def write_events(
-    spark: SparkSession, journal: str, directory: str, reader: str = "datasource"
+    spark: SparkSession, journal: str | Sequence[str], directory: str, reader: str = "datasource"
 ) -> tuple[int, int, Seconds]:
     """The journal's events (the audit's columns, rejects included) through the entry
     point `reader`, written by the decoding tasks as Parquet under `directory` (emptied
     first), one file per segment, bucketed by id for the per-timer table (as many
     buckets as ``timers.buckets_for`` the journal's size). (segments, buckets, and the
     per-second figures of every segment, merged)."""
+    segments, n, by_service = write_service_events(spark, journal, directory, reader)
+    return segments, n, Seconds.merge(by_service.values())
+
+
+def write_service_events(
+    spark: SparkSession, journal: str | Sequence[str], directory: str, reader: str = "datasource"
+) -> tuple[int, int, dict[str | None, Seconds]]:
+    """``write_events``, with the per-second figures of each service apart (the header's
+    name; None: segments without a header)."""
     n = T.buckets_for(spark, journal_bytes(spark, journal))
     df = read_journal(spark, journal, reader, write_to=(parts.location(directory), n))
     parts.prepare(directory)  # only once the journal is known to be there
     rows = df.collect()
-    return len(rows), n, Seconds.merge(Seconds.from_bytes(r["seconds"]) for r in rows)
+    grouped: dict[str | None, list[Seconds]] = {}
+    for r in rows:
+        grouped.setdefault(r["service"], []).append(Seconds.from_bytes(r["seconds"]))
+    return len(rows), n, {svc: Seconds.merge(secs) for svc, secs in grouped.items()}
 
 
-def journal_bytes(spark: SparkSession, journal: str) -> int:
+def journal_bytes(spark: SparkSession, journal: str | Sequence[str]) -> int:
     """The size of the journal's segments (listed by Hadoop's filesystems for a URI)."""
-    if "://" not in journal:
-        return sum(os.path.getsize(p) for p in E.segment_paths(journal))
-    files = spark.read.format("binaryFile").option("pathGlobFilter", "*.shwj").load(journal)
+    dirs = [journal] if isinstance(journal, str) else list(journal)
+    if not any("://" in d for d in dirs):
+        return sum(os.path.getsize(p) for p in E.segment_paths(dirs))
+    files = spark.read.format("binaryFile").option("pathGlobFilter", "*.shwj").load(dirs)
     return int(files.agg(f.sum("length")).collect()[0][0] or 0)
 
 
 def run(
     spark: SparkSession,
-    journal: str,
+    journal: str | Sequence[str],
     out: str,
     reader: str = "datasource",
     grace_ms: int = A.DEFAULT_GRACE_MS,
     progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
-    """Audit `journal` into `out` (see the module docstring); the summary."""
+    """Audit `journal` (one directory, or several: ``fleet.py``) into `out` (see the
+    module docstring); the summary."""
     t0 = time.perf_counter()
     clock = [t0]
 
@@ -112,36 +134,68 @@ def run(
         clock[0] = now
 
     mode = "overwrite"
+    dirs = fleet.journal_dirs([journal] if isinstance(journal, str) else journal)
+    # whose segments, and whether each service's chains are whole: the journal's own
+    # rules, on the driver (fleet.py); a URI's segments are not checked here
+    groups = fleet.services(dirs)
+    gaps, gap_warnings = fleet.completeness(groups)
+    unchecked = [d for d in dirs if fleet.is_uri(d)]
+    note = f", {len(unchecked)} URI journal(s) not checked" if unchecked else ""
+    stage("chains", f"{len(groups)} service(s): {len(gaps)} gap(s){note}")
     # one decoding pass: the journal's table goes to events/ as it is read (reject rows
     # included, kind "reject"), and its per-second figures come back with the tasks'
     # rows; everything after reads the columns it needs from Parquet
     events_dir = os.path.join(out, "events")
-    segments, n_buckets, secs = write_events(spark, journal, events_dir, reader)
+    source: str | list[str] = dirs[0] if len(dirs) == 1 else dirs
+    segments, n_buckets, secs_of = write_service_events(spark, source, events_dir, reader)
+    secs = Seconds.merge(secs_of.values())
     table = spark.read.parquet(events_dir)
     kinds = secs.kinds()
     records = sum(n for k, n in kinds.items() if k != E.REJECT)
-    bounds = P.Bounds.of(secs, grace_ms)
-    rejects = table.filter(f.col("kind") == E.REJECT).select("file", "offset", "epoch", "reason")
+    # each service is judged against its own journal's end and last epoch (its clocks
+    # are its host's)
+    bounds = {svc: P.Bounds.of(x, grace_ms) for svc, x in secs_of.items() if svc is not None}
+    rejects = table.filter(f.col("kind") == E.REJECT).select(
+        "service", "file", "offset", "epoch", "reason"
+    )
     rejects_dir = os.path.join(out, "rejects")
     if secs.rejects:
         rejects.write.mode(mode).parquet(rejects_dir)
     else:  # the decoding tasks counted none: no scan of events/ for them, no job
         empty = E.ARROW_SCHEMA.empty_table().select(rejects.columns)
         parts.write(empty, parts.prepare(rejects_dir), "part-00000.parquet")
+    if gaps:  # the chains' rejects, beside the decoder's
+        gap_rows = pa.table(
+            {
+                "service": pa.array([g.service for g in gaps], pa.string()),
+                "file": pa.array([g.file for g in gaps], pa.string()),
+                "offset": pa.array([-1] * len(gaps), pa.int64()),
+                "epoch": pa.nulls(len(gaps), pa.int32()),
+                "reason": pa.array([g.what for g in gaps], pa.string()),
+            }
+        )
+        parts.write(gap_rows, rejects_dir, "gaps.parquet")
     stage("read", f"{segments} segment(s) decoded into events/ ({n_buckets} buckets by id): "
                   f"{records:,} records, {secs.rejects:,} rejects")  # fmt: skip
 
-    timers, figs = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
+    timers, figs_of = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
+    figs = TimerFigures.merge(figs_of.values())
     tally = figs.tally
     stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
-    A.violations(timers, bounds).write.mode(mode).parquet(os.path.join(out, "violations"))
+    A.fleet_violations(timers, bounds).write.mode(mode).parquet(os.path.join(out, "violations"))
     viol = spark.read.parquet(os.path.join(out, "violations"))
-    by_rule = {
-        r["rule"]: int(r["n"]) for r in viol.groupBy("rule").agg(f.count("*").alias("n")).collect()
-    }
+    by_service_rule = [
+        (r["service"], r["rule"], int(r["n"]))
+        for r in viol.groupBy("service", "rule").agg(f.count("*").alias("n")).collect()
+    ]
+    by_rule: dict[str, int] = {}
+    for _, rule, n in by_service_rule:
+        by_rule[rule] = by_rule.get(rule, 0) + n
     sample = (
-        [r.asDict() for r in viol.orderBy("rule", "id").limit(SAMPLE).collect()] if by_rule else []
+        [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
+        if by_rule
+        else []
     )
     stage("rules", f"{sum(by_rule.values()):,} violations")
 
@@ -165,13 +219,38 @@ def run(
         if secs.rejects
         else []
     )
+    rej_list = [f"missing: {g}" for g in gaps[:SAMPLE]] + rej_list[: max(0, SAMPLE - len(gaps))]
+    services = []
+    for svc in sorted(set(groups) | {s for s in secs_of if s is not None}):
+        x = secs_of.get(svc)
+        g = groups.get(svc)
+        services.append(
+            {
+                "service": svc,
+                "hosts": (g.boot_ids if g else []) or [fleet.UNKNOWN],
+                "directories": g.directories if g else [],
+                "segments": len(g.segments) if g else 0,
+                "epochs": x.final_epoch if x else 0,
+                "records": sum(n for k, n in x.kinds().items() if k != E.REJECT) if x else 0,
+                "rejects": x.rejects if x else 0,
+                "gaps": [g.what for g in gaps if g.service == svc],
+                "timers": figs_of[svc].tally if svc in figs_of else {},
+                "violations": sum(n for s_, _, n in by_service_rule if s_ == svc),
+                "violations_by_rule": {r: n for s_, r, n in by_service_rule if s_ == svc},
+            }
+        )
     summary = {
-        "journal": journal,
+        "journal": " ".join(dirs),
+        "journals": dirs,
         "reader": reader,
         "records": records,
         "records_by_kind": {k: n for k, n in kinds.items() if k != E.REJECT and n},
-        "rejects": secs.rejects,
+        "rejects": secs.rejects + len(gaps),
         "reject_sample": rej_list,
+        "gaps": [str(g) for g in gaps],
+        "gap_warnings": [str(g) for g in gap_warnings],
+        "unchecked": unchecked,
+        "services": services,
         "epochs": secs.final_epoch,
         "span_s": (secs.end_us - secs.start_us) / 1e6,
         "grace_ms": grace_ms,
@@ -182,7 +261,7 @@ def run(
         "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
         "operations": ops,
         "per_task": _records(small["per_task"]),
-        "clean": not by_rule and not secs.rejects,
+        "clean": not by_rule and not secs.rejects and not gaps,
     }
     from .report import write_report
 

@@ -86,6 +86,7 @@ def index_md(s: dict[str, Any], plots: list[str]) -> str:
         f"- rejects: {s['rejects']:,}",
         f"- violations: {s['violations']:,}",
         "",
+        *_services(s),
         "## Timers and operations",
         "",
         "| type | count | ran | cancelled | completed | expired | pending at the end | runs "
@@ -134,6 +135,31 @@ def index_md(s: dict[str, Any], plots: list[str]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _services(s: dict[str, Any]) -> list[str]:
+    """The per-service table: one row per service of the audit (docs/pipeline.md)."""
+    rows = s.get("services") or []
+    if not rows:
+        return []
+    out = [
+        "## Services",
+        "",
+        "| service | hosts (boot ids) | epochs | segments | records | timers and operations "
+        "| violations | rejects | gaps |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v in rows:
+        n = sum(t["n"] for t in v["timers"].values())
+        out.append(
+            f"| {v['service']} | {', '.join(v['hosts'])} | {v['epochs']} | {v['segments']} "
+            f"| {v['records']:,} | {n:,} | {v['violations']:,} | {v['rejects']:,} "
+            f"| {len(v['gaps'])} |"
+        )
+    gaps = [f"- {v['service']}: {g}" for v in rows for g in v["gaps"]]
+    if gaps:
+        out += ["", "Gaps in the segment chains (each a reject):", "", *gaps]
+    return [*out, ""]
 
 
 def _ms(v: Any) -> str:

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
 from . import buckets, parts
@@ -62,20 +63,28 @@ def buckets_for(spark: SparkSession, journal_bytes: int) -> int:
 
 
 def per_timer(
-    spark: SparkSession, events_dir: str, bounds: P.Bounds, directory: str
-) -> tuple[DataFrame, TimerFigures]:
-    """The per-timer table (``pertimer.OUTPUT``) of the bucketed events under
-    `events_dir`, written as Parquet under `directory` (emptied first), read back, and
-    its figures (``figures.TimerFigures``). One task per bucket reads it, computes its
-    rows with numpy, writes them itself with pyarrow (``parts.py``) as
-    ``part-NNNNN.parquet`` and adds them up. Both directories are local or shared paths,
-    or URIs pyarrow opens (hdfs://, s3://)."""
+    spark: SparkSession,
+    events_dir: str,
+    bounds: P.Bounds | dict[str, P.Bounds],
+    directory: str,
+) -> tuple[DataFrame, dict[str, TimerFigures]]:
+    """The per-timer table (``SERVICE`` then ``pertimer.OUTPUT``) of the bucketed events
+    under `events_dir`, written as Parquet under `directory` (emptied first), read back,
+    and its figures per service (``figures.TimerFigures``). A timer is a (service, id):
+    each service's records are judged apart, against its own `bounds` (its journal's end
+    and last epoch; one ``Bounds``: the same for every service). One task per bucket
+    reads it, computes its rows with numpy, writes them itself with pyarrow
+    (``parts.py``) as ``part-NNNNN.parquet`` and adds them up.
+    Both directories are local or shared paths, or URIs pyarrow opens (hdfs://, s3://)."""
     files = event_files(events_dir)
     n = buckets.count(files[0]) if files else 1
     directory = parts.prepare(directory)
     task = functools.partial(_bucket_task, files=files, n=n, bounds=bounds, directory=directory)
     rows = spark.range(0, n, 1, n).mapInArrow(task, _TASK_OUT).collect()
-    figures = TimerFigures.merge(TimerFigures.from_json(r["figures"]) for r in rows)
+    by_service: dict[str, list[TimerFigures]] = {}
+    for r in rows:
+        by_service.setdefault(r["service"], []).append(TimerFigures.from_json(r["figures"]))
+    figures = {svc: TimerFigures.merge(fs) for svc, fs in sorted(by_service.items())}
     return spark.read.parquet(directory), figures
 
 
@@ -89,22 +98,39 @@ def event_files(events_dir: str) -> list[str]:
 
 
 def _bucket_task(
-    batches: Iterator[pa.RecordBatch], files: list[str], n: int, bounds: P.Bounds,
-    directory: str,
+    batches: Iterator[pa.RecordBatch], files: list[str], n: int,
+    bounds: P.Bounds | dict[str, P.Bounds], directory: str,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """``mapInArrow``'s function over the bucket numbers: each bucket's per-timer rows to
-    their own file; one row out per bucket."""
+    """``mapInArrow``'s function over the bucket numbers: each bucket's per-timer rows
+    (each service's apart) to their own file; one row out per bucket and service."""
     for batch in batches:
         for k in batch.column(0).to_pylist():
-            events = buckets.read(files, k, n, P.EVENT_COLUMNS)
-            table = P.per_timer_of(events, bounds)
-            parts.write(table, directory, f"part-{k:05d}.parquet")
-            yield pa.RecordBatch.from_pydict(
-                {"bucket": [k], "timers": [table.num_rows],
-                 "figures": [TimerFigures.of_table(table, bounds).to_json()]},
-                schema=pa.schema([("bucket", pa.int64()), ("timers", pa.int64()),
-                                  ("figures", pa.string())]),
-            )  # fmt: skip
+            events = buckets.read(files, k, n, (*P.EVENT_COLUMNS, SERVICE))
+            tables = []
+            service = events.column(SERVICE).cast(pa.string())
+            if isinstance(bounds, dict):
+                each = dict(bounds)
+            else:
+                each = {str(v): bounds for v in pc.unique(service.drop_null()).to_pylist()}
+            for svc, b in sorted(each.items()):
+                mine = events.filter(pc.equal(service, svc))
+                table = P.per_timer_of(mine.drop_columns([SERVICE]), b)
+                table = table.add_column(0, SERVICE, pa.array([svc] * table.num_rows, pa.string()))
+                tables.append(table)
+                yield pa.RecordBatch.from_pydict(
+                    {"bucket": [k], "service": [svc], "timers": [table.num_rows],
+                     "figures": [TimerFigures.of_table(table, b).to_json()]},
+                    schema=_TASK_SCHEMA,
+                )  # fmt: skip
+            empty = P.empty()
+            empty = empty.add_column(0, SERVICE, pa.array([], pa.string()))
+            out = pa.concat_tables(tables) if tables else empty
+            parts.write(out, directory, f"part-{k:05d}.parquet")
 
 
-_TASK_OUT = "bucket bigint, timers bigint, figures string"
+SERVICE = "service"
+_TASK_OUT = "bucket bigint, service string, timers bigint, figures string"
+_TASK_SCHEMA = pa.schema(
+    [("bucket", pa.int64()), ("service", pa.string()), ("timers", pa.int64()),
+     ("figures", pa.string())]
+)  # fmt: skip
