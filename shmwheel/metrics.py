@@ -205,10 +205,13 @@ def families(service: str, st: Mapping[str, Any], capacity: int) -> list[Metric]
 
 def _health(service: str, value: Any) -> Metric | None:
     """``stats()["health"]`` when the service reports one: a number (or bool) as the
-    gauge's value, a string as a ``state`` label of a gauge at 1; None otherwise."""
+    gauge's value, a string (or a dict's ``state``) as a ``state`` label of a gauge at
+    1; None otherwise."""
     if value is None:
         return None
     doc = "The service's health, as stats() reports it."
+    if isinstance(value, dict):  # the watchdog's {"state": ..., "reasons": [...]}
+        value = value.get("state")
     if isinstance(value, bool | int | float):
         m = GaugeMetricFamily("shmwheel_health", doc, labels=["service"])
         m.add_metric([service], float(value))

@@ -206,7 +206,10 @@ def test_collector_by_name_follows_the_service_and_exports_health_only_when_pres
     def health(fams: list[Any]) -> list[Any]:
         return [s for f in fams if f.name == "shmwheel_health" for s in f.samples]
 
-    assert "health" not in st
+    assert st["health"] == {"state": "ok", "reasons": []}  # the watchdog's (watchdog.py)
+    (s,) = health(families(name, st, 100))
+    assert s.value == 1 and s.labels == {"service": name, "state": "ok"}
+    del st["health"]
     assert health(families(name, st, 100)) == []
     (s,) = health(families(name, {**st, "health": 1}, 100))
     assert s.value == 1 and s.labels == {"service": name}

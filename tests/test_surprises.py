@@ -104,6 +104,16 @@ def test_handle_reprs_show_ids_in_hex():
         assert h.cancel()
 
 
+def test_a_call_that_does_not_fit_schedule_names_schedule():
+    with (
+        shmwheel.TimerService(f"{MINE}sig", tasks=TASKS, executors=1, capacity=1000) as svc,
+        svc.client() as c,
+    ):
+        with pytest.raises(TypeError, match=r"^schedule\(\) takes") as e:
+            c.schedule("noop", None, 5)  # a delay given by position
+        assert "_schedule" not in str(e.value)
+
+
 def test_executors_printing_at_once_never_mix_inside_a_line():
     # two executors, eight tasks due at once, each printing 300 lines in parts, with
     # PYTHONUNBUFFERED=1 (the case that mixed): every line must come out whole

@@ -27,7 +27,9 @@ examples:
   shmwheel status orders --json       the same as one JSON object (for scripts)
   shmwheel status orders --json | jq .lateness_ms.p99
 
-exit status: 0, or 1 when the service is not there (no segment, or its owner is gone).
+exit status (monitoring plugins' convention): the health the supervisor's watchdog
+reports, 0 ok, 1 degraded, 2 failed; 1 also when the service is not there (no segment,
+or its owner is gone).
 Restarts are counted only inside the supervisor, so they show as '-' here.
 """
 
@@ -94,6 +96,8 @@ def render(st: dict[str, Any]) -> str:
     lines = [
         f"service      {st['service']}",
         f"state        running, supervisor pid {st['owner_pid']}",
+        f"health       {st['health']['state']}"
+        + (f" ({', '.join(st['health']['reasons'])})" if st["health"]["reasons"] else ""),
         f"config       capacity {cfg['capacity']:,}, {cfg['executors']} executors, "
         f"tick {cfg['tick_ms']} ms, tasks {', '.join(cfg['tasks'])}",
     ]
@@ -144,11 +148,12 @@ def render(st: dict[str, Any]) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """Run ``status``; CommandError (exit 1) when the service is not there."""
+    """Run ``status``; exit 0 / 1 / 2 for health ok / degraded / failed; CommandError
+    (exit 1) when the service is not there."""
     st = read(args.name, args.sample)
     if args.json:
         sys.stdout.write(compact_json(st) + "\n")
     else:
         print(render(st))
     sys.stdout.flush()
-    return 0
+    return {"ok": 0, "degraded": 1}.get(st["health"]["state"], 2)

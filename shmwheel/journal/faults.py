@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import JournalError
+from ..errors import JournalError, ShmwheelError
 from ..segment import layout as L
 from ..segment.layout import ServiceMemory
 
@@ -43,9 +43,19 @@ def read_faults(mem: ServiceMemory) -> dict[str, dict[str, Any]]:
     return out
 
 
-def refusal(mem: ServiceMemory) -> JournalError:
+def refusal(mem: ServiceMemory) -> ShmwheelError:
     """The JournalError a client raises while the journal has a fault (what, where, since
-    when, and what still holds)."""
+    when, and what still holds); a ShmwheelError while the supervisor's watchdog says
+    the service failed (shmwheel/service/watchdog.py), which closes the same gate."""
+    if int(mem.header[L.W_HEALTH]) >= 2:  # watchdog.FAILED
+        from ..service.watchdog import read_health
+
+        reasons = ", ".join(read_health(mem.header)["reasons"])
+        return ShmwheelError(
+            f"service {mem.service!r} has failed ({reasons}): new timers are refused until "
+            f"the supervisor's watchdog sees it recover (see its log); timers already "
+            f"accepted still run, exactly once"
+        )
     faults = read_faults(mem)
     what = "; ".join(
         f"the {role} cannot write: {f['message']} ({f['error']}) since {f['since']}"

@@ -60,6 +60,25 @@ def now_ms() -> int:
 _check_delay = _times.check_delay  # delays, deadlines and periods: service/times.py
 
 
+def schedule(
+    self: Client,
+    task: str,
+    payload: Any = None,
+    *,
+    delay_ms: float | None = None,
+    deadline_ms: int | None = None,
+    key: str | bytes | int | None = None,
+    every_ms: float | None = None,
+) -> TimerHandle:
+    """Client.schedule's signature, checked by Python (Client._schedule_checked): named
+    schedule so that the TypeError of a call that does not fit it says schedule()."""
+    return self._schedule_slow(task, payload, delay_ms, deadline_ms, key, every_ms)
+
+
+_checked_schedule = schedule
+del schedule
+
+
 class Client(N.Producer):
     """A connection to a running service: one producer ring, used by one process (its
     threads may share it). Get one with ``shmwheel.connect(name)`` or
@@ -218,7 +237,10 @@ class Client(N.Producer):
         """This client's waiters (made on first use: a client that never asks for an
         outcome runs no thread and stores no notify word)."""
         if self._outcomes is None:
-            self._check()
+            if self._closed:  # a stopped service's handles still learn "stopped"
+                raise ShmwheelError("this client is closed; connect() again")
+            if self._forked or os.getpid() != self._pid:
+                self._check()
             self._outcomes = Outcomes(self._mem, self.ring)
         return self._outcomes
 
@@ -294,19 +316,9 @@ class Client(N.Producer):
         self._mem.side[base + C.S_META] = metas[arena]
 
     # -- the API (schedule and cancel are the native Producer's) ------------------------
-    def _schedule_checked(
-        self,
-        task: str,
-        payload: Any = None,
-        *,
-        delay_ms: float | None = None,
-        deadline_ms: int | None = None,
-        key: str | bytes | int | None = None,
-        every_ms: float | None = None,
-    ) -> TimerHandle:
-        """schedule() with argument shapes the native path does not take (Python checks
-        the signature)."""
-        return self._schedule_slow(task, payload, delay_ms, deadline_ms, key, every_ms)
+    # schedule() with argument shapes the native path does not take: Python checks the
+    # signature, and a wrong call's TypeError names schedule(), the method the caller called
+    _schedule_checked = _checked_schedule
 
     def _schedule_slow(
         self,
@@ -414,6 +426,30 @@ class Client(N.Producer):
         or the service is stopping or stopped (docs/quickstart.md, "Errors at the call")."""
         self._check()
         return read_stats(self._mem)
+
+
+def client_for(name: str, instance: int) -> Client:
+    """An open client of service `name` in this process, for handles unpickled here
+    (handles.py, ``_restore``): one made here already if any, else one connected now and
+    kept for the process's later handles. ShmwheelError if the running service is another
+    instance than `instance` (the handle's timer is not in it)."""
+    pid = os.getpid()
+    for c in list(_live_clients):
+        mine = not c._closed and not c._forked and c._pid == pid
+        if mine and c.name == name and c._instance == instance:
+            return c
+    client = connect(name)
+    if client._instance != instance:
+        client.close()
+        raise ShmwheelError(
+            f"a handle of service {name!r} arrived from another instance of it (stopped "
+            f"and started again since): its timer is not in the running service"
+        )
+    _kept.append(client)
+    return client
+
+
+_kept: list[Client] = []  # the clients client_for connected (open until the process exits)
 
 
 def connect(name: str) -> Client:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
 from .. import _native as N
+from ..errors import ShmwheelError
 from ..segment import contract as C
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,56 +27,234 @@ if TYPE_CHECKING:  # pragma: no cover
     from .outcomes import Outcomes
 
 
-class _FutureLike(N.Handle):
-    """The futures side shared by TimerHandle and Operation (concurrent.futures.Future's
-    names): the outcome reaches the client that asks through its outcome ring
-    (shmwheel/service/outcomes.py); nothing is paid until someone asks."""
+class _Relay:
+    """One stdlib waiter (concurrent.futures' wait / as_completed) installed on the
+    internal future of a handle: it reports the handle, not the internal future, so the
+    sets the helpers return hold what the caller passed in."""
+
+    __slots__ = ("waiter", "handle")
+
+    def __init__(self, waiter: Any, handle: _FutureLike) -> None:
+        self.waiter, self.handle = waiter, handle
+
+    def add_result(self, _f: object) -> None:
+        self.waiter.add_result(self.handle)
+
+    def add_exception(self, _f: object) -> None:
+        self.waiter.add_exception(self.handle)
+
+    def add_cancelled(self, _f: object) -> None:
+        self.waiter.add_cancelled(self.handle)
+
+
+class _Waiters:
+    """``handle._waiters`` as the stdlib helpers use it (append, remove): a view of the
+    internal future's waiter list that wraps each waiter in a _Relay."""
+
+    __slots__ = ("_handle", "_list")
+
+    def __init__(self, handle: _FutureLike, fut: concurrent.futures.Future[str]) -> None:
+        self._handle, self._list = handle, fut._waiters
+
+    def append(self, waiter: Any) -> None:
+        self._list.append(_Relay(waiter, self._handle))  # type: ignore[arg-type]
+
+    def remove(self, waiter: Any) -> None:
+        for r in self._list:
+            if isinstance(r, _Relay) and r.waiter is waiter and r.handle is self._handle:
+                self._list.remove(r)
+                return
+        raise ValueError("waiter not installed on this handle")
+
+
+class _Callback:
+    """A done callback of a handle: fn(handle), findable by fn for remove_done_callback."""
+
+    __slots__ = ("fn", "handle")
+
+    def __init__(self, fn: Callable[[Any], object], handle: _FutureLike) -> None:
+        self.fn, self.handle = fn, handle
+
+    def __call__(self, _f: object) -> None:
+        self.fn(self.handle)
+
+
+def _to_loop(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[str]) -> Callable[[Any], None]:
+    """A done callback of the internal future that hands its outcome to `waiter` on its
+    event loop (from the client's outcome thread, or at once)."""
+
+    def copy(f: concurrent.futures.Future[str]) -> None:
+        if waiter.done():
+            return
+        exc = f.exception()
+        if exc is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(f.result())
+
+    def relay(f: concurrent.futures.Future[str]) -> None:
+        try:
+            loop.call_soon_threadsafe(copy, f)
+        except RuntimeError:  # the loop is closed: nobody awaits any more
+            pass
+
+    return relay
+
+
+class _FutureLike(N.Handle, concurrent.futures.Future[str]):
+    """The futures side shared by TimerHandle and Operation. A handle IS a
+    ``concurrent.futures.Future`` (isinstance holds, and the standard library's helpers
+    accept it), but it never runs ``Future.__init__``: handles are made by the native
+    schedule path without a lock or a condition each. The state the helpers read
+    (``_condition``, ``_state``, ``_waiters``) is an internal future's, made on the first
+    ask and resolved through the client's outcome ring (shmwheel/service/outcomes.py);
+    nothing is paid until someone asks. Only the service decides a handle: set_result()
+    and the like raise, and cancel() is the timer's cancel (True iff it never runs)."""
 
     __slots__ = ()
     _operation = False
+
+    def __init__(self, client: Any, id: int, deadline_ms: int) -> None:
+        """Nothing to do: N.Handle's __new__ stored the fields."""
 
     def _outcomes(self) -> Outcomes:
         client: Client = self._client
         return client._outcomes_of()
 
     def _fut(self) -> concurrent.futures.Future[str]:
-        """This handle's future: made on the first ask and kept on the handle, so the
-        outcome stays known to it however long after the slot is used again."""
+        """This handle's internal future: made on the first ask and kept on the handle, so
+        the outcome stays known to it however long after the slot is used again."""
         fut: concurrent.futures.Future[str] | None = self._future
         if fut is None:
             fut = self._future = self._outcomes().future(self.id, self._operation)
         return fut
 
+    def _settled(self) -> concurrent.futures.Future[str]:
+        """The internal future, resolved now if the slot's words say it is decided (its
+        notification may still be on the way to the outcome thread)."""
+        fut = self._fut()
+        if not fut.done():
+            self._outcomes().settle(self.id)
+        return fut
+
+    # -- what concurrent.futures.wait / as_completed read --------------------------------
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        return self._fut()._condition
+
+    @property
+    def _state(self) -> str:  # type: ignore[override]
+        return self._fut()._state
+
+    @property
+    def _waiters(self) -> _Waiters:  # type: ignore[override]
+        return _Waiters(self, self._fut())
+
+    # -- the Future API ------------------------------------------------------------------
     def done(self) -> bool:
-        """True once the outcome is decided: ran (ok, error, crashed), cancelled, or for an
-        operation completed / expired and its task run. Never blocks."""
-        if self._future is not None and self._future.done():
+        """True once the outcome is decided: ran (ok, error, crashed), cancelled, stopped,
+        or for an operation completed / expired and its task run. Never blocks, and reads
+        the slot without starting the outcome thread; once True, result(timeout=0) returns
+        at once (result() settles from the same words)."""
+        fut = self._future
+        if fut is not None and fut.done():
             return True
-        return self._outcomes().known(self.id, self._operation) is not None
+        outcomes = self._outcomes()
+        if outcomes.known(self.id, self._operation) is None:
+            return False
+        if fut is not None:  # its waiters and callbacks learn it now, not at the next news
+            outcomes.settle(self.id)
+        return True
+
+    def running(self) -> bool:
+        """True while the timer's task runs in an executor (it can no longer be
+        cancelled); False before, between the runs of a repeating timer, and after."""
+        gs, _ = self._outcomes().state(self.id)
+        return C.gs_gen(gs) == C.handle_gen(self.id) and C.gs_state(gs) in (
+            C.ST_FIRING,
+            C.ST_STOPPING,
+        )
 
     def cancelled(self) -> bool:
         """True iff a cancel won: the task never ran and never will."""
         fut = self._future
-        if fut is not None and fut.done() and fut.exception() is None:
-            return bool(fut.result() == "cancelled")
+        if fut is not None and fut.done():
+            return fut.exception() is None and fut.result() == "cancelled"
         return self._outcomes().known(self.id, self._operation) == "cancelled"
 
     def result(self, timeout: float | None = None) -> str:
         """Wait up to `timeout` seconds (None: no limit) for the outcome and return it:
         "ok" / "error" / "crashed" / "cancelled" for a timer, "completed" / "expired" /
-        "cancelled" for an operation. TimeoutError if it is not decided in time. A
-        repeating timer is decided only when it stops (cancelled, or its last run)."""
-        return self._fut().result(timeout)
+        "cancelled" for an operation, "stopped" for either when the service stopped
+        first. TimeoutError if it is not decided in time. A repeating timer is decided
+        only when it stops (cancelled, or its last run)."""
+        return self._settled().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """None once decided (a task's own error is the outcome "error", not an exception
+        here); the ShmwheelError when the outcome cannot be known (the client closed, or
+        the slot was used again before anyone asked). TimeoutError as result()."""
+        return self._settled().exception(timeout)
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
-        """Call fn(handle) once the outcome is decided (at once if it is): in this
-        process, on the client's outcome thread."""
-        self._fut().add_done_callback(lambda _f: fn(self))
+        """Call fn(handle) once the outcome is decided: on the client's outcome thread, or
+        at once in this thread if it is decided already."""
+        self._settled().add_done_callback(_Callback(fn, self))
+
+    def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
+        """Remove every pending fn added with add_done_callback; returns how many."""
+        fut = self._future
+        if fut is None:
+            return 0
+        with fut._condition:
+            cbs = fut._done_callbacks
+            keep = [c for c in cbs if not (isinstance(c, _Callback) and c.fn == fn)]
+            removed = len(cbs) - len(keep)
+            cbs[:] = keep
+        return removed
+
+    def set_running_or_notify_cancel(self) -> bool:
+        raise RuntimeError("a handle is decided by the service, not by its caller")
+
+    def set_result(self, result: str) -> None:
+        raise RuntimeError("a handle is decided by the service, not by its caller")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        raise RuntimeError("a handle is decided by the service, not by its caller")
 
     def __await__(self) -> Generator[Any, None, str]:
         """``await handle`` gives result(): the event loop is woken by the client's outcome
-        thread (asyncio.wrap_future), never blocked, and nothing polls the service."""
-        return asyncio.wrap_future(self._fut()).__await__()
+        thread, never blocked, and nothing polls the service. An awaiting task that is
+        cancelled (``asyncio.wait_for`` timing out, ``task.cancel()``) cancels the timer
+        if it is still undecided: if that cancel wins the task never runs and cancelled()
+        is True; if the task already fired, the handle stays undecided until its real
+        outcome. ``asyncio.shield(handle)`` waits without that."""
+        loop = asyncio.get_running_loop()
+        fut = self._settled()
+        waiter: asyncio.Future[str] = loop.create_future()
+        relay = _to_loop(loop, waiter)
+        fut.add_done_callback(relay)
+        try:
+            return (yield from waiter)
+        except asyncio.CancelledError:
+            if not self.done():
+                try:
+                    self.cancel()
+                except ShmwheelError:  # closed or stopping: nothing runs from here on
+                    pass
+            raise
+        finally:
+            with fut._condition:
+                cbs = fut._done_callbacks  # type: ignore[attr-defined]
+                if relay in cbs:
+                    cbs.remove(relay)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as (kind, service, instance, id, deadline): unpickled in a process of
+        the same user, it is bound to a client of that service there (``_restore``)."""
+        client: Client = self._client
+        where = (client.name, int(client._instance))
+        return (_restore, (type(self), *where, self.id, self.deadline_ms))
 
     def __eq__(self, other: object) -> bool:
         """Equal: the same kind, id and service instance."""
@@ -88,12 +268,24 @@ class _FutureLike(N.Handle):
         return hash(self.id)
 
 
+def _restore(
+    kind: type[_FutureLike], service: str, instance: int, id: int, deadline_ms: int
+) -> _FutureLike:
+    """A pickled handle in this process: bound to an open client of its service here
+    (one is connected on first need, client.py ``client_for``); ShmwheelError if the
+    service is not running or is another instance than the one that made the handle."""
+    from .client import client_for
+
+    return kind(client_for(service, instance), id, deadline_ms)
+
+
 class TimerHandle(_FutureLike):
     """A scheduled timer. ``id`` is unique while the service lives and can be passed to
     ``Client.cancel`` or ``Client.handle`` in any process; ``cancel()`` is True iff the
-    task will never run. Handles compare equal by id, and follow
-    ``concurrent.futures.Future``: ``done()``, ``cancelled()``, ``result(timeout)``,
-    ``add_done_callback(fn)``, and ``await``."""
+    task will never run. Handles compare equal by id, pickle (``_restore``), and are
+    ``concurrent.futures.Future`` objects: ``running()``, ``done()``, ``cancelled()``,
+    ``result(timeout)``, ``add_done_callback(fn)`` / ``remove_done_callback(fn)``, the
+    stdlib's ``wait`` / ``as_completed``, and ``await`` (asyncio.wait, wait_for, gather)."""
 
     __slots__ = ()
 

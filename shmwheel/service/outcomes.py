@@ -33,6 +33,9 @@ from ..segment.ring import Ring
 log = logging.getLogger("shmwheel.outcomes")
 
 RECHECK_S = 1.0  # the listener's sleep between rechecks of every waiter
+# the header's W_STOPPING word once every service process has ended (supervisor.py,
+# _teardown; 1 while they are asked to end): what is undecided then is "stopped"
+STOPPED = 2
 _TASK_OUTCOMES = {
     C.OUTCOME_OK: "ok",
     C.OUTCOME_ERROR: "error",
@@ -50,6 +53,18 @@ def describe(code: int, operation: bool) -> str:
     if operation and code & C.OC_TASK_MASK != C.OC_CANCELLED:
         return "expired"  # cannot happen: an operation's code carries its kind
     return _TASK_OUTCOMES.get(code & C.OC_TASK_MASK, f"unknown outcome {code}")
+
+
+def mark_stopped(mem: L.ServiceMemory) -> None:
+    """Every service process has ended (supervisor.py, _teardown): mark the header
+    (W_STOPPING = STOPPED) and ring every client's outcome bell, so the handles still
+    undecided become "stopped" at once in every client that waits."""
+    mem.header[L.W_STOPPING] = STOPPED
+    for ring in mem.outq:
+        try:
+            N.outq_ring(ring.words)
+        except Exception:  # that client rechecks within RECHECK_S
+            log.debug("outcome bell not rung", exc_info=True)
 
 
 class Outcomes:
@@ -74,8 +89,19 @@ class Outcomes:
 
     def known(self, h: int, operation: bool) -> str | None:
         """The outcome of h if it is decided now, else None (still to come)."""
+        stopped = self._stopped()  # before the words: if set, the words are final
         gs, out = self.state(h)
-        return self._decided(h, gs, out, operation)
+        return self._decided(h, gs, out, operation, stopped)
+
+    def settle(self, h: int) -> None:
+        """Resolve h's future now if the slot's words say it is decided (its notification
+        may still be on the way to the listener)."""
+        stopped = self._stopped()
+        gs, out = self.state(h)
+        self._settle_if_decided(h, gs, out, stopped)
+
+    def _stopped(self) -> bool:
+        return int(self._mem.header[L.W_STOPPING]) == STOPPED
 
     def future(self, h: int, operation: bool) -> concurrent.futures.Future[str]:
         """The future of handle h's outcome (one per handle in this client)."""
@@ -92,8 +118,9 @@ class Outcomes:
                     target=self._listen, name=f"shmwheel-outcomes-{self._ring}", daemon=True
                 )
                 self._thread.start()
+        stopped = self._stopped()
         gs, out = self._tables().outcome_watch(h, self._ring)  # from now on we are told
-        self._settle_if_decided(h, int(gs), int(out))
+        self._settle_if_decided(h, int(gs), int(out), stopped)
         return fut
 
     # -- the listener -----------------------------------------------------------------
@@ -108,7 +135,7 @@ class Outcomes:
                     return
                 got = self._drain(ring)
                 dropped = int(self._words[C.OUTQ_DROPPED])
-                if dropped != self._dropped or not (more or got):
+                if dropped != self._dropped or not (more or got) or self._stopped():
                     self._dropped = dropped
                     self._recheck()
             except Exception:
@@ -136,27 +163,34 @@ class Outcomes:
     def _recheck(self) -> None:
         with self._lock:
             handles = list(self._waiting)
+        stopped = self._stopped()
         for h in handles:
             gs, out = self.state(h)
-            self._settle_if_decided(h, gs, out)
+            self._settle_if_decided(h, gs, out, stopped)
 
     # -- deciding ---------------------------------------------------------------------
-    def _decided(self, h: int, gs: int, out: int, operation: bool) -> str | None:
+    def _decided(
+        self, h: int, gs: int, out: int, operation: bool, stopped: bool = False
+    ) -> str | None:
+        """The outcome the slot's words give h; None if undecided, "" if gone. `stopped`
+        (read before the words): the service's processes have all ended, so what is
+        undecided now stays so in this run: "stopped" (a journal re-arms it at the next
+        start)."""
         gen = C.handle_gen(h)
         if C.gs_gen(gs) == gen:
             if C.gs_state(gs) == C.ST_CANCELLED:
                 return "cancelled"  # won by a cancel: it never runs
-            return None
+            return "stopped" if stopped else None
         if C.out_gen(out) == gen:
             return describe(C.out_code(out), operation)
         return ""  # ended, and its slot has been used again since: the outcome is gone
 
-    def _settle_if_decided(self, h: int, gs: int, out: int) -> None:
+    def _settle_if_decided(self, h: int, gs: int, out: int, stopped: bool = False) -> None:
         with self._lock:
             entry = self._waiting.get(h)
         if entry is None:
             return
-        what = self._decided(h, gs, out, entry[1])
+        what = self._decided(h, gs, out, entry[1], stopped)
         if what is None:
             return
         if what == "":

@@ -2,7 +2,8 @@
 segment, its wake-up semaphore, its logger, and knowing when to exit.
 
 A service process exits when the supervisor sets ``stopping`` or when the supervisor
-itself is gone (its parent changed: the embedding process was killed). In the latter case
+itself is gone (its parent changed, and the owner word names no live process: the
+embedding process was killed). In the latter case
 the coordinator, which owns the segments, unlinks them on its way out.
 """
 
@@ -17,6 +18,7 @@ import posix_ipc
 
 from .. import _native as N
 from ..segment import layout as L
+from ..segment import shm
 
 LIVENESS_S = 0.05  # how often a process checks that its supervisor is alive
 
@@ -29,6 +31,9 @@ class ServiceProcess:
         self.mem = L.ServiceMemory.attach(service)
         self.tables: N.Tables = self.mem.bind_tables()
         self.owner = int(self.mem.header[L.W_OWNER])
+        # the process that started us (the supervisor): with the owner word, the two
+        # signals that must agree before we believe the supervisor is gone (running())
+        self.parent = os.getppid()
         self.bell = self.mem.semaphore(role)
         self._next_check = 0.0
         self.orphaned = False
@@ -41,13 +46,15 @@ class ServiceProcess:
         gc.freeze()
 
     def running(self) -> bool:
-        """False once the service is stopping or the supervisor has died."""
+        """False once the service is stopping or the supervisor has died: reparented
+        (our parent changed) AND the owner word, read now, names no live process. One
+        corrupt field is never enough: the coordinator unlinks the segment of an orphan."""
         if self.mem.header[L.W_STOPPING]:
             return False
         t = time.monotonic()
         if t >= self._next_check:
             self._next_check = t + LIVENESS_S
-            if os.getppid() != self.owner:
+            if os.getppid() != self.parent and not shm.pid_alive(int(self.mem.header[L.W_OWNER])):
                 self.orphaned = True
                 return False
         return True

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..segment import contract as C
 from ..segment import layout as L
+from .watchdog import read_health
 
 
 def percentile_ms(hist: np.ndarray, q: float) -> float:
@@ -39,12 +40,17 @@ def read_stats(
     (the supervisor adds its restart counts and its view of its children)."""
     c = mem.counters.sum(axis=0)
     hist = mem.hist.sum(axis=0)
-    backlog = sum(r.pending() for r in mem.producer)
-    # linked entries, plus records not yet linked, less cancelled slots not yet retired
-    unretired = int(c[C.C_CANCELLED]) - int(c[C.C_RETIRED])
-    pending = max(0, int(mem.wheel[C.H_PENDING]) + backlog - unretired)
     late = lateness_summary(hist)
     state = C.gs_state(mem.nodes()[:, C.F_GS])
+    # scheduled, not cancelled, not yet fired: submitted (its record not yet linked),
+    # linked, or an operation completed and waiting for its task. Counted from the slots'
+    # states, each read once: the sum of the wheel's linked count and the rings' backlog
+    # counted a batch twice while the coordinator moved it off a ring
+    pending = int(
+        np.count_nonzero(
+            (state == C.ST_PENDING) | (state == C.ST_SUBMITTED) | (state == C.ST_COMPLETED)
+        )
+    )
     # fired and handed to an executor, outcome not settled yet (a cancel of a firing
     # timer leaves it STOPPING until then): "pending" no longer counts these
     in_flight = int(np.count_nonzero((state == C.ST_FIRING) | (state == C.ST_STOPPING)))
@@ -85,6 +91,8 @@ def read_stats(
         "processes": processes,
         "restarts": dict(restarts) if restarts is not None else restarts_of(mem),
         "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
+        # the supervisor's watchdog's verdict (watchdog.py): state and reasons
+        "health": read_health(mem.header),
         "operations": {
             "watched": int(c[C.C_OPS_WATCHED]),
             "completed": int(c[C.C_OPS_COMPLETED]),

@@ -25,8 +25,10 @@ from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import layout as L
 from .client import Client, connect, now_ms
+from .outcomes import mark_stopped
 from .stats import read_stats
 from .tasks import service_path, task_spec
+from .watchdog import Watchdog
 
 log = logging.getLogger("shmwheel.service")
 
@@ -143,6 +145,7 @@ class TimerService:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = {}
         self._monitor: threading.Thread | None = None
+        self._watchdog: Watchdog | None = None  # made by start(), run by the monitor thread
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._journal_fd = -1  # the journal directory's lock, shared with our children
@@ -182,6 +185,7 @@ class TimerService:
             raise
         self._stop.clear()
         self._started, self._rate_sample = time.monotonic(), None
+        self._watchdog = Watchdog(self)
         self._monitor = threading.Thread(
             target=self._watch, name=f"shmwheel-{self.name}", daemon=True
         )
@@ -191,7 +195,8 @@ class TimerService:
     def stop(self, timeout: float = 10.0) -> None:
         """End every service process and unlink every segment and semaphore. Timers still
         pending are dropped, unless the service has a journal: then the next start on it
-        re-arms them.
+        re-arms them. Either way their handles are decided "stopped" once the processes
+        have ended (result() returns it, waiters wake, done callbacks run).
 
         Only the process that started the service stops it: in a process forked from it
         (``os.fork()`` inside the ``with`` block), stop() and ``__exit__`` just drop this
@@ -329,10 +334,14 @@ class TimerService:
     def _watch(self) -> None:
         """Restart any service process that dies, until stop(): at once if it had finished
         starting, else after a doubling back-off (up to 5 s), so that a role that cannot
-        start does not spin."""
+        start does not spin; the watchdog (watchdog.py) checks the rest, and holds back
+        a role that restarts too often."""
         backoff: dict[str, float] = {}
         due: dict[str, float] = {}
+        wd = self._watchdog
         while not self._stop.wait(MONITOR_S):
+            if wd is not None:
+                wd.tick(time.monotonic())
             self._gate_schedules()
             for role, p in list(self.procs.items()):
                 if p.poll() is None or self._stop.is_set():
@@ -344,6 +353,9 @@ class TimerService:
                         if self._was_up(role, p.pid)
                         else min(5.0, max(MONITOR_S, 2 * backoff.get(role, 0.0)))
                     )
+                    if wd is not None:  # the restart rate's back-off, when it asks for one
+                        up = backoff[role] == 0.0  # it had finished starting
+                        backoff[role] = max(backoff[role], wd.on_exit(role, now, up))
                     due[role] = now + backoff[role]
                     log.warning(
                         "service %s: %s (pid %d) exited with code %s; restarting it%s",
@@ -365,13 +377,16 @@ class TimerService:
                         self._spawn(role)
 
     def _gate_schedules(self) -> None:
-        """Clients refuse new timers (JournalError) while a journal writer has a fault:
-        W_JREFUSE is the one word their fast paths read, kept here from the writers'."""
+        """Clients refuse new timers (JournalError) while a journal writer has a fault,
+        and (ShmwheelError) while the watchdog says the service failed: W_JREFUSE is the
+        one word their fast paths read, kept here from the writers' and the health."""
         mem = self.mem
-        if mem is None or self.journal is None:
+        if mem is None:
             return
         h = mem.header
-        h[L.W_JREFUSE] = int(bool(h[L.W_JFAULT_COORDINATOR] or h[L.W_JFAULT_REAPER]))
+        failed = self._watchdog is not None and self._watchdog.failed
+        jfault = self.journal is not None and (h[L.W_JFAULT_COORDINATOR] or h[L.W_JFAULT_REAPER])
+        h[L.W_JREFUSE] = int(bool(failed or jfault))
 
     def _count_restart(self, role: str) -> None:
         """Also in the segment, so any process (``shmwheel status``) can read it."""
@@ -403,6 +418,7 @@ class TimerService:
                     p.wait()
             self.procs.clear()
         if mem is not None:
+            mark_stopped(mem)  # the handles still undecided: "stopped"
             mem.close()
             self.mem = None
         shm.unlink_service(self.name)
