@@ -56,7 +56,16 @@ def finish(svc: TimerService, log: Path, tags: list) -> None:
     """Every timer ran once, never early; a run an executor was killed in (stopped
     mid-task) is recorded crashed, not run again."""
     done = lambda: svc.stats()["completed"] + svc.stats()["crashed"]  # noqa: E731
-    wait_for(lambda: done() >= len(tags), timeout=30, what="every run")
+    try:
+        wait_for(lambda: done() >= len(tags), timeout=60, what="every run")
+    except AssertionError:  # say where the runs are (seen once under a loaded CI run)
+        st = svc.stats()
+        keys = ("scheduled", "fired", "completed", "crashed", "pending", "in_flight")
+        raise AssertionError(
+            f"{len(tags)} timers, {len(read_log(log))} log lines, "
+            + ", ".join(f"{k} {st[k]}" for k in keys)
+            + f", restarts {svc.restarts}, health {st['health']}"
+        ) from None
     time.sleep(0.2)
     st = svc.stats()
     assert st["completed"] + st["crashed"] == len(tags) and st["pending"] == 0
