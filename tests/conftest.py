@@ -68,3 +68,14 @@ def cli(capsys):
         return code, out, err
 
     return call
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every pipeline test of the run (made on first use:
+    tests that need no Spark never start a JVM)."""
+    from shmwheel.pipeline.session import spark_session
+
+    s = spark_session(master="local[2]", shuffle_partitions=2, app_name="shmwheel-tests")
+    yield s
+    s.stop()

@@ -11,22 +11,13 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
 
 from shmwheel import journal as J
 from shmwheel.journal import format as F
 from shmwheel.pipeline import cli, fleet, job
 from shmwheel.pipeline.demo import write_demo_journal
-from shmwheel.pipeline.session import spark_session
 
 SEGMENT_BYTES = 1 << 16  # the least: a few thousand records make chains of 3+ segments
-
-
-@pytest.fixture(scope="session")
-def spark() -> SparkSession:
-    s = spark_session(master="local[2]", shuffle_partitions=2, app_name="shmwheel-tests")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")

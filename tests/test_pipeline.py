@@ -23,14 +23,6 @@ from shmwheel.pipeline.datasource import binaryfile_events
 from shmwheel.pipeline.demo import write_demo_journal
 from shmwheel.pipeline.seconds import COLUMNS as SECONDS_COLUMNS
 from shmwheel.pipeline.seconds import Seconds
-from shmwheel.pipeline.session import spark_session
-
-
-@pytest.fixture(scope="session")
-def spark() -> SparkSession:
-    s = spark_session(master="local[2]", shuffle_partitions=2, app_name="shmwheel-tests")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")
