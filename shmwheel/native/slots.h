@@ -122,6 +122,9 @@ i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer);
  * but did not get to write (it writes before consuming, so they are still in the ring):
  * a freed slot's run is no longer known and is recorded as 0. Returns the count. */
 i64 slot_journal_settled(Seg *s, const i64 *results, i64 n);
+/* SCHEDULED or WATCHED for handle h, its anchor moved to s->jseq: 1, or 0 if its blob is
+ * unreadable (slots_journal.c; slots.c's reclaim uses it too) */
+int slot_journal_submit(Seg *s, i64 h, i64 producer, i64 jflags);
 /* SCHEDULED records (with `flags` added: J_FLAG_RECOVERED) for PENDING slots: what a
  * recovery re-armed, so that older segments are no longer needed. Returns the count. */
 i64 slot_journal_pending(Seg *s, const i64 *handles, i64 n, i64 flags);
@@ -176,5 +179,21 @@ int op_complete_if_ready(Seg *s, i64 slot);
 /* The period of a repeating timer (0 for a one-shot or a bad block reference) and, if
  * runs is not NULL, where its run count lives. */
 i64 slot_repeat(Seg *s, i64 slot, i64 **runs);
+
+/* ---- helpers of slots.c and slots_journal.c (not for other callers) ---------------- */
+/* A slot index a handle names, if in range; else -1. */
+static inline i64 slot_of(const Seg *s, i64 h) {
+    i64 slot = HANDLE_SLOT(h);
+    return (h < 0 || slot >= seg_capacity(s)) ? -1 : slot;
+}
+
+/* move the slot's anchor to segment `seq` (-1: none), keeping the live counts */
+static inline void anchor_move(Seg *s, i64 slot, i64 seq) {
+    i64 a = s->anchor[slot];
+    if (a == seq) return;
+    if (a >= 0) s->live[a % JOURNAL_WINDOW]--;
+    if (seq >= 0) s->live[seq % JOURNAL_WINDOW]++;
+    s->anchor[slot] = (int32_t)seq;
+}
 
 #endif
