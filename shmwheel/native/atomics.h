@@ -63,6 +63,15 @@ static inline int gs_cas(i64 *w, i64 expect, i64 want) {
                                        __ATOMIC_ACQUIRE);
 }
 
+/* A node's deadline (F_DEADLINE). Written by a client while its slot is RESERVED (then
+ * published by the release of SUBMITTED), by a lock holder, and by a client's reset while
+ * it holds the slot RESETTING (slots.c, slot_reset: the reset's closing CAS releases it).
+ * A lock holder may read it while a reset writes it, so both sides use relaxed atomics
+ * (one word, never torn); every decision that depends on it is then confirmed by a CAS
+ * of the state word, whose reset sequence changes with every reset. */
+static inline i64 dl_load(const i64 *w) { return __atomic_load_n(w, __ATOMIC_RELAXED); }
+static inline void dl_store(i64 *w, i64 v) { __atomic_store_n(w, v, __ATOMIC_RELAXED); }
+
 static inline i64 ring_load_acquire(const i64 *w) {
     return __atomic_load_n(w, __ATOMIC_ACQUIRE);
 }

@@ -47,13 +47,29 @@ typedef uint64_t u64;
 
 /* The state word. Its low byte is the slot's state, bits 32..62 its generation. It is
  * the one word of a slot that several processes write concurrently, so every access to
- * it is atomic (gs_load / gs_cas in atomics.h); the transitions are drawn in slots.h. */
+ * it is atomic (gs_load / gs_cas in atomics.h); the transitions are drawn in slots.h.
+ * Bits 8..31 serve reset (slots.c, slot_reset): outside RESETTING, bits 16..31 are the
+ * reset sequence, bumped by every reset, so a word read before a reset never equals the
+ * word after it (no ABA for whoever decided on the deadline in between); during
+ * RESETTING, bits 8..15 are the state the reset took the slot from (PENDING or
+ * SUBMITTED) and bits 16..31 the ring of the client holding it. */
 #define GS_STATE_MASK 0xFFLL
 #define GS_GEN_SHIFT 32
 #define GS_GEN_MASK 0x7FFFFFFFLL
+#define GS_FROM_SHIFT 8
+#define GS_FROM_MASK 0xFFLL
+#define GS_AUX_SHIFT 16
+#define GS_AUX_MASK 0xFFFFLL
 #define GS_MAKE(gen, state) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(state))
 #define GS_STATE(gs) ((gs) & GS_STATE_MASK)
 #define GS_GEN(gs) (((gs) >> GS_GEN_SHIFT) & GS_GEN_MASK)
+#define GS_FROM(gs) (((gs) >> GS_FROM_SHIFT) & GS_FROM_MASK)   /* RESETTING: its origin */
+#define GS_AUX(gs) (((gs) >> GS_AUX_SHIFT) & GS_AUX_MASK)      /* reset seq, or holder */
+#define GS_MAKE_SEQ(gen, seq, state) \
+    (GS_MAKE(gen, state) | (((i64)(seq) & GS_AUX_MASK) << GS_AUX_SHIFT))
+#define GS_MAKE_HOLD(gen, from, ring)                                              \
+    (GS_MAKE(gen, ST_RESETTING) | (((i64)(from) & GS_FROM_MASK) << GS_FROM_SHIFT) | \
+     (((i64)(ring) & GS_AUX_MASK) << GS_AUX_SHIFT))
 
 /* Slot states */
 #define ST_FREE 0         /* on the free stack */
@@ -65,7 +81,9 @@ typedef uint64_t u64;
 #define ST_STOPPING 6     /* a run in flight was cancelled: no further runs */
 #define ST_COMPLETED 7    /* an operation won by a completion (the purgatory): linked in
                              the current bucket; the reaper runs its on_complete task */
-#define ST_COUNT 8
+#define ST_RESETTING 8    /* held for a moment by one client's reset, which writes the new
+                             deadline and puts back the state it came from (slot_reset) */
+#define ST_COUNT 9
 
 /* A handle names one use of a slot: generation << 32 | slot. Freeing a slot bumps its
  * generation, so a stale handle never matches a reused slot. Handles are >= 0. */
@@ -151,10 +169,12 @@ typedef uint64_t u64;
 #define RING_TAIL 8       /* records ever consumed: the consumer's word (own cache line) */
 #define RING_HEADER_WORDS 16
 /* producer ring: (handle, handle ^ CHECK_SUBMIT) schedules, (handle, handle ^
- * CHECK_CANCEL) asks the coordinator to retire a slot a cancel won */
+ * CHECK_CANCEL) asks the coordinator to retire a slot a cancel won, (handle, handle ^
+ * CHECK_RESET) to relink (and journal) a timer a reset moved */
 #define PRODUCER_RECORD 2
 #define CHECK_SUBMIT 0x5A17C0DE3A11F00DLL
 #define CHECK_CANCEL 0x2C4BCE1D0F5EA5EDLL
+#define CHECK_RESET 0x6B3D91E47C25A0F1LL
 /* dispatch ring (reaper -> executor): handle, fired_ns */
 #define DISPATCH_RECORD 2
 /* result ring (executor -> reaper): handle, outcome, dispatch seq, lateness_us, duration_us */
@@ -164,6 +184,12 @@ typedef uint64_t u64;
 #define CANCEL_LOST 0     /* nothing: fired already, cancelled already, or a stale handle */
 #define CANCEL_WON 1      /* PENDING/SUBMITTED -> CANCELLED: the task will never run */
 #define CANCEL_STOPPED 2  /* FIRING -> STOPPING: this run goes on, no further runs */
+
+/* what a reset did (slot_reset) */
+#define RESET_LOST 0      /* nothing: fired, cancelled, ended, or a stale handle */
+#define RESET_WON 1       /* the timer runs at the new deadline, not the old one */
+#define RESET_NOT_TIMER 2 /* an operation: its timeout is not moved by reset */
+#define RESET_BUSY 3      /* another client's reset held the slot past the wait */
 
 #define OUTCOME_OK 1
 #define OUTCOME_ERROR 2

@@ -26,6 +26,20 @@ static PyObject *handle_cancel(Handle *h, PyObject *unused) {
     return producer_cancel(h->client, (PyObject *)h);
 }
 
+/* reset(delay_ms=None, *, deadline_ms=None, at=None): its client's reset, this handle
+ * first */
+static PyObject *handle_reset(Handle *h, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames) {
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *stack[8];
+    if (total + 1 > 8) return PyErr_Format(PyExc_TypeError, "reset(): too many arguments");
+    stack[0] = (PyObject *)h;
+    for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
+    if (!PyObject_TypeCheck(h->client, &ProducerType))
+        return PyErr_Format(PyExc_TypeError, "this handle has no client to reset it");
+    return producer_reset((Producer *)h->client, stack, nargs + 1, kwnames);
+}
+
 static void handle_dealloc(Handle *h) {
     PyObject_GC_UnTrack(h);
     Py_CLEAR(h->client);
@@ -49,6 +63,9 @@ static int handle_clear(Handle *h) {
 static PyMethodDef handle_methods[] = {
     {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
      "cancel() -> bool\n\nTrue iff the timer will never run (see Client.cancel)."},
+    {"reset", (PyCFunction)(void (*)(void))handle_reset, METH_FASTCALL | METH_KEYWORDS,
+     "reset(delay_ms=None, *, deadline_ms=None, at=None) -> bool\n\nMove this timer's "
+     "deadline (see Client.reset); deadline_ms follows it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -56,7 +73,8 @@ static PyMemberDef handle_members[] = {
     {"id", T_LONGLONG, offsetof(Handle, id), READONLY,
      "The timer's id: generation << 32 | slot, unique while the service lives."},
     {"deadline_ms", T_LONGLONG, offsetof(Handle, deadline_ms), READONLY,
-     "The deadline, in monotonic milliseconds."},
+     "The deadline, in monotonic milliseconds (as of the schedule, or of this process's "
+     "last reset of it)."},
     {"_client", T_OBJECT, offsetof(Handle, client), READONLY, NULL},
     {"_future", T_OBJECT, offsetof(Handle, future), 0, NULL},
     {NULL, 0, 0, 0, NULL},

@@ -35,6 +35,7 @@
 
 /* SCHEDULED flags besides the slot's FLAG_KEY / FLAG_REPEAT */
 #define J_FLAG_RECOVERED 0x100  /* re-armed by a recovery, not a new schedule */
+#define J_FLAG_RESET 0x200      /* a reset moved the timer: deadline_ms is its new deadline */
 
 typedef struct JBuf {
     unsigned char *p;

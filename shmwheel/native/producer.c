@@ -14,7 +14,7 @@
  * CHECK_CANCEL) so the coordinator unlinks and frees the slot within its next drain. A
  * handle is bound to the service instance its client was bound to: one of another service
  * (or of an earlier run of the same name) is refused with ValueError before anything
- * changes (handle_id). A bare int id is taken as given.
+ * changes (producer_handle_id). A bare int id is taken as given. reset() is reset.c's.
  *
  * Threads: nothing here releases the GIL, so one Client may be shared by the threads of
  * its process; the Python callbacks (_restock, _bell, ...) are made between, never inside,
@@ -31,7 +31,7 @@
 #include "producer.h"
 #include "wheel.h"
 
-#define URGENT_MS 20   /* a deadline nearer than this wakes a sleeping coordinator */
+#define URGENT_MS PRODUCER_URGENT_MS
 
 
 static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms;
@@ -235,7 +235,7 @@ slow:
  * (it names both services), before any slot is touched: the same id in another service
  * is another timer. A bare int is taken as given (which service an id belongs to is the
  * caller's business). */
-static int handle_id(Producer *p, PyObject *o, i64 *h) {
+int producer_handle_id(Producer *p, PyObject *o, i64 *h, const char *what) {
     if (PyObject_TypeCheck(o, &HandleType)) {
         PyObject *owner = ((Handle *)o)->client;
         if (owner != (PyObject *)p && !(owner && PyObject_TypeCheck(owner, &ProducerType) &&
@@ -257,7 +257,7 @@ static int handle_id(Producer *p, PyObject *o, i64 *h) {
         }
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "cancel() takes a TimerHandle or its id, got %s",
+    PyErr_Format(PyExc_TypeError, "%s() takes a TimerHandle or its id, got %s", what,
                  Py_TYPE(o)->tp_name);
     return -1;
 }
@@ -299,7 +299,7 @@ int producer_usable(Producer *p) {
 PyObject *producer_cancel(PyObject *self, PyObject *arg) {
     Producer *p = (Producer *)self;
     i64 h;
-    if (!producer_usable(p) || handle_id(p, arg, &h) < 0) return NULL;
+    if (!producer_usable(p) || producer_handle_id(p, arg, &h, "cancel") < 0) return NULL;
     int code = cancel_one(p, h);
     if (code < 0) return NULL;
     return PyBool_FromLong(code == CANCEL_WON);
@@ -422,6 +422,7 @@ static PyMethodDef prod_methods[] = {
      "or of an earlier run of this name: nothing is cancelled), or an int id."},
     {"_cancel_many", (PyCFunction)(void (*)(void))prod_cancel_many, METH_FASTCALL, NULL},
     PRODUCER_OPS_METHODS
+    PRODUCER_RESET_METHODS
     {"_bind", (PyCFunction)prod_bind, METH_VARARGS, NULL},
     PRODUCER_SLOW_METHODS
     {NULL, NULL, 0, NULL},
@@ -458,7 +459,7 @@ int shmwheel_add_client_types(PyObject *m) {
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].s = PyUnicode_InternFromString(names[i].v))) return -1;
-    if (producer_ops_init() < 0) return -1;
+    if (producer_ops_init() < 0 || producer_reset_init() < 0) return -1;
     if (PyType_Ready(&ProducerType) < 0 || PyType_Ready(&HandleType) < 0) return -1;
     Py_INCREF(&ProducerType);
     if (PyModule_AddObject(m, "Producer", (PyObject *)&ProducerType) < 0) return -1;

@@ -106,6 +106,27 @@ PyObject *producer_release(Producer *p, PyObject *unused);
     {"_push", (PyCFunction)producer_push_one, METH_VARARGS, NULL},                         \
     {"_release", (PyCFunction)producer_release, METH_NOARGS, NULL},
 
+/* reset.c: Producer.reset and ._reset_to */
+int producer_reset_init(void);
+PyObject *producer_reset(Producer *p, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
+PyObject *producer_reset_to(Producer *p, PyObject *args);
+/* the id a cancel or reset (`what`) of p acts on: a handle of p's service instance, or an
+ * int (producer.c); -1 with the API's exception set */
+int producer_handle_id(Producer *p, PyObject *o, i64 *h, const char *what);
+#define PRODUCER_URGENT_MS 20   /* a deadline nearer than this wakes a sleeping coordinator */
+#define RESET_DOC                                                                          \
+    "reset(handle, delay_ms=None, *, deadline_ms=None, at=None) -> bool\n\nMove a pending " \
+    "timer's deadline, earlier or later, in one step: same id, no second slot. True iff "    \
+    "the timer will run at the new deadline and not at the old one; False if it fired, "     \
+    "was cancelled or ended first (a racing fire, cancel or reset has exactly one "          \
+    "winner). A repeating timer's next run moves; a run in flight is not reset (False). "    \
+    "TypeError for an operation."
+#define PRODUCER_RESET_METHODS                                                            \
+    {"reset", (PyCFunction)(void (*)(void))producer_reset, METH_FASTCALL | METH_KEYWORDS,  \
+     RESET_DOC},                                                                           \
+    {"_reset_to", (PyCFunction)producer_reset_to, METH_VARARGS, NULL},
+
 /* watch.c: Producer.watch, .check_and_complete and ._bind_ops, and the module's key_id */
 int producer_ops_init(void);
 PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,

@@ -1,6 +1,8 @@
 /* slots.c: the slot state machine of slots.h (read its header comment first). */
+#define _GNU_SOURCE   /* sched_yield under -std=c11 */
 #include "slots.h"
 
+#include <sched.h>
 #include <stddef.h>
 
 #include "atomics.h"
@@ -18,6 +20,7 @@ int slot_cancel(Seg *s, i64 h) {
         switch (GS_STATE(gs)) {
         case ST_PENDING:
         case ST_SUBMITTED:
+        case ST_RESETTING:   /* a reset in flight loses to this cancel: it sees CANCELLED */
             /* the reaper's fire and the coordinator's link CAS this same word: if either
              * moved it first, re-read and decide again */
             if (gs_cas(w, gs, GS_MAKE(gen, ST_CANCELLED))) return CANCEL_WON;
@@ -27,6 +30,50 @@ int slot_cancel(Seg *s, i64 h) {
             continue;
         default:
             return CANCEL_LOST;
+        }
+    }
+}
+
+/* Another client's reset holds the slot (RESETTING): a few instructions, unless that
+ * client was descheduled or stopped. Spin, then yield, for up to RESET_WAIT_US; 0 after. */
+#define RESET_WAIT_US 2000000
+static int reset_wait(i64 *waited, i64 *since) {
+    if (++*waited < 64) return 1;
+    if (*waited == 64) *since = jnow_us();
+    sched_yield();
+    return jnow_us() - *since < RESET_WAIT_US;
+}
+
+int slot_reset(Seg *s, i64 h, i64 deadline, i64 ring) {
+    i64 slot = slot_of(s, h);
+    if (slot < 0) return RESET_LOST;
+    i64 *w = gs_of(s, slot), gen = HANDLE_GEN(h), waited = 0, since = 0;
+    i64 *dl = wheel_field(s->mem, wheel_node(s->mem, slot), F_DEADLINE);
+    for (;;) {
+        i64 gs = gs_load(w), st = GS_STATE(gs);
+        if (GS_GEN(gs) != gen) return RESET_LOST;   /* ended: the handle is stale */
+        if (st == ST_RESETTING) {
+            if (!reset_wait(&waited, &since)) return RESET_BUSY;
+            continue;
+        }
+        if (st != ST_PENDING && st != ST_SUBMITTED) return RESET_LOST;
+        /* acquire: the meta word its client released with SUBMITTED */
+        if (META_FIELD(__atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE), FLAGS) &
+            FLAG_OP)
+            return RESET_NOT_TIMER;
+        /* hold it: from here until the word is put back, the reaper defers it, a cancel
+         * still wins it (CANCELLED), another reset waits */
+        if (!gs_cas(w, gs, GS_MAKE_HOLD(gen, st, ring))) continue;
+        dl_store(dl, deadline);
+        for (;;) {   /* put back where it came from (the coordinator may have linked a
+                        SUBMITTED slot meanwhile: then FROM says PENDING), next sequence */
+            i64 cur = gs_load(w);
+            if (GS_GEN(cur) != gen || GS_STATE(cur) != ST_RESETTING ||
+                GS_AUX(cur) != (ring & GS_AUX_MASK))
+                break;   /* a cancel won it while held: decide again (it says LOST) */
+            /* release (the CAS): whoever acquires the new word sees the deadline */
+            if (gs_cas(w, cur, GS_MAKE_SEQ(gen, GS_AUX(gs) + 1, GS_FROM(cur))))
+                return RESET_WON;
         }
     }
 }
@@ -147,8 +194,8 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
     i64 *mem = s->mem, limit = wheel_limit(mem), tick = mem[H_TICK];
     for (i64 j = 0; j < n; j++) {
         i64 h = recs[2 * j], check = recs[2 * j + 1];
-        int submit = check == (h ^ CHECK_SUBMIT);
-        if (!submit && check != (h ^ CHECK_CANCEL)) { res[2]++; continue; }
+        int submit = check == (h ^ CHECK_SUBMIT), reset = check == (h ^ CHECK_RESET);
+        if (!submit && !reset && check != (h ^ CHECK_CANCEL)) { res[2]++; continue; }
         i64 slot = slot_of(s, h);
         if (slot < 0) { res[2]++; continue; }
         i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gen = HANDLE_GEN(h);
@@ -157,6 +204,32 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
         if (GS_GEN(gs) != gen) { res[1]++; continue; }   /* retired since */
         i64 st = GS_STATE(gs);
         int linked = *wheel_field(mem, node, F_PREV) != -1;
+        if (reset) {
+            /* a reset moved a PENDING timer: relink it by its deadline now, so that one
+             * moved earlier is not held back by its old bucket. RESETTING: another reset
+             * is in flight, and its own record follows. */
+            if (st == ST_PENDING && linked) {
+                wheel_unlink(mem, node);
+                if (wheel_relink(mem, node) < 0) wheel_link(mem, node, mem[H_NOW]);
+                i64 d = dl_load(wheel_field(mem, node, F_DEADLINE));
+                if (d < res[3]) res[3] = d;
+            }
+            continue;
+        }
+        if (submit && st == ST_RESETTING && GS_FROM(gs) == ST_SUBMITTED && !linked) {
+            /* a reset holds it before its link: link it under the reset's feet (the
+             * deadline it writes is re-read by advance and relinked on its record), and
+             * say so in the word the reset puts back: FROM becomes PENDING */
+            i64 d = dl_load(wheel_field(mem, node, F_DEADLINE));
+            if (d > limit - tick || !gs_cas(w, gs, (gs & ~(GS_FROM_MASK << GS_FROM_SHIFT)) |
+                                                       ((i64)ST_PENDING << GS_FROM_SHIFT)))
+                goto again;   /* out of range cannot be (the reset checked it); else moved */
+            wheel_relink(mem, node);
+            mem[H_PENDING]++;
+            res[0]++;
+            if (d < res[3]) res[3] = d;
+            continue;
+        }
         if (submit && st == ST_SUBMITTED) {
             if (META_FIELD(*side_meta(s, slot), RING) != ring) { res[2]++; continue; }
             i64 deadline = *wheel_field(mem, node, F_DEADLINE);
@@ -167,7 +240,8 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
                 continue;
             }
             if (!gs_cas(w, gs, GS_MAKE(gen, ST_PENDING))) goto again;  /* a cancel won */
-            wheel_link(mem, node, deadline);   /* a cancel may now win PENDING: fine */
+            wheel_relink(mem, node);   /* a cancel (or reset) may now win PENDING: fine */
+            deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             mem[H_PENDING]++;
             res[0]++;
             /* an operation whose amounts arrived before its link completes now */
@@ -186,7 +260,7 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
                 res[2]++;
                 continue;
             }
-            wheel_link(mem, node, deadline);
+            wheel_relink(mem, node);
             mem[H_PENDING]++;
             res[0]++;
         } else if (st == ST_COMPLETED && submit && !linked) {
@@ -229,7 +303,7 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
             *wheel_field(mem, node, F_DEADLINE) = d;
             if (gs_cas(w, gs, GS_MAKE(gen, ST_PENDING))) {   /* else a cancel stopped it */
                 (*runs)++;
-                if (wheel_link(mem, node, d) >= 0) {
+                if (wheel_relink(mem, node) >= 0) {   /* d: a reset may rewrite it now */
                     mem[H_PENDING]++;
                     res[1]++;
                     if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], d);
@@ -251,7 +325,12 @@ i64 slot_reclaim(Seg *s, i64 ring) {
     i64 *mem = s->mem, cap = seg_capacity(s), n = 0;
     s->jnow = jnow_us();
     for (i64 slot = 0; slot < cap; slot++) {
-        i64 st = GS_STATE(gs_load(gs_of(s, slot)));
+        i64 *w = gs_of(s, slot), gs = gs_load(w);
+        /* a reset of this client died holding a slot (any client's): put it back as it
+         * was (a cancel may win it first: CAS). Safe: the holder can write nothing more */
+        if (GS_STATE(gs) == ST_RESETTING && GS_AUX(gs) == (ring & GS_AUX_MASK))
+            gs_cas(w, gs, GS_MAKE(GS_GEN(gs), GS_FROM(gs)));
+        i64 st = GS_STATE(gs_load(w));
         /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
          * that is not linked lost its cancel record to a full ring */
         int unlinked = *wheel_field(mem, wheel_node(mem, slot), F_PREV) == -1;
@@ -333,8 +412,9 @@ i64 slot_rebuild(Seg *s) {
          * client, and the one who frees a cancelled slot records it in the journal. The
          * coordinator frees it when it drains its cancel record, or the reaper when it
          * meets it in its bucket. */
-        if (st == ST_PENDING || st == ST_CANCELLED || st == ST_COMPLETED) {
-            if (wheel_link(mem, node, *wheel_field(mem, node, F_DEADLINE)) >= 0) {
+        if (st == ST_PENDING || st == ST_CANCELLED || st == ST_COMPLETED ||
+            (st == ST_RESETTING && GS_FROM(gs) == ST_PENDING)) {
+            if (wheel_relink(mem, node) >= 0) {
                 mem[H_PENDING]++;
                 relinked++;
             } else {   /* a deadline no client could have had accepted: drop it */

@@ -11,6 +11,21 @@
  *   PENDING --an operation's completion (lock, CAS)--> COMPLETED --reaper (lock)--> FIRING
  *   (an operation: FLAG_OP; its expiry is the reaper's fire; purgatory.c)
  *   RESERVED | SUBMITTED of a dead client --reclaim (lock)--> FREE
+ *   SUBMITTED --its client takes back a slot it could not publish (CAS)--> RESERVED
+ *   PENDING | SUBMITTED --reset (no lock, CAS)--> RESETTING --reset's CAS--> the same
+ *     state, reset sequence + 1 (the new deadline written between the two)
+ *   RESETTING (from SUBMITTED) --coordinator links (lock, CAS)--> RESETTING (from PENDING)
+ *   RESETTING --cancel (no lock, CAS)--> CANCELLED (the reset then returns LOST)
+ *   RESETTING of a dead client's reset --reclaim (lock, CAS)--> the state it came from
+ *   SUBMITTED --an operation's completion before its link (lock, CAS)--> COMPLETED
+ *
+ * The reset rule: the reaper fires a PENDING node only by a CAS from the word it read
+ * before it read the deadline, and only if that deadline is due; every reset bumps the
+ * word's sequence, so a fire decided on an old deadline fails its CAS and decides again.
+ * A RESETTING node the reaper meets waits in the next tick's bucket. A reset never
+ * relinks (it has no lock): a later deadline is re-placed by advance when the old bucket
+ * expires; the reset's ring record has the coordinator relink it (an earlier deadline
+ * must not wait for its old bucket) and journal it (SCHEDULED, J_FLAG_RESET).
  *
  * The one-winner rule: a cancel and a fire both leave PENDING by a compare-and-swap on the
  * slot's state word, so exactly one of them wins, in whatever processes they run; a cancel
@@ -93,6 +108,10 @@ static inline i64 *arena_block(Seg *s, int cls, i64 block) {
 
 /* -- lock-free, any process -- */
 int slot_cancel(Seg *s, i64 handle);          /* CANCEL_WON / CANCEL_STOPPED / CANCEL_LOST */
+/* Move a PENDING or SUBMITTED timer's deadline (a client's `ring`): RESET_WON iff it will
+ * run at `deadline` (checked in range by the caller) and not at its old one; the caller
+ * then publishes (h, h ^ CHECK_RESET). RESET_LOST, RESET_NOT_TIMER, RESET_BUSY. */
+int slot_reset(Seg *s, i64 handle, i64 deadline, i64 ring);
 /* A client that waits for handle h: store its notify word (ring >= 0), then read the
  * slot's state word and out word (purgatory.c has the ordering argument). */
 void outcome_watch(Seg *s, i64 h, i64 ring, i64 *gs, i64 *out);

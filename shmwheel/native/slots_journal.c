@@ -31,7 +31,7 @@ static i64 slot_run(Seg *s, i64 slot, i64 *period) {
  * h of a slot whose blob is readable (else nothing: 0); its anchor moves to s->jseq. */
 int slot_journal_submit(Seg *s, i64 h, i64 producer, i64 jflags) {
     i64 slot = HANDLE_SLOT(h), meta = *side_meta(s, slot), flags = META_FIELD(meta, FLAGS);
-    i64 deadline = *wheel_field(s->mem, wheel_node(s->mem, slot), F_DEADLINE);
+    i64 deadline = dl_load(wheel_field(s->mem, wheel_node(s->mem, slot), F_DEADLINE));
     size_t len;
     const void *blob = slot_blob(s, slot, &len);
     if (!blob) return 0;
@@ -55,12 +55,22 @@ i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer) {
     s->jnow = jnow_us();
     for (i64 j = 0; j < n; j++) {
         i64 h = recs[2 * j], submit = recs[2 * j + 1] == (h ^ CHECK_SUBMIT);
-        if (!submit && recs[2 * j + 1] != (h ^ CHECK_CANCEL)) continue;
+        int reset = recs[2 * j + 1] == (h ^ CHECK_RESET);
+        if (!submit && !reset && recs[2 * j + 1] != (h ^ CHECK_CANCEL)) continue;
         i64 slot = slot_of(s, h);
         if (slot < 0) continue;
         i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
-        i64 st = GS_STATE(gs), deadline = *wheel_field(mem, node, F_DEADLINE);
+        i64 st = GS_STATE(gs), deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
         if (GS_GEN(gs) != HANDLE_GEN(h)) continue;
+        /* a reset: the deadline now in the slot (a later reset's, if one came since: its
+         * record follows, so the last record says the last deadline); a RESETTING slot's
+         * own reset record follows */
+        if (reset) {
+            if (st == ST_PENDING || st == ST_SUBMITTED)
+                k += slot_journal_submit(s, h, producer, J_FLAG_RESET);
+            continue;
+        }
+        if (st == ST_RESETTING) st = GS_FROM(gs);   /* its submit is recorded as such */
         /* what link_records will refuse (a deadline out of range) is not a timer */
         /* (COMPLETED: an operation a signal completed before it was linked) */
         if (submit && (st == ST_SUBMITTED || st == ST_CANCELLED || st == ST_COMPLETED) &&

@@ -37,10 +37,14 @@
  * nodes while walking a bucket and hands them to `retire` (which frees the slot and its
  * payload). The service's purgatory adds COMPLETED: an operation a completion won (a CAS
  * PENDING -> COMPLETED under the lock) and relinked into the current bucket; `retire`
- * makes it FIRING and advance hands it out like a fired one. The state word is the one
- * word of a node written without the lock, so it is only accessed through atomics.h;
- * advance takes a PENDING node with a CAS to FIRING, so a racing cancel and fire have
- * exactly one winner. H_PENDING counts linked nodes, PENDING, CANCELLED or COMPLETED.
+ * makes it FIRING and advance hands it out like a fired one. A client's reset (slots.c)
+ * rewrites a linked node's deadline without the lock, holding it RESETTING meanwhile:
+ * advance re-reads the deadline of every node it takes, places one now due later where it
+ * belongs, and one still RESETTING in the next tick's bucket. The state word and the
+ * deadline are the words of a node written without the lock, so they are only accessed
+ * through atomics.h; advance takes a PENDING node with a CAS to FIRING from the word it
+ * decided on, so a racing cancel, reset and fire have exactly one winner. H_PENDING
+ * counts linked nodes, PENDING, CANCELLED, COMPLETED or RESETTING.
  *
  * Next-expiry discovery
  * ---------------------
@@ -76,9 +80,10 @@
  * -----------------------------------------------------
  *  - a bucket of level k >= 1 with virtual id c_k is empty;
  *  - every linked entry sits in the bucket its rounded deadline maps to (an entry linked
- *    already due sits in the level-0 bucket of now);
+ *    already due sits in the level-0 bucket of now; a reset's not yet relinked, in that
+ *    of an earlier deadline);
  *  - a bucket's bit is set iff its list is non-empty iff its expiration is set;
- *  - a linked entry is PENDING, CANCELLED or COMPLETED, and H_PENDING equals the number linked;
+ *  - a linked entry is PENDING, CANCELLED, COMPLETED or RESETTING; H_PENDING counts them;
  *  - F_PREV == -1 iff the entry is not linked; the free stack holds exactly the FREE ones.
  *
  * Arithmetic
@@ -96,9 +101,7 @@
  * a bucket index is reduced modulo the slots, so no arithmetic result can index outside
  * the tables.
  */
-/* The wheel's functions are internal to shmwheel._native: hidden, so that calls to them
- * (from here, slots.c, the bindings) are direct calls the compiler may inline, not calls
- * through the PLT of a symbol another library could interpose. */
+/* Hidden: calls from slots.c and the bindings are direct calls, not through the PLT. */
 #pragma GCC visibility push(hidden)
 
 #include "wheel.h"
@@ -235,12 +238,16 @@ static inline i64 limit_of(const i64 *mem) {
 i64 wheel_limit(const i64 *mem) { return limit_of(mem); }
 
 i64 wheel_link(i64 *mem, i64 node, i64 deadline) {
-    i64 tick = mem[H_TICK];
+    if (deadline > limit_of(mem) - mem[H_TICK]) return INS_OUT_OF_RANGE;
+    dl_store(&DL(NODES(mem), node), deadline); /* the cascade re-reads it */
+    return wheel_relink(mem, node);
+}
+
+i64 wheel_relink(i64 *mem, i64 node) {
+    i64 tick = mem[H_TICK], *nd = NODES(mem), deadline = dl_load(&DL(nd, node));
     /* ceil(deadline) >= limit iff deadline > limit - tick (limit is a multiple of tick);
      * checked before rounding, so rounding cannot overflow */
     if (deadline > limit_of(mem) - tick) return INS_OUT_OF_RANGE;
-    i64 *nd = NODES(mem);
-    DL(nd, node) = deadline; /* the cascade re-reads it: node and bucket agree */
     i64 r = ceil_to(deadline, tick), now = mem[H_NOW];
     if (r <= now) { /* already due: the current level-0 bucket, fired by the next advance */
         i64 idx = fmodp(fdiv(now, tick), mem[H_SLOTS]);
@@ -256,8 +263,7 @@ i64 wheel_link(i64 *mem, i64 node, i64 deadline) {
 static inline i64 pop_free(i64 *mem) {
     i64 slot = mem[H_FREE];
     if (slot < 0) return -1;
-    i64 *nd = NODES(mem);
-    i64 node = wheel_node(mem, slot);
+    i64 *nd = NODES(mem), node = wheel_node(mem, slot);
     mem[H_FREE] = NX(nd, node);
     NX(nd, node) = -1; /* in neither a bucket nor the stack */
     return slot;
@@ -266,9 +272,7 @@ static inline i64 pop_free(i64 *mem) {
 i64 wheel_pop_free(i64 *mem) { return pop_free(mem); }
 
 static inline void free_slot(i64 *mem, i64 slot) {
-    i64 *nd = NODES(mem);
-    i64 node = wheel_node(mem, slot);
-    i64 *gs = gs_word(mem, node);
+    i64 *nd = NODES(mem), node = wheel_node(mem, slot), *gs = gs_word(mem, node);
     /* generation + 1 (wrapping within GS_GEN_MASK): every old handle is now stale */
     i64 gen = GS_GEN(gs_load(gs)) + 1;
     PV(nd, node) = -1;
@@ -280,8 +284,7 @@ static inline void free_slot(i64 *mem, i64 slot) {
 void wheel_free_slot(i64 *mem, i64 slot) { free_slot(mem, slot); }
 
 void wheel_add_free_slots(i64 *mem, i64 first) {
-    i64 *nd = NODES(mem);
-    i64 nb = mem[H_SENTINELS];
+    i64 *nd = NODES(mem), nb = mem[H_SENTINELS];
     for (i64 s = mem[H_CAPACITY] - 1; s >= first; s--) {
         i64 node = nb + s;
         NX(nd, node) = mem[H_FREE];
@@ -417,7 +420,7 @@ static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn re
             mem[H_PENDING]--;
             retire_node(mem, node - nb, retire, ctx);
         } else {
-            i64 v = fdiv(ceil_to(DL(nd, node), tick), tl);
+            i64 v = fdiv(ceil_to(dl_load(&DL(nd, node)), tick), tl);
             i64 idx = fmodp(v, slots);
             link_tail(nd, (k - 1) * slots + idx, node);
             announce(mem, k - 1, idx, v * tl);
@@ -448,9 +451,8 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
     if (now < mem[H_NOW]) return 0;
     i64 tick = mem[H_TICK];
     i64 target = now - fmodp(now, tick); /* >= H_NOW, a multiple of tick */
-    i64 slots = mem[H_SLOTS], nb = mem[H_SENTINELS];
-    i64 *nd = NODES(mem);
-    i64 count = 0;
+    i64 slots = mem[H_SLOTS], nb = mem[H_SENTINELS], lim = limit_of(mem) - tick;
+    i64 *nd = NODES(mem), count = 0;
     for (;;) {
         i64 k, i;
         i64 t = earliest(mem, 0, &k, &i);
@@ -468,13 +470,21 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
             if (node == b) break;
             if (count == cap) return count; /* the clock stays at this bucket's time */
             unlink_node(mem, nd, node);
+            i64 slot = node - nb, *gs = gs_word(mem, node), g, d, later = 0;
+            do {   /* decide, until the state word confirms the decision */
+                g = gs_load(gs);
+                if (GS_STATE(g) == ST_RESETTING) later = target + tick; /* ask next tick */
+                else if (GS_STATE(g) != ST_PENDING) break;
+                else if ((d = dl_load(&DL(nd, node))) > target && d <= lim) /* reset later */
+                    later = ceil_to(d, tick);
+            } while (!later && !gs_cas(gs, g, GS_MAKE(GS_GEN(g), ST_FIRING)));
+            /* one winner: that CAS against a lock-free cancel's (or reset's) CAS of g */
+            if (later) {
+                if (place(mem, nd, node, later) < 0) place(mem, nd, node, target + tick);
+                continue;
+            }
             mem[H_PENDING]--;
-            i64 slot = node - nb;
-            i64 *gs = gs_word(mem, node);
-            i64 g = gs_load(gs);
-            /* one winner: this CAS against a lock-free cancel's PENDING -> CANCELLED */
-            if (GS_STATE(g) == ST_PENDING &&
-                gs_cas(gs, GS_MAKE(GS_GEN(g), ST_PENDING), GS_MAKE(GS_GEN(g), ST_FIRING))) {
+            if (GS_STATE(g) == ST_PENDING) {   /* won */
                 if (release) free_slot(mem, slot);
                 out[count++] = slot;
             } else if (retire_node(mem, slot, retire, ctx)) {

@@ -45,6 +45,9 @@ void wheel_unlink(i64 *mem, i64 node);            /* out of its bucket; prev = n
 /* link by deadline: an already-due node joins the current level-0 bucket (fired by the
  * next advance); returns the level, or INS_OUT_OF_RANGE (nothing linked) */
 i64 wheel_link(i64 *mem, i64 node, i64 deadline);
+/* wheel_link at the node's own deadline, which it does not write (a reset may be writing
+ * it: atomics.h, dl_load) */
+i64 wheel_relink(i64 *mem, i64 node);
 i64 wheel_limit(const i64 *mem);                  /* first rounded deadline out of range */
 
 static inline i64 wheel_node(const i64 *mem, i64 slot) { return mem[H_SENTINELS] + slot; }

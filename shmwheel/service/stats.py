@@ -48,7 +48,10 @@ def read_stats(
     # counted a batch twice while the coordinator moved it off a ring
     pending = int(
         np.count_nonzero(
-            (state == C.ST_PENDING) | (state == C.ST_SUBMITTED) | (state == C.ST_COMPLETED)
+            (state == C.ST_PENDING)
+            | (state == C.ST_SUBMITTED)
+            | (state == C.ST_COMPLETED)
+            | (state == C.ST_RESETTING)
         )
     )
     # fired and handed to an executor, outcome not settled yet (a cancel of a firing

@@ -1,0 +1,75 @@
+/* reset.c: a client's reset (Client.reset, TimerHandle.reset): move a pending timer's
+ * deadline in one step, same id, no second slot.
+ *
+ * The transition is slot_reset's (slots.c): a CAS holds the slot RESETTING, the new
+ * deadline is written, a CAS puts the state back with the reset sequence bumped; a racing
+ * fire, cancel or other reset has exactly one winner against it (slots.h, "the reset
+ * rule"). It needs no lock and no system call. Once it has won, the client publishes
+ * (handle, handle ^ CHECK_RESET) on its ring: the coordinator relinks the timer by its new
+ * deadline (so an earlier one is not held back by its old bucket) and journals it
+ * (SCHEDULED with J_FLAG_RESET). The record is not what decides the reset: a reset that
+ * has returned True holds even if the record waits on a full ring.
+ *
+ * The common call, reset(target, delay) with a number of ms, runs here; anything else
+ * (deadline_ms=, at=, and every error) goes to the Python method `_reset_slow`, which
+ * checks the arguments and comes back through `_reset_to(target, deadline_ms)`.
+ */
+#include "producer.h"
+
+#include "atomics.h"
+
+static PyObject *s_reset_slow, *s_delay_ms_kw;
+
+/* the deadline checked by the caller (in the wheel's range): True iff the reset won */
+static PyObject *reset_to(Producer *p, PyObject *target, i64 deadline, i64 now_ns) {
+    i64 h;
+    if (!producer_usable(p) || producer_handle_id(p, target, &h, "reset") < 0) return NULL;
+    int code = slot_reset(&p->seg, h, deadline, p->ring_index);
+    if (code == RESET_NOT_TIMER)
+        return PyErr_Format(PyExc_TypeError,
+                            "reset() moves a timer's deadline; %#llx is an operation, whose "
+                            "timeout stays as watch() set it", (long long)h);
+    if (code == RESET_BUSY)
+        return PyErr_Format(PyExc_TimeoutError,
+                            "timer %#llx: another process's reset has held it for 2 s (a "
+                            "process stopped in the middle of a reset?); nothing changed",
+                            (long long)h);
+    if (code != RESET_WON) Py_RETURN_FALSE;
+    if (PyObject_TypeCheck(target, &HandleType)) ((Handle *)target)->deadline_ms = deadline;
+    if (!producer_push(p, h, CHECK_RESET)) {   /* ring full: Client._wait_push logs */
+        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
+                                          (long long)CHECK_RESET);
+        if (!r) return NULL;
+        Py_DECREF(r);
+    }
+    /* an earlier deadline must be relinked before it is due: wake a sleeping coordinator */
+    if (deadline - now_ns / 1000000 < PRODUCER_URGENT_MS &&
+        sleep_flag_after_publish(&p->header[p->w_sleeping]) && producer_bell(p) < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+PyObject *producer_reset(Producer *p, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames) {
+    i64 now_ns, due;
+    PyObject *delay = NULL;
+    if (nargs == 2 && !kwnames) delay = args[1];
+    else if (nargs == 1 && kwnames && PyTuple_GET_SIZE(kwnames) == 1 &&
+             PyTuple_GET_ITEM(kwnames, 0) == s_delay_ms_kw)
+        delay = args[1];
+    if (delay && producer_due(p, delay, &now_ns, &due)) return reset_to(p, args[0], due, now_ns);
+    return producer_pass_on(p, s_reset_slow, args, nargs, kwnames);
+}
+
+PyObject *producer_reset_to(Producer *p, PyObject *args) {
+    PyObject *target;
+    long long deadline;
+    if (!PyArg_ParseTuple(args, "OL:_reset_to", &target, &deadline)) return NULL;
+    return reset_to(p, target, deadline, producer_now_ns());
+}
+
+int producer_reset_init(void) {
+    s_reset_slow = PyUnicode_InternFromString("_reset_slow");
+    s_delay_ms_kw = PyUnicode_InternFromString("delay_ms");
+    return s_reset_slow && s_delay_ms_kw ? 0 : -1;
+}
