@@ -62,6 +62,7 @@ COUNTERS: dict[str, str] = {
     "scheduled": "Timers accepted by schedule / schedule_many.",
     "fired": "Timers found due and queued for an executor (each run of a repeating timer).",
     "cancelled": "Cancels that returned True.",
+    "resets": "Resets that returned True (a timer's deadline moved).",
     "completed": "Task runs that returned.",
     "task_errors": "Task runs that raised (an import or payload decode failure too).",
     "crashed": "Task runs lost with a killed executor.",

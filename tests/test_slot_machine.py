@@ -22,6 +22,7 @@ from shmwheel import _native as N
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import payload as P
+from shmwheel.segment import states as S
 from shmwheel.segment.verify import firing_nowhere, verify
 from shmwheel.service import client as client_mod
 from shmwheel.service import context as ctx
@@ -101,6 +102,12 @@ class SlotMachine(RuleBasedStateMachine):
         self.stopped: set[int] = set()  # a repeating timer cancelled mid-run
         self.crashed: set[int] = set()  # its run died with the executor
         self.fired_at: dict[int, list[int]] = defaultdict(list)  # wheel time of each fire
+        # every move of a state word from here on is traced, and checked against
+        # contract.h's transition table (moves_follow_the_table)
+        N.trace_start(1 << 16)
+        self.words = self.mem.nodes()[:, C.F_GS].copy()
+        self.seen_moves: set[str] = set()
+        self.held: tuple[int, int, int, int] | None = None  # a reset between its halves
 
     def _connect(self, ring: int) -> Client:
         self.mem.ring_table[ring, L.RT_STATE] = L.RING_CLAIMED
@@ -116,6 +123,8 @@ class SlotMachine(RuleBasedStateMachine):
         operations_mod.time = time  # type: ignore[assignment]
         if not hasattr(self, "mem"):
             return
+        if self.held is not None:
+            self.reset_resumes()
         for t in sorted(self.every):  # stop every repeating timer, then run everything out
             self.cancel(0, sorted(self.deadline).index(t))
         for _ in range(200):
@@ -137,6 +146,9 @@ class SlotMachine(RuleBasedStateMachine):
         with self.mem.locked():
             verify(self.mem, backlog=self.backlog, quiescent=True)
         self.check_outcomes(final=True)
+        self.moves_follow_the_table()
+        N.trace_stop()
+        MOVES_SEEN.update(self.seen_moves)
         for c in self.clients:
             self._drop(c)
         self.exec.close()
@@ -180,6 +192,54 @@ class SlotMachine(RuleBasedStateMachine):
         elif t in self.every and t not in self.cancelled_true:
             self.stopped.add(t)  # either it was firing (STOPPING) or it ended already
 
+    @precondition(lambda self: self.deadline)
+    @rule(c=st.integers(0, CLIENTS - 1), pick=st.integers(0, 10**6), delay=st.integers(0, 40))
+    def reset(self, c: int, pick: int, delay: int) -> None:
+        # (not the timer a stalled reset holds: this one would wait 2 s for it, then raise
+        # TimeoutError; test_reset.py has that case)
+        ids = [t for t in sorted(self.deadline) if self.held is None or t != self.held[0]]
+        if not ids:
+            return
+        t = ids[pick % len(ids)]
+        d = self.now() + delay
+        try:
+            won = self.clients[c].reset(t, deadline_ms=d)
+        except Full:  # its ring is full (no coordinator runs here): nothing changed
+            return
+        self._reset_done(t, won, d)
+
+    def _reset_done(self, t: int, won: bool, d: int) -> None:
+        if won:
+            assert t not in self.cancelled_true, f"{t:#x}: a reset won after a cancel won"
+            self.deadline[t] = d  # never early is now judged against this deadline
+
+    @precondition(lambda self: self.deadline and self.held is None)
+    @rule(c=st.integers(0, CLIENTS - 1), pick=st.integers(0, 10**6), delay=st.integers(0, 40))
+    def reset_stalls_holding(self, c: int, pick: int, delay: int) -> None:
+        """A reset's first half (its client then descheduled): the slot is held RESETTING
+        with the new deadline written, while other rules run (link, fire, cancel, reclaim,
+        repair, another reset)."""
+        t = sorted(self.deadline)[pick % len(self.deadline)]
+        d = self.now() + delay
+        code, held = self.tables._reset_hold(t, d, c)
+        if code == C.RESET_WON:
+            self.held = (t, c, held, d)
+
+    @precondition(lambda self: self.held is not None)
+    @rule()
+    def reset_resumes(self) -> None:
+        """The stalled reset's second half, then its record, as reset.c publishes it."""
+        assert self.held is not None
+        t, c, held, d = self.held
+        self.held = None
+        won = self.tables._reset_put_back(t, c, held) == C.RESET_WON
+        if won:
+            ring = self.mem.producer[c]
+            if ring.pending() >= ring.capacity:  # reset.c makes room before it holds
+                self._drain(c)
+            assert self.clients[c]._push(t, C.CHECK_RESET)
+        self._reset_done(t, won, d)
+
     @rule(c=st.integers(0, CLIENTS - 1))
     def drain(self, c: int) -> None:
         self._drain(c)
@@ -207,6 +267,12 @@ class SlotMachine(RuleBasedStateMachine):
         self.kill_client_ring(c, reconnect=True)
 
     def kill_client_ring(self, c: int, reconnect: bool) -> None:
+        if self.held is not None and self.held[1] == c:
+            # its reset died holding the slot: the reclaim puts it back, with the deadline
+            # the reset wrote (no caller saw the reset return): either deadline is right
+            t, _, _, d = self.held
+            self.held = None
+            self.deadline[t] = min(self.deadline[t], d)
         self._drain(c)
         with self.mem.locked():
             self.tables.reclaim(c)
@@ -318,6 +384,34 @@ class SlotMachine(RuleBasedStateMachine):
                 verify(self.mem, backlog=self.backlog)
 
     @invariant()
+    def moves_follow_the_table(self) -> None:
+        """Every move of a state word since the last check is a row of contract.h's
+        SLOT_TRANSITIONS, and the moves of each slot chain from the word it had to the word
+        it has: a write that bypassed slot_move breaks the chain."""
+        if not hasattr(self, "mem"):
+            return
+        now = self.mem.nodes()[:, C.F_GS].copy()
+        word = {s: int(w) for s, w in enumerate(self.words.tolist())}
+        for slot, seen, want, tr in N.trace_take(self.mem.wheel):
+            name = S.TRANSITIONS[tr].name
+            assert S.allows(tr, seen, want), (
+                f"slot {slot}: {name} moved {_word(seen)} -> {_word(want)}, which the "
+                f"table does not allow"
+            )
+            assert word[slot] == seen, (
+                f"slot {slot}: {name} moved from {_word(seen)}, but the slot held "
+                f"{_word(word[slot])}: a state write bypassed slot_move"
+            )
+            word[slot] = want
+            self.seen_moves.add(name)
+        for slot, w in enumerate(now.tolist()):
+            assert word[slot] == w, (
+                f"slot {slot} holds {_word(w)}, but its last traced move left "
+                f"{_word(word[slot])}: a state write bypassed slot_move"
+            )
+        self.words = now
+
+    @invariant()
     def one_outcome(self) -> None:
         if hasattr(self, "mem"):
             self.check_outcomes(final=False)
@@ -345,6 +439,14 @@ class SlotMachine(RuleBasedStateMachine):
                     f" crashed {t in self.crashed}: not exactly one outcome"
                 )
 
+
+def _word(w: int) -> str:
+    """A state word for a failure message: STATE@generation, then its reset bits."""
+    text = f"{S.NAMES.get(C.gs_state(w), S.BAD)}@{C.gs_gen(w)}"
+    return text + (f" from {C.gs_from(w)} aux {C.gs_aux(w)}" if C.gs_from(w) or C.gs_aux(w) else "")
+
+
+MOVES_SEEN: set[str] = set()  # the transitions the machines made (reported, not asserted)
 
 TestSlotMachine = SlotMachine.TestCase
 TestSlotMachine.settings = settings(

@@ -69,8 +69,7 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
     ops = pending.pending()
     if not ops:
         return np.empty(0, np.int64)
-    cap, tables, nodes = mem.config.capacity, mem.bind_tables(), mem.nodes()
-    side = mem.side.reshape(-1, C.SIDE_WORDS)
+    cap, tables = mem.config.capacity, mem.bind_tables()
     busy = set(C.handle_slot(taken).tolist())
     handles = []
     for h, (deadline, required, on_complete, on_expire, blob) in sorted(ops.items()):
@@ -95,10 +94,8 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
         data = np.int64(C.op_header(required, tids[0], len(keys))).tobytes()
         data += bytes(C.OP_HEADER - 8) + blob
         c, b = store_block(mem, slot, data, "operations")
-        side[slot, C.S_META] = C.meta_make(tids[1], C.FLAG_OP | C.FLAG_ARENA, c, len(blob), NO_RING)
-        side[slot, C.S_PAYLOAD] = b
-        nodes[slot, C.F_DEADLINE] = deadline
-        nodes[slot, C.F_GS] = C.gs_make(int(C.handle_gen(h)), C.ST_PENDING)
+        meta = C.meta_make(tids[1], C.FLAG_OP | C.FLAG_ARENA, c, len(blob), NO_RING)
+        tables.install(*(np.array([v], np.int64) for v in (h, deadline, meta, b)))
         handles.append(h)
     tables.rebuild()  # links them (and threads the free stacks around them)
     for h in handles:

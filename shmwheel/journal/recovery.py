@@ -83,12 +83,11 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     on it yet) and start every other slot at generation ``st.next_gen``; returns the
     handles installed. Raises RecoveryError when this service cannot hold them."""
     cap = mem.config.capacity
-    nodes = mem.nodes()
-    nodes[:, C.F_GS] = C.gs_make(st.next_gen, C.ST_FREE)
+    tables = mem.bind_tables()
+    tables.format(st.next_gen)
     p = st.pending
     ids = p.ids.astype(np.int64)
     n = len(ids)
-    tables = mem.bind_tables()
     if n == 0:
         tables.rebuild()
         anchor_installed(mem, ids)
@@ -128,11 +127,7 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
             NO_RING,
         )
         words[i] = b
-    side = mem.side.reshape(-1, C.SIDE_WORDS)
-    side[slots, C.S_META] = metas
-    side[slots, C.S_PAYLOAD] = words
-    nodes[slots, C.F_DEADLINE] = p.deadlines
-    nodes[slots, C.F_GS] = C.gs_make(C.handle_gen(ids), C.ST_PENDING)
+    tables.install(ids, np.ascontiguousarray(p.deadlines, np.int64), metas, words)
     tables.rebuild()  # links them, threads the free stacks around them
     anchor_installed(mem, slots)
     return ids

@@ -76,14 +76,15 @@ _ID, _RUN_S, _DL_S, _TASK, _FLAGS, _PERIOD = 3, 10, 5, 6, 8, 9  # scheduled
 _RUN_O, _NEXT_O = 5, 8  # outcome
 _RUN_F, _DL_F = 5, 6  # fired
 _BLOB_OFF, _BLOB_LEN, _WORD = 11, 12, 13
-_EMPTY3 = np.empty((0, 3), np.int64)
+_EMPTY4 = np.empty((0, 4), np.int64)
 
 
 @dataclass
 class Part:
     """What one segment's records contribute: its schedules (id, run, deadline, task
     index into `tasks`, flags, period, blob length, payload word, blob index into `blobs`
-    or -1), its progress (id, run, deadline), the ids it ends, its operations."""
+    or -1), its progress (id, run, deadline, 1 for a FIRED run / 0 for the next run an
+    OUTCOME names), the ids it ends, its operations."""
 
     order: int  # the segment's place in the journal (names sort by creation)
     records: int
@@ -141,8 +142,15 @@ def collect(seg: Segment, order: int, boot: str) -> Part | None:
         sched=sched,
         blobs=blobs,
         prog=[
-            np.column_stack([o[~final, _ID], o[~final, _RUN_O] + 1, o[~final, _NEXT_O] + off]),
-            np.column_stack([f[:, _ID], f[:, _RUN_F], f[:, _DL_F] + off]),
+            np.column_stack(
+                [
+                    o[~final, _ID],
+                    o[~final, _RUN_O] + 1,
+                    o[~final, _NEXT_O] + off,
+                    0 * o[~final, _ID],
+                ]
+            ),
+            np.column_stack([f[:, _ID], f[:, _RUN_F], f[:, _DL_F] + off, 1 + 0 * f[:, _ID]]),
         ],
         done=[
             rows[(kind == F.CANCELLED) | (kind == F.COMPLETED) | (kind == F.EXPIRED), _ID],
@@ -209,12 +217,16 @@ def combine(parts: Sequence[Part], st: JournalState, directory: str, max_gen: in
             )
         )
     S = S[newest]
-    P = np.concatenate([x for part in parts for x in part.prog] or [_EMPTY3])
+    P = np.concatenate([x for part in parts for x in part.prog] or [_EMPTY4])
     if len(P) and len(S):  # the furthest run of each id, if it is past its schedule's
-        P = P[np.lexsort((P[:, 1], P[:, 0]))]
+        # At one run, a FIRED record says the deadline that run fired at; a SCHEDULED
+        # record of that run (a reset's, a carried one's: written once the run was armed)
+        # is newer than the OUTCOME that armed it, so it wins over that OUTCOME's next.
+        P = P[np.lexsort((P[:, 3], P[:, 1], P[:, 0]))]
         P = P[np.r_[P[1:, 0] != P[:-1, 0], True]]
         at = np.clip(np.searchsorted(P[:, 0], S[:, 0]), 0, len(P) - 1)
-        later = (P[at, 0] == S[:, 0]) & (P[at, 1] >= S[:, 1])
+        run, fired = P[at, 1], P[at, 3] == 1
+        later = (P[at, 0] == S[:, 0]) & ((run > S[:, 1]) | ((run == S[:, 1]) & fired))
         S[later, 1] = P[at[later], 1]
         S[later, 2] = P[at[later], 2]
     p = st.pending

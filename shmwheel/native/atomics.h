@@ -9,10 +9,9 @@
  *    call, and taking and dropping it orders everything inside it for the next holder.
  *
  *  - A slot's state word (F_GS) is written by several processes without the lock (a
- *    client's cancel, the reaper's fire, the coordinator's link), so it is only ever
- *    accessed with these atomics. A CAS that wins is acq_rel: acquire, so the winner sees
- *    what the previous owner wrote before it released the state (the record, the
- *    deadline); release, so the next owner sees what the winner wrote before its CAS.
+ *    client's cancel or reset, the reaper's fire, the coordinator's link), so it is read
+ *    with gs_load (acquire) and written only by slot_move, with the atomic its row of the
+ *    transition table names (contract.h): a CAS that wins is acq_rel, a store is release.
  *
  *  - A ring's head is written only by its producer, its tail only by its consumer. The
  *    producer writes a record with plain stores, then publishes with a release store of
@@ -43,6 +42,8 @@
 #ifndef SHMWHEEL_ATOMICS_H
 #define SHMWHEEL_ATOMICS_H
 
+#include <stddef.h>
+
 #include "contract.h"
 
 /* the state word of node `node` */
@@ -52,15 +53,43 @@ static inline i64 *gs_word(i64 *mem, i64 node) {
 
 static inline i64 gs_load(const i64 *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
 
-/* Publish a state the caller exclusively owns (RESERVED -> SUBMITTED by its client, or a
- * transition made under the lock on a slot no lock-free writer can touch): release, so
- * the record written before it is visible to whoever acquires the state. */
-static inline void gs_store(i64 *w, i64 v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+/* ---- the one way a slot's state changes ----------------------------------------------
+ * slot_move(w, seen, want, tr) makes transition `tr` of contract.h's SLOT_TRANSITIONS:
+ * from `seen` (the word the caller read; under the lock, the word it knows) to `want`,
+ * written with the row's atomic: a CAS (returns whether it won; the loser re-reads and
+ * decides again) or a release store (returns 1). Every write of a state word in the core
+ * goes through here, so the table is the whole machine. In a SHMWHEEL_DEBUG build a move
+ * the row does not allow aborts; with a trace on (slot_trace_start, states.c: the
+ * hypothesis state machines) every move made is recorded for the tests to check. */
+typedef struct {
+    unsigned short from, to; /* masks of states (SM_BAD: a word that is no state) */
+    unsigned char gen, lock, atomic;
+} SlotRule;
+extern const SlotRule SLOT_RULES[TR_COUNT];
+extern i64 *volatile slot_trace_words;  /* NULL unless a trace is on */
+void slot_trace_add(const i64 *w, i64 seen, i64 want, int tr);
+int slot_rule_allows(int tr, i64 seen, i64 want);   /* 1 iff row tr allows seen -> want */
+/* states.c: the trace (one process, off by default). take: the records since the last
+ * take (4 words each: word address, seen, want, tr) and how many did not fit. */
+int slot_trace_start(i64 capacity);
+void slot_trace_stop(void);
+i64 slot_trace_take(i64 **records, i64 *lost);
 
-/* Compare-and-swap the state word from `expect` to `want`; true iff this caller won. */
-static inline int gs_cas(i64 *w, i64 expect, i64 want) {
-    return __atomic_compare_exchange_n(w, &expect, want, 0, __ATOMIC_ACQ_REL,
-                                       __ATOMIC_ACQUIRE);
+static inline int slot_move(i64 *w, i64 seen, i64 want, int tr) {
+#ifdef SHMWHEEL_DEBUG
+    if (!slot_rule_allows(tr, seen, want)) __builtin_trap();
+#endif
+    int won = 1;
+    if (SLOT_RULES[tr].atomic == TR_CAS)
+        /* acq_rel: acquire, so the winner sees what the previous owner wrote before it
+         * released the state (the record, the deadline); release, so the next owner sees
+         * what the winner wrote before its CAS */
+        won = __atomic_compare_exchange_n(w, &seen, want, 0, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE);
+    else   /* release: the record written before it is visible to whoever acquires it */
+        __atomic_store_n(w, want, __ATOMIC_RELEASE);
+    if (__builtin_expect(slot_trace_words != NULL, 0) && won) slot_trace_add(w, seen, want, tr);
+    return won;
 }
 
 /* A node's deadline (F_DEADLINE). Written by a client while its slot is RESERVED (then

@@ -46,12 +46,12 @@ typedef uint64_t u64;
 #define F_GS 3            /* the state word: generation << 32 | state (see below) */
 
 /* The state word. Its low byte is the slot's state, bits 32..62 its generation. It is
- * the one word of a slot that several processes write concurrently, so every access to
- * it is atomic (gs_load / gs_cas in atomics.h); the transitions are drawn in slots.h.
- * Bits 8..31 serve reset (slots.c, slot_reset): outside RESETTING, bits 16..31 are the
- * reset sequence, bumped by every reset, so a word read before a reset never equals the
- * word after it (no ABA for whoever decided on the deadline in between); during
- * RESETTING, bits 8..15 are the state the reset took the slot from (PENDING or
+ * the one word of a slot that several processes write concurrently, so it changes only
+ * through slot_move (atomics.h), which writes it with the atomic the transition table
+ * below names. Bits 8..31 serve reset (slots.c, slot_reset): outside RESETTING, bits
+ * 16..31 are the reset sequence, bumped by every reset, so a word read before a reset
+ * never equals the word after it (no ABA for whoever decided on the deadline in between);
+ * during RESETTING, bits 8..15 are the state the reset took the slot from (PENDING or
  * SUBMITTED) and bits 16..31 the ring of the client holding it. */
 #define GS_STATE_MASK 0xFFLL
 #define GS_GEN_SHIFT 32
@@ -70,20 +70,108 @@ typedef uint64_t u64;
 #define GS_MAKE_HOLD(gen, from, ring)                                              \
     (GS_MAKE(gen, ST_RESETTING) | (((i64)(from) & GS_FROM_MASK) << GS_FROM_SHIFT) | \
      (((i64)(ring) & GS_AUX_MASK) << GS_AUX_SHIFT))
+/* the same word with its origin (RESETTING) replaced */
+#define GS_WITH_FROM(gs, from) \
+    (((gs) & ~(GS_FROM_MASK << GS_FROM_SHIFT)) | (((i64)(from) & GS_FROM_MASK) << GS_FROM_SHIFT))
 
-/* Slot states */
-#define ST_FREE 0         /* on the free stack */
-#define ST_PENDING 1      /* linked in a bucket, waiting for its deadline */
-#define ST_FIRING 2       /* won by the reaper: unlinked, dispatched or running */
-#define ST_RESERVED 3     /* in one client's cache: that client alone may write it */
-#define ST_SUBMITTED 4    /* written and published on its client's ring, not yet linked */
-#define ST_CANCELLED 5    /* won by a cancel: the task never runs; retired soon after */
-#define ST_STOPPING 6     /* a run in flight was cancelled: no further runs */
-#define ST_COMPLETED 7    /* an operation won by a completion (the purgatory): linked in
-                             the current bucket; the reaper runs its on_complete task */
-#define ST_RESETTING 8    /* held for a moment by one client's reset, which writes the new
-                             deadline and puts back the state it came from (slot_reset) */
-#define ST_COUNT 9
+/* ---- the slot state machine, as data -------------------------------------------------
+ * Every state and every legal transition of a slot's state word is in the two tables
+ * below, and nowhere else: the C core makes each transition by naming its row
+ * (slot_move(w, seen, want, TR_x), atomics.h); Python reads the same rows from the
+ * extension (shmwheel/segment/states.py); the state diagram in docs/concepts.md is
+ * generated from them; the hypothesis state machines (tests/test_slot_machine.py) check
+ * every transition they observe against them. slots.h says why the rules hold.
+ *
+ * SLOT_STATES(X): X(name, value, meaning) */
+#define SLOT_STATES(X)                                                                     \
+    X(FREE, 0, "on the free stack")                                                        \
+    X(PENDING, 1, "linked in a bucket, waiting for its deadline")                          \
+    X(FIRING, 2, "won by the reaper: unlinked, dispatched or running")                     \
+    X(RESERVED, 3, "in one client's cache: that client alone may write it")                \
+    X(SUBMITTED, 4, "written and published on its client's ring, not yet linked")          \
+    X(CANCELLED, 5, "won by a cancel: the task never runs; retired soon after")            \
+    X(STOPPING, 6, "a run in flight was cancelled: no further runs")                       \
+    X(COMPLETED, 7, "an operation won by a completion, linked in the current bucket: the " \
+                    "reaper runs its on_complete task")                                    \
+    X(RESETTING, 8, "held for a moment by one client's reset, which writes the new "       \
+                    "deadline and puts back the state it came from")
+#define ST_ENUM_(name, value, doc) ST_##name = value,
+enum { SLOT_STATES(ST_ENUM_) ST_COUNT };
+#undef ST_ENUM_
+
+/* Who makes a transition, and how it is written:
+ *   TR_LOCKED    under the segment lock (the wheel's links change only there);
+ *   TR_LOCKFREE  without it, by any process holding the handle (or the slot's client);
+ *   TR_CAS       a compare-and-swap from the word the actor read (it may lose: re-read);
+ *   TR_STORE     a release store: no lock-free writer acts on the `from` state, or the one
+ *                that can (a cancel of FIRING) leads to the same end (slots.h).
+ * Generation: KEEP (the same use of the slot), BUMP (+1: every handle of the old use goes
+ * stale), SET (formatting: any). SM_BAD stands for a word that is no state at all
+ * (>= ST_COUNT): what a crash repair may find in a torn slot. */
+#define TR_LOCKED 1
+#define TR_LOCKFREE 2
+#define TR_CAS 1
+#define TR_STORE 2
+#define TR_GEN_KEEP 0
+#define TR_GEN_BUMP 1
+#define TR_GEN_SET 2
+#define SM(st) (1 << ST_##st)
+#define SM_BAD (1 << 15)
+#define SM_ANY 0xFFFF
+
+/* SLOT_TRANSITIONS(X): X(name, from (a mask of states), to (a mask), generation, actor,
+ * lock, atomic, what it means) */
+#define SLOT_TRANSITIONS(X)                                                                 \
+    X(FORMAT, SM_ANY, SM(FREE), TR_GEN_SET, "the segment's creator, before any process "    \
+      "attaches", TR_LOCKED, TR_STORE, "every slot free, at the generation a recovery chose") \
+    X(RESERVE, SM(FREE), SM(RESERVED), TR_GEN_KEEP, "a client's restock", TR_LOCKED,        \
+      TR_STORE, "off the free stack into one client's cache")                               \
+    X(PUBLISH, SM(RESERVED), SM(SUBMITTED), TR_GEN_KEEP, "its client", TR_LOCKFREE,         \
+      TR_STORE, "record and deadline written; then published on its ring")                  \
+    X(TAKE_BACK, SM(SUBMITTED), SM(RESERVED), TR_GEN_KEEP, "its client", TR_LOCKFREE,       \
+      TR_CAS, "its ring stayed full: the client takes the slot back")                       \
+    X(LINK, SM(SUBMITTED), SM(PENDING), TR_GEN_KEEP, "the coordinator", TR_LOCKED, TR_CAS,  \
+      "linked in the bucket of its deadline")                                               \
+    X(ARM, SM(FREE), SM(PENDING), TR_GEN_KEEP, "the in-process wheel's insert, a "          \
+      "recovery's install", TR_LOCKED, TR_STORE, "a timer linked in one step")              \
+    X(FIRE, SM(PENDING), SM(FIRING), TR_GEN_KEEP, "the reaper's advance", TR_LOCKED,        \
+      TR_CAS, "its deadline came")                                                          \
+    X(REARM, SM(FIRING), SM(PENDING), TR_GEN_KEEP, "the reaper's settle", TR_LOCKED,        \
+      TR_CAS, "a repeating timer's run ended: linked for its next run")                     \
+    X(CANCEL, SM(PENDING) | SM(SUBMITTED) | SM(RESETTING), SM(CANCELLED), TR_GEN_KEEP,      \
+      "any client", TR_LOCKFREE, TR_CAS, "cancel() won: the task never runs")               \
+    X(STOP, SM(FIRING), SM(STOPPING), TR_GEN_KEEP, "any client", TR_LOCKFREE, TR_CAS,       \
+      "cancel() of a run in flight: no further runs")                                       \
+    X(REFUSE, SM(SUBMITTED) | SM(PENDING) | SM(COMPLETED) | SM(RESETTING), SM(CANCELLED),   \
+      TR_GEN_KEEP,                                                                          \
+      "the coordinator, the reaper, a crash repair", TR_LOCKED, TR_CAS,                     \
+      "a deadline beyond the wheel's range: never a timer")                                 \
+    X(COMPLETE, SM(PENDING) | SM(SUBMITTED), SM(COMPLETED), TR_GEN_KEEP,                    \
+      "any client's check_and_complete", TR_LOCKED, TR_CAS,                                 \
+      "an operation's amounts reached its required amount")                                 \
+    X(RUN_COMPLETED, SM(COMPLETED), SM(FIRING), TR_GEN_KEEP, "the reaper's advance",        \
+      TR_LOCKED, TR_STORE, "the completed operation's on_complete task runs")               \
+    X(HOLD, SM(PENDING) | SM(SUBMITTED), SM(RESETTING), TR_GEN_KEEP, "any client's reset",  \
+      TR_LOCKFREE, TR_CAS, "a reset takes the slot to write its new deadline")              \
+    X(PUT_BACK, SM(RESETTING), SM(PENDING) | SM(SUBMITTED), TR_GEN_KEEP, "the reset "       \
+      "holding it", TR_LOCKFREE, TR_CAS, "new deadline written: back where it came from, "  \
+      "reset sequence + 1")                                                                 \
+    X(LINK_HELD, SM(RESETTING), SM(RESETTING), TR_GEN_KEEP, "the coordinator", TR_LOCKED,   \
+      TR_CAS, "linked under a reset's feet: its origin becomes PENDING")                    \
+    X(UNHOLD, SM(RESETTING), SM(PENDING) | SM(SUBMITTED), TR_GEN_KEEP, "the reclaim of a "  \
+      "dead client", TR_LOCKED, TR_CAS, "a reset that died holding the slot: put back")     \
+    X(FINISH, SM(FIRING) | SM(STOPPING) | SM(CANCELLED), SM(FREE), TR_GEN_BUMP,             \
+      "the coordinator, the reaper", TR_LOCKED, TR_STORE, "its use ended: freed")           \
+    X(RECLAIM, SM(RESERVED) | SM(SUBMITTED), SM(FREE), TR_GEN_BUMP, "the reclaim of a "    \
+      "dead or closed client, or its client giving one back", TR_LOCKED, TR_STORE,          \
+      "never linked: freed")                                                                \
+    X(DROP, SM(PENDING), SM(FREE), TR_GEN_BUMP, "the in-process wheel's cancel",            \
+      TR_LOCKED, TR_STORE, "unlinked and freed at once (no lock-free writer in process)")   \
+    X(REPAIR, SM(FREE) | SM_BAD, SM(FREE), TR_GEN_KEEP, "a crash repair", TR_LOCKED,        \
+      TR_STORE, "a word that is no state (torn): free")
+#define TR_ENUM_(name, ...) TR_##name,
+enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
+#undef TR_ENUM_
 
 /* A handle names one use of a slot: generation << 32 | slot. Freeing a slot bumps its
  * generation, so a stale handle never matches a reused slot. Handles are >= 0. */
@@ -254,6 +342,7 @@ typedef uint64_t u64;
 #define C_OPS_COMPLETED 15 /* operations this writer's completions won */
 #define C_OPS_WATCHED 16  /* operations this client watched */
 #define C_OPS_EXPIRED 17  /* operations the reaper took at their timeout */
+#define C_RESETS 18       /* resets won (counted by the resetting client) */
 
 /* ---- the journal's retention: live-timer counters per coordinator segment ------------ */
 #define JOURNAL_WINDOW 4096   /* segments a service can have open at once */

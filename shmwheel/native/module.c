@@ -11,6 +11,8 @@ extern PyMethodDef shmwheel_wheel_methods[];
 extern PyMethodDef shmwheel_slot_methods[];
 extern PyMethodDef shmwheel_purgatory_methods[];
 extern PyMethodDef shmwheel_payload_methods[];
+extern PyMethodDef shmwheel_state_methods[];
+int shmwheel_add_state_tables(PyObject *m);
 int shmwheel_add_types(PyObject *m);
 int shmwheel_add_journal_type(PyObject *m);
 
@@ -31,6 +33,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddFunctions(m, shmwheel_slot_methods) < 0) goto fail;
     if (PyModule_AddFunctions(m, shmwheel_purgatory_methods) < 0) goto fail;
     if (PyModule_AddFunctions(m, shmwheel_payload_methods) < 0) goto fail;
+    if (PyModule_AddFunctions(m, shmwheel_state_methods) < 0) goto fail;
+    if (shmwheel_add_state_tables(m) < 0) goto fail;
     if (shmwheel_add_types(m) < 0) goto fail;
     if (shmwheel_add_journal_type(m) < 0) goto fail;
     EXPORT(H_MAGIC); EXPORT(H_VERSION); EXPORT(H_CAPACITY); EXPORT(H_LEVELS);
@@ -42,7 +46,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     EXPORT(GS_STATE_MASK); EXPORT(GS_GEN_SHIFT); EXPORT(GS_GEN_MASK);
     EXPORT(ST_FREE); EXPORT(ST_PENDING); EXPORT(ST_FIRING); EXPORT(ST_RESERVED);
     EXPORT(ST_SUBMITTED); EXPORT(ST_CANCELLED); EXPORT(ST_STOPPING); EXPORT(ST_COMPLETED);
-    EXPORT(ST_RESETTING); EXPORT(ST_COUNT);
+    EXPORT(ST_RESETTING); EXPORT(ST_COUNT); EXPORT(TR_COUNT);
+    EXPORT(TR_LOCKED); EXPORT(TR_LOCKFREE); EXPORT(TR_CAS); EXPORT(TR_STORE);
+    EXPORT(TR_GEN_KEEP); EXPORT(TR_GEN_BUMP); EXPORT(TR_GEN_SET); EXPORT(SM_BAD);
     EXPORT(GS_FROM_SHIFT); EXPORT(GS_FROM_MASK); EXPORT(GS_AUX_SHIFT); EXPORT(GS_AUX_MASK);
     EXPORT(HANDLE_SLOT_MASK);
     EXPORT(INS_ALREADY_DUE); EXPORT(INS_OUT_OF_RANGE); EXPORT(INS_NO_SLOT);
@@ -74,7 +80,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     EXPORT(C_COMPLETED); EXPORT(C_ERRORS); EXPORT(C_CRASHED); EXPORT(C_GARBAGE);
     EXPORT(C_STALE); EXPORT(C_REARMED); EXPORT(C_EARLY); EXPORT(C_LINKED); EXPORT(C_FREED);
     EXPORT(C_RETIRED); EXPORT(C_JOURNAL_BYTES); EXPORT(C_JOURNAL_SYNCS);
-    EXPORT(C_OPS_COMPLETED); EXPORT(C_OPS_WATCHED); EXPORT(C_OPS_EXPIRED);
+    EXPORT(C_OPS_COMPLETED); EXPORT(C_OPS_WATCHED); EXPORT(C_OPS_EXPIRED); EXPORT(C_RESETS);
     EXPORT(HIST_BUCKETS); EXPORT(HIST_PER_OCTAVE);
     EXPORT(J_HEADER); EXPORT(J_SCHEDULED); EXPORT(J_CANCELLED); EXPORT(J_FIRED);
     EXPORT(J_OUTCOME); EXPORT(J_WATCHED); EXPORT(J_COMPLETED); EXPORT(J_EXPIRED);

@@ -78,7 +78,8 @@ void producer_write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
     *wheel_field(mem, node, F_DEADLINE) = deadline;
     /* RESERVED is ours alone; release: the coordinator that acquires SUBMITTED (through
      * the ring's head, then the state word) sees the record and deadline above */
-    gs_store(gs_word(mem, node), GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED));
+    slot_move(gs_word(mem, node), GS_MAKE(HANDLE_GEN(h), ST_RESERVED),
+              GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED), TR_PUBLISH);
 }
 
 int producer_push(Producer *p, i64 h, i64 check) {

@@ -146,7 +146,8 @@ static inline i64 op_count(Seg *s, i64 slot, i64 gen) {
  * an outcome before its operation. 0 if a cancel won. */
 static int complete(Seg *s, i64 slot, i64 gs) {
     i64 *mem = s->mem, node = wheel_node(mem, slot);
-    if (!gs_cas(gs_word(mem, node), gs, GS_MAKE(GS_GEN(gs), ST_COMPLETED))) return 0;
+    if (!slot_move(gs_word(mem, node), gs, GS_MAKE(GS_GEN(gs), ST_COMPLETED), TR_COMPLETE))
+        return 0;
     if (GS_STATE(gs) == ST_PENDING) {
         wheel_unlink(mem, node);
         wheel_link(mem, node, mem[H_NOW]);   /* already due: the current level-0 bucket */
@@ -288,7 +289,7 @@ void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code) {
     i64 gen = GS_GEN(gs_load(gs_word(mem, wheel_node(mem, slot))));
     /* release: a client that sees the slot freed (acquire) sees this word */
     if (s->out) __atomic_store_n(&s->out[slot], OUT_MAKE(gen, code), __ATOMIC_RELEASE);
-    slot_retire(s, mem, slot);   /* the free: a release store of the state word */
+    slot_retire(s, mem, slot, TR_FINISH);   /* the free: a release store of the state word */
     if (!s->notify) return;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the free before the notify word's load */
     i64 nt = __atomic_load_n(&s->notify[slot], __ATOMIC_RELAXED);

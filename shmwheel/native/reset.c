@@ -7,8 +7,9 @@
  * rule"). It needs no lock and no system call. Once it has won, the client publishes
  * (handle, handle ^ CHECK_RESET) on its ring: the coordinator relinks the timer by its new
  * deadline (so an earlier one is not held back by its old bucket) and journals it
- * (SCHEDULED with J_FLAG_RESET). The record is not what decides the reset: a reset that
- * has returned True holds even if the record waits on a full ring.
+ * (SCHEDULED with J_FLAG_RESET). The record is not what decides the reset, but it must
+ * follow every reset that wins (or the journal would hold the old deadline): so room on
+ * the ring is made before the reset is tried (Full, and nothing changed, if none comes).
  *
  * The common call, reset(target, delay) with a number of ms, runs here; anything else
  * (deadline_ms=, at=, and every error) goes to the Python method `_reset_slow`, which
@@ -24,6 +25,14 @@ static PyObject *s_reset_slow, *s_delay_ms_kw;
 static PyObject *reset_to(Producer *p, PyObject *target, i64 deadline, i64 now_ns) {
     i64 h;
     if (!producer_usable(p) || producer_handle_id(p, target, &h, "reset") < 0) return NULL;
+    /* A reset that wins must publish its record (the coordinator relinks and journals
+     * it): room first. From the check to the push the GIL is held, so no other thread of
+     * this process takes it; the coordinator only makes more. */
+    while (ring_room(&p->ring, relaxed_load(&p->ring.w[RING_HEAD])) < 1) {
+        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_room", NULL);
+        if (!r) return NULL;   /* Full: nothing changed */
+        Py_DECREF(r);
+    }
     int code = slot_reset(&p->seg, h, deadline, p->ring_index);
     if (code == RESET_NOT_TIMER)
         return PyErr_Format(PyExc_TypeError,
@@ -35,13 +44,10 @@ static PyObject *reset_to(Producer *p, PyObject *target, i64 deadline, i64 now_n
                             "process stopped in the middle of a reset?); nothing changed",
                             (long long)h);
     if (code != RESET_WON) Py_RETURN_FALSE;
+    counter_add(&p->counters[C_RESETS], 1);   /* this client's row: one writer (the GIL) */
     if (PyObject_TypeCheck(target, &HandleType)) ((Handle *)target)->deadline_ms = deadline;
-    if (!producer_push(p, h, CHECK_RESET)) {   /* ring full: Client._wait_push logs */
-        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
-                                          (long long)CHECK_RESET);
-        if (!r) return NULL;
-        Py_DECREF(r);
-    }
+    if (!producer_push(p, h, CHECK_RESET))   /* cannot be: room was made above */
+        return PyErr_Format(PyExc_SystemError, "reset: no room for its record");
     /* an earlier deadline must be relinked before it is due: wake a sleeping coordinator */
     if (deadline - now_ns / 1000000 < PRODUCER_URGENT_MS &&
         sleep_flag_after_publish(&p->header[p->w_sleeping]) && producer_bell(p) < 0)
@@ -57,7 +63,9 @@ PyObject *producer_reset(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     else if (nargs == 1 && kwnames && PyTuple_GET_SIZE(kwnames) == 1 &&
              PyTuple_GET_ITEM(kwnames, 0) == s_delay_ms_kw)
         delay = args[1];
-    if (delay && producer_due(p, delay, &now_ns, &due)) return reset_to(p, args[0], due, now_ns);
+    /* (refused while the service stops or its journal refuses: the slow path says why) */
+    if (delay && producer_accepting(p) && producer_due(p, delay, &now_ns, &due))
+        return reset_to(p, args[0], due, now_ns);
     return producer_pass_on(p, s_reset_slow, args, nargs, kwnames);
 }
 

@@ -1,4 +1,6 @@
-/* slots.c: the slot state machine of slots.h (read its header comment first). */
+/* slots.c: the slot state machine's transitions (slots.h says why the rules hold; the
+ * table of transitions is contract.h's). The arena is arena.c's; reclaim, rebuild and a
+ * recovery's install are slots_repair.c's; the journal's records are slots_journal.c's. */
 #define _GNU_SOURCE   /* sched_yield under -std=c11 */
 #include "slots.h"
 
@@ -7,8 +9,6 @@
 
 #include "atomics.h"
 #include "wheel.h"
-
-static inline i64 *gs_of(Seg *s, i64 slot) { return gs_word(s->mem, wheel_node(s->mem, slot)); }
 
 int slot_cancel(Seg *s, i64 h) {
     i64 slot = slot_of(s, h);
@@ -23,10 +23,10 @@ int slot_cancel(Seg *s, i64 h) {
         case ST_RESETTING:   /* a reset in flight loses to this cancel: it sees CANCELLED */
             /* the reaper's fire and the coordinator's link CAS this same word: if either
              * moved it first, re-read and decide again */
-            if (gs_cas(w, gs, GS_MAKE(gen, ST_CANCELLED))) return CANCEL_WON;
+            if (slot_move(w, gs, GS_MAKE(gen, ST_CANCELLED), TR_CANCEL)) return CANCEL_WON;
             continue;
         case ST_FIRING:
-            if (gs_cas(w, gs, GS_MAKE(gen, ST_STOPPING))) return CANCEL_STOPPED;
+            if (slot_move(w, gs, GS_MAKE(gen, ST_STOPPING), TR_STOP)) return CANCEL_STOPPED;
             continue;
         default:
             return CANCEL_LOST;
@@ -44,18 +44,14 @@ static int reset_wait(i64 *waited, i64 *since) {
     return jnow_us() - *since < RESET_WAIT_US;
 }
 
-int slot_reset(Seg *s, i64 h, i64 deadline, i64 ring) {
+int slot_reset_hold(Seg *s, i64 h, i64 deadline, i64 ring, i64 *held) {
     i64 slot = slot_of(s, h);
     if (slot < 0) return RESET_LOST;
-    i64 *w = gs_of(s, slot), gen = HANDLE_GEN(h), waited = 0, since = 0;
-    i64 *dl = wheel_field(s->mem, wheel_node(s->mem, slot), F_DEADLINE);
+    i64 *w = gs_of(s, slot), gen = HANDLE_GEN(h);
     for (;;) {
         i64 gs = gs_load(w), st = GS_STATE(gs);
         if (GS_GEN(gs) != gen) return RESET_LOST;   /* ended: the handle is stale */
-        if (st == ST_RESETTING) {
-            if (!reset_wait(&waited, &since)) return RESET_BUSY;
-            continue;
-        }
+        if (st == ST_RESETTING) return RESET_BUSY;   /* another reset holds it */
         if (st != ST_PENDING && st != ST_SUBMITTED) return RESET_LOST;
         /* acquire: the meta word its client released with SUBMITTED */
         if (META_FIELD(__atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE), FLAGS) &
@@ -63,80 +59,49 @@ int slot_reset(Seg *s, i64 h, i64 deadline, i64 ring) {
             return RESET_NOT_TIMER;
         /* hold it: from here until the word is put back, the reaper defers it, a cancel
          * still wins it (CANCELLED), another reset waits */
-        if (!gs_cas(w, gs, GS_MAKE_HOLD(gen, st, ring))) continue;
-        dl_store(dl, deadline);
-        for (;;) {   /* put back where it came from (the coordinator may have linked a
-                        SUBMITTED slot meanwhile: then FROM says PENDING), next sequence */
-            i64 cur = gs_load(w);
-            if (GS_GEN(cur) != gen || GS_STATE(cur) != ST_RESETTING ||
-                GS_AUX(cur) != (ring & GS_AUX_MASK))
-                break;   /* a cancel won it while held: decide again (it says LOST) */
-            /* release (the CAS): whoever acquires the new word sees the deadline */
-            if (gs_cas(w, cur, GS_MAKE_SEQ(gen, GS_AUX(gs) + 1, GS_FROM(cur))))
-                return RESET_WON;
+        if (!slot_move(w, gs, GS_MAKE_HOLD(gen, st, ring), TR_HOLD)) continue;
+        dl_store(wheel_field(s->mem, wheel_node(s->mem, slot), F_DEADLINE), deadline);
+        *held = gs;
+        return RESET_WON;
+    }
+}
+
+int slot_reset_put_back(Seg *s, i64 h, i64 ring, i64 held) {
+    i64 *w = gs_of(s, HANDLE_SLOT(h)), gen = HANDLE_GEN(h);
+    for (;;) {   /* back where it came from (the coordinator may have linked a SUBMITTED
+                    slot meanwhile: then FROM says PENDING), with the next sequence */
+        i64 cur = gs_load(w);
+        if (GS_GEN(cur) != gen || GS_STATE(cur) != ST_RESETTING ||
+            GS_AUX(cur) != (ring & GS_AUX_MASK))
+            return RESET_LOST;   /* a cancel won it while it was held */
+        /* release (the CAS): whoever acquires the new word sees the deadline */
+        if (slot_move(w, cur, GS_MAKE_SEQ(gen, GS_AUX(held) + 1, GS_FROM(cur)), TR_PUT_BACK))
+            return RESET_WON;
+    }
+}
+
+int slot_reset(Seg *s, i64 h, i64 deadline, i64 ring) {
+    i64 waited = 0, since = 0, held;
+    for (;;) {
+        int code = slot_reset_hold(s, h, deadline, ring, &held);
+        if (code == RESET_BUSY) {
+            if (!reset_wait(&waited, &since)) return RESET_BUSY;
+            continue;
         }
+        if (code != RESET_WON || slot_reset_put_back(s, h, ring, held) == RESET_WON)
+            return code;
+        /* a cancel won it while held: decide again (it says LOST) */
     }
 }
 
-/* ---- the arena -------------------------------------------------------------------- */
-static i64 arena_pop(Seg *s, int cls, i64 owner) {
-    i64 *h = &s->arena[cls * A_CLASS_WORDS];
-    i64 b = h[A_FREE];
-    if (b < 0) return -1;
-    h[A_FREE] = s->arena[h[A_OFF_NEXT] + b];
-    s->arena[h[A_OFF_OWNER] + b] = owner;
-    return b;
-}
-
-void arena_release(Seg *s, int cls, i64 block) {
-    i64 *h = &s->arena[cls * A_CLASS_WORDS];
-    s->arena[h[A_OFF_OWNER] + block] = OWNER_FREE;
-    s->arena[h[A_OFF_NEXT] + block] = h[A_FREE];
-    h[A_FREE] = block;
-}
-
-i64 arena_alloc(Seg *s, int cls, i64 slot) { return arena_pop(s, cls, OWNER_SLOT(slot)); }
-
-i64 arena_reserve(Seg *s, int cls, i64 ring, i64 *out, i64 n) {
-    i64 k = 0;
-    while (k < n) {
-        i64 b = arena_pop(s, cls, OWNER_RING(ring));
-        if (b < 0) break;
-        out[k++] = b;
-    }
-    return k;
-}
-
-/* The block a slot's side record names, if it is really that slot's: its class via *cls;
- * else -1. */
-i64 slot_block(Seg *s, i64 slot, int *cls) {
-    i64 meta = __atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE);
-    if (!(META_FIELD(meta, FLAGS) & FLAG_ARENA)) return -1;
-    i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
-    if (c >= ARENA_CLASSES || b < 0 || b >= s->arena[c * A_CLASS_WORDS + A_NBLOCKS]) return -1;
-    if (*arena_owner(s, (int)c, b) != OWNER_SLOT(slot)) return -1;
-    *cls = (int)c;
-    return b;
-}
-
-void slot_free_payload(Seg *s, i64 slot) {
-    int c;
-    i64 b = slot_block(s, slot, &c);
-    if (b >= 0) arena_release(s, c, b);
-    i64 *m = side_meta(s, slot);   /* a RESERVED slot stays its ring's */
-    *m = META_MAKE(0, 0, 0, 0, META_FIELD(*m, RING));
-}
-
-void slot_retire(Seg *s, i64 *mem, i64 slot) {
+void slot_retire(Seg *s, i64 *mem, i64 slot, int tr) {
     if (s->anchor) anchor_move(s, slot, -1);
     slot_free_payload(s, slot);
     *side_meta(s, slot) = 0;
-    wheel_free_slot(mem, slot);
+    wheel_free_slot(mem, slot, tr);
 }
 
-/* Retire a CANCELLED slot: its CANCELLED record first (the handle needs the generation
- * that retiring bumps). */
-static void retire_cancelled(Seg *s, i64 *mem, i64 slot) {
+void slot_retire_cancelled(Seg *s, i64 *mem, i64 slot) {
     if (s->jb) {
         i64 gs = gs_load(gs_word(mem, wheel_node(mem, slot)));
         jrec_cancelled(s->jb, HANDLE_MAKE(GS_GEN(gs), slot), s->jnow);
@@ -157,23 +122,12 @@ int slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
               ~(META_FLAGS_MASK << META_FLAGS_SHIFT)) |
              ((task & META_TASK_MASK) << META_TASK_SHIFT) |
              (((META_FIELD(*m, FLAGS) | FLAG_COMPLETED) & META_FLAGS_MASK) << META_FLAGS_SHIFT);
-        gs_store(w, GS_MAKE(GS_GEN(gs), ST_FIRING));
+        slot_move(w, gs, GS_MAKE(GS_GEN(gs), ST_FIRING), TR_RUN_COMPLETED);
         return 1;
     }
-    retire_cancelled(s, mem, slot);
+    slot_retire_cancelled(s, mem, slot);
     s->retired++;
     return 0;
-}
-
-i64 slot_repeat(Seg *s, i64 slot, i64 **runs) {
-    i64 meta = *side_meta(s, slot);
-    if (!(META_FIELD(meta, FLAGS) & FLAG_REPEAT)) return 0;
-    int c;
-    i64 b = slot_block(s, slot, &c);
-    if (b < 0) return 0;
-    i64 *w = arena_block(s, c, b);   /* (period, runs) precede the payload */
-    if (runs) *runs = &w[1];
-    return w[0] > 0 ? w[0] : 0;
 }
 
 /* ---- reserve, link, settle ------------------------------------------------------- */
@@ -182,9 +136,9 @@ i64 slot_reserve(Seg *s, i64 ring, i64 *out, i64 n) {
     while (k < n) {
         i64 slot = wheel_pop_free(mem);
         if (slot < 0) break;
-        i64 *w = gs_of(s, slot), gen = GS_GEN(gs_load(w));
+        i64 *w = gs_of(s, slot), seen = gs_load(w), gen = GS_GEN(seen);
         *side_meta(s, slot) = META_MAKE(0, 0, 0, 0, ring);
-        gs_store(w, GS_MAKE(gen, ST_RESERVED));   /* FREE: no lock-free writer acts on it */
+        slot_move(w, seen, GS_MAKE(gen, ST_RESERVED), TR_RESERVE);
         out[k++] = HANDLE_MAKE(gen, slot);
     }
     return k;
@@ -221,8 +175,8 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
              * deadline it writes is re-read by advance and relinked on its record), and
              * say so in the word the reset puts back: FROM becomes PENDING */
             i64 d = dl_load(wheel_field(mem, node, F_DEADLINE));
-            if (d > limit - tick || !gs_cas(w, gs, (gs & ~(GS_FROM_MASK << GS_FROM_SHIFT)) |
-                                                       ((i64)ST_PENDING << GS_FROM_SHIFT)))
+            if (d > limit - tick ||
+                !slot_move(w, gs, GS_WITH_FROM(gs, ST_PENDING), TR_LINK_HELD))
                 goto again;   /* out of range cannot be (the reset checked it); else moved */
             wheel_relink(mem, node);
             mem[H_PENDING]++;
@@ -234,12 +188,12 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
             if (META_FIELD(*side_meta(s, slot), RING) != ring) { res[2]++; continue; }
             i64 deadline = *wheel_field(mem, node, F_DEADLINE);
             if (deadline > limit - tick) {   /* a client wrote one beyond the wheel's range */
-                if (!gs_cas(w, gs, GS_MAKE(gen, ST_CANCELLED))) goto again;
-                slot_retire(s, mem, slot);
+                if (!slot_move(w, gs, GS_MAKE(gen, ST_CANCELLED), TR_REFUSE)) goto again;
+                slot_retire(s, mem, slot, TR_FINISH);
                 res[2]++;
                 continue;
             }
-            if (!gs_cas(w, gs, GS_MAKE(gen, ST_PENDING))) goto again;  /* a cancel won */
+            if (!slot_move(w, gs, GS_MAKE(gen, ST_PENDING), TR_LINK)) goto again; /* lost */
             wheel_relink(mem, node);   /* a cancel (or reset) may now win PENDING: fine */
             deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             mem[H_PENDING]++;
@@ -256,7 +210,7 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
              * when it meets it in its bucket.) */
             i64 deadline = *wheel_field(mem, node, F_DEADLINE);
             if (deadline > limit - tick) {   /* never a timer: see the SUBMITTED case */
-                slot_retire(s, mem, slot);
+                slot_retire(s, mem, slot, TR_FINISH);
                 res[2]++;
                 continue;
             }
@@ -301,7 +255,7 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
             i64 d = *wheel_field(mem, node, F_DEADLINE) + every;
             if (d <= now) d += ((now - d) / every + 1) * every;
             *wheel_field(mem, node, F_DEADLINE) = d;
-            if (gs_cas(w, gs, GS_MAKE(gen, ST_PENDING))) {   /* else a cancel stopped it */
+            if (slot_move(w, gs, GS_MAKE(gen, ST_PENDING), TR_REARM)) {   /* else stopped */
                 (*runs)++;
                 if (wheel_relink(mem, node) >= 0) {   /* d: a reset may rewrite it now */
                     mem[H_PENDING]++;
@@ -309,7 +263,8 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
                     if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], d);
                     continue;
                 }
-                gs_store(w, GS_MAKE(gen, ST_CANCELLED));   /* cannot happen: every < range */
+                /* cannot happen (every < range); a cancel may win it first: the same end */
+                slot_move(w, GS_MAKE(gen, ST_PENDING), GS_MAKE(gen, ST_CANCELLED), TR_REFUSE);
             }
         }
         if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], -1);
@@ -321,120 +276,3 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
     }
 }
 
-i64 slot_reclaim(Seg *s, i64 ring) {
-    i64 *mem = s->mem, cap = seg_capacity(s), n = 0;
-    s->jnow = jnow_us();
-    for (i64 slot = 0; slot < cap; slot++) {
-        i64 *w = gs_of(s, slot), gs = gs_load(w);
-        /* a reset of this client died holding a slot (any client's): put it back as it
-         * was (a cancel may win it first: CAS). Safe: the holder can write nothing more */
-        if (GS_STATE(gs) == ST_RESETTING && GS_AUX(gs) == (ring & GS_AUX_MASK))
-            gs_cas(w, gs, GS_MAKE(GS_GEN(gs), GS_FROM(gs)));
-        i64 st = GS_STATE(gs_load(w));
-        /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
-         * that is not linked lost its cancel record to a full ring */
-        int unlinked = *wheel_field(mem, wheel_node(mem, slot), F_PREV) == -1;
-        int mine = META_FIELD(*side_meta(s, slot), RING) == ring;
-        if (st == ST_COMPLETED && unlinked && mine) {
-            /* an operation completed before its submit record, which never came: it ran
-             * through its watcher's death, so it is recorded and run */
-            if (s->jb) slot_journal_submit(s, HANDLE_MAKE(GS_GEN(gs_load(gs_of(s, slot))), slot), ring, 0);
-            wheel_link(mem, wheel_node(mem, slot), mem[H_NOW]);
-            mem[H_PENDING]++;
-            continue;
-        }
-        if ((st == ST_RESERVED || st == ST_SUBMITTED || (st == ST_CANCELLED && unlinked)) &&
-                mine) {
-            if (st == ST_CANCELLED) retire_cancelled(s, mem, slot);
-            else slot_retire(s, mem, slot);
-            n++;
-        }
-    }
-    for (int c = 0; c < ARENA_CLASSES; c++)
-        for (i64 b = 0; b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS]; b++)
-            if (*arena_owner(s, c, b) == OWNER_RING(ring)) arena_release(s, c, b);
-    return n;
-}
-
-/* For slot_rebuild: a slot-owned block its owner's side record does not name (the slot
- * is free, or names another block) goes back to the free stack. A slot a client is still
- * writing (RESERVED, SUBMITTED: lock-free, producer.c) keeps its block even if its side
- * record does not name it yet: the client names it or releases it. */
-static int block_unnamed(Seg *s, int c, i64 b) {
-    i64 slot = *arena_owner(s, c, b) - 1;
-    if (slot < 0 || slot >= seg_capacity(s)) return 1;
-    i64 st = GS_STATE(gs_load(gs_word(s->mem, wheel_node(s->mem, slot))));
-    if (st == ST_FREE || st >= ST_COUNT) return 1;
-    /* acquire: pairs with producer_write_slot's release of the meta word */
-    i64 meta = __atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE);
-    if (!(META_FIELD(meta, FLAGS) & FLAG_ARENA))
-        return !(st == ST_RESERVED || st == ST_SUBMITTED);
-    return META_FIELD(meta, CLASS) != c || *side_payload(s, slot) != b;
-}
-
-i64 slot_rebuild(Seg *s) {
-    i64 *mem = s->mem, cap = seg_capacity(s), nb = mem[H_SENTINELS], relinked = 0;
-    /* empty buckets and bitmaps, an empty free stack */
-    for (i64 b = 0; b < nb; b++) {
-        *wheel_field(mem, b, F_NEXT) = b;
-        *wheel_field(mem, b, F_PREV) = b;
-        mem[mem[H_OFF_BEXP] + b] = NO_TIME;
-    }
-    for (i64 i = 0; i < mem[H_LEVELS] * mem[H_WORDS]; i++) mem[mem[H_OFF_BITS] + i] = 0;
-    mem[H_FREE] = -1;
-    mem[H_PENDING] = 0;
-    /* Blocks: those in a client's cache stay its; a block is its slot's if the slot's
-     * side record names it, else free. An owner word is written only where it changes
-     * (here in the slot loop, and in block_unnamed's pass after it): executors check a
-     * block's owner without the lock (executor.c), so the block of a live timer must
-     * never read as free, even for the moment a rebuild takes (resetting every owner
-     * first and re-owning after made a burst of timers fail that check: bench/chaos.py). */
-    for (i64 slot = cap - 1; slot >= 0; slot--) {
-        i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gs = gs_load(w);
-        i64 st = GS_STATE(gs);
-        *wheel_field(mem, node, F_PREV) = -1;
-        *wheel_field(mem, node, F_NEXT) = -1;
-        if (st == ST_FREE || st >= ST_COUNT) {
-            gs_store(w, GS_MAKE(GS_GEN(gs), ST_FREE));
-            *side_meta(s, slot) = 0;
-            *wheel_field(mem, node, F_NEXT) = mem[H_FREE];
-            mem[H_FREE] = slot;
-            continue;
-        }
-        i64 meta = *side_meta(s, slot);
-        if (META_FIELD(meta, FLAGS) & FLAG_ARENA) {
-            i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
-            if (c < ARENA_CLASSES && b >= 0 && b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS] &&
-                *arena_owner(s, (int)c, b) != OWNER_SLOT(slot))
-                *arena_owner(s, (int)c, b) = OWNER_SLOT(slot);
-        }
-        /* A cancelled slot is relinked too, not freed here: whoever repairs may be a
-         * client, and the one who frees a cancelled slot records it in the journal. The
-         * coordinator frees it when it drains its cancel record, or the reaper when it
-         * meets it in its bucket. */
-        if (st == ST_PENDING || st == ST_CANCELLED || st == ST_COMPLETED ||
-            (st == ST_RESETTING && GS_FROM(gs) == ST_PENDING)) {
-            if (wheel_relink(mem, node) >= 0) {
-                mem[H_PENDING]++;
-                relinked++;
-            } else {   /* a deadline no client could have had accepted: drop it */
-                gs_store(w, GS_MAKE(GS_GEN(gs), ST_CANCELLED));
-                slot_retire(s, mem, slot);
-            }
-        }
-    }
-    for (int c = 0; c < ARENA_CLASSES; c++) {
-        i64 *h = &s->arena[c * A_CLASS_WORDS];
-        h[A_FREE] = -1;
-        for (i64 b = h[A_NBLOCKS] - 1; b >= 0; b--) {
-            if (*arena_owner(s, c, b) > 0 && block_unnamed(s, c, b))
-                *arena_owner(s, c, b) = OWNER_FREE;
-            if (*arena_owner(s, c, b) == OWNER_FREE) {
-                s->arena[h[A_OFF_NEXT] + b] = h[A_FREE];
-                h[A_FREE] = b;
-            }
-        }
-    }
-    if (s->watch) watch_rebuild(s);   /* its chains may be half-updated too */
-    return relinked;
-}

@@ -54,8 +54,10 @@
 #ifndef SHMWHEEL_SLOTS_H
 #define SHMWHEEL_SLOTS_H
 
+#include "atomics.h"
 #include "contract.h"
 #include "journal.h"
+#include "wheel.h"
 
 /* One attachment's view of a service's tables (pointers into the segment). */
 typedef struct {
@@ -112,6 +114,12 @@ int slot_cancel(Seg *s, i64 handle);          /* CANCEL_WON / CANCEL_STOPPED / C
  * run at `deadline` (checked in range by the caller) and not at its old one; the caller
  * then publishes (h, h ^ CHECK_RESET). RESET_LOST, RESET_NOT_TIMER, RESET_BUSY. */
 int slot_reset(Seg *s, i64 handle, i64 deadline, i64 ring);
+/* slot_reset's two halves (tests interleave other steps between them): hold the slot
+ * RESETTING and write the deadline (RESET_WON with the word it held in *held; RESET_BUSY
+ * at once if another reset holds it), then put it back (RESET_WON, or RESET_LOST if a
+ * cancel won it meanwhile) */
+int slot_reset_hold(Seg *s, i64 handle, i64 deadline, i64 ring, i64 *held);
+int slot_reset_put_back(Seg *s, i64 handle, i64 ring, i64 held);
 /* A client that waits for handle h: store its notify word (ring >= 0), then read the
  * slot's state word and out word (purgatory.c has the ordering argument). */
 void outcome_watch(Seg *s, i64 h, i64 ring, i64 *gs, i64 *out);
@@ -127,7 +135,8 @@ i64 arena_alloc(Seg *s, int cls, i64 slot);   /* a block owned by slot, or -1 */
 void arena_release(Seg *s, int cls, i64 block);
 void slot_free_payload(Seg *s, i64 slot);     /* return the slot's block; meta = its ring */
 i64 slot_block(Seg *s, i64 slot, int *cls);   /* the slot's own arena block, or -1 */
-void slot_retire(Seg *s, i64 *mem, i64 slot); /* free payload, then the slot (unlinked) */
+/* free payload, then the slot (unlinked); tr: FINISH or RECLAIM (contract.h) */
+void slot_retire(Seg *s, i64 *mem, i64 slot, int tr);
 /* The coordinator's write-ahead records for n producer records, before link_records
  * applies them: SCHEDULED for a submit record whose slot is still SUBMITTED (or
  * CANCELLED) with its generation, CANCELLED for a cancel record whose slot is CANCELLED
@@ -162,6 +171,14 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res);
 i64 slot_reclaim(Seg *s, i64 ring);           /* a dead or closed client's slots and blocks */
 i64 slot_rebuild(Seg *s);                     /* crash repair: the states are the truth;
                                                  cancelled slots are relinked, not freed */
+/* A recovery, before any process attaches (slots_repair.c): every slot FREE at generation
+ * gen (FORMAT); then each pending timer of the journal into its own slot, at its own
+ * generation (FORMAT, then ARM): meta, payload word and deadline written before the state.
+ * The caller then rebuilds (links them, threads the free stacks around them). install
+ * returns -1 (nothing more written) at a handle whose slot is out of range or taken. */
+void slot_format(Seg *s, i64 gen);
+i64 slot_install(Seg *s, const i64 *handles, const i64 *deadlines, const i64 *metas,
+                 const i64 *words, i64 n);
 /* the wheel's walk met a CANCELLED node (freed: 0) or a COMPLETED one (made FIRING with
  * its on_complete task: 1); wheel_retire_fn, ctx is a Seg * */
 int slot_retire_hook(void *ctx, i64 *mem, i64 slot);
@@ -199,7 +216,11 @@ int op_complete_if_ready(Seg *s, i64 slot);
  * runs is not NULL, where its run count lives. */
 i64 slot_repeat(Seg *s, i64 slot, i64 **runs);
 
-/* ---- helpers of slots.c and slots_journal.c (not for other callers) ---------------- */
+/* ---- helpers of the slots*.c files and arena.c (not for other callers) ------------- */
+static inline i64 *gs_of(Seg *s, i64 slot) { return gs_word(s->mem, wheel_node(s->mem, slot)); }
+/* Retire a CANCELLED slot: its CANCELLED record first (the handle needs the generation
+ * that retiring bumps), then slot_finish. */
+void slot_retire_cancelled(Seg *s, i64 *mem, i64 slot);
 /* A slot index a handle names, if in range; else -1. */
 static inline i64 slot_of(const Seg *s, i64 h) {
     i64 slot = HANDLE_SLOT(h);

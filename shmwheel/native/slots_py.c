@@ -1,4 +1,4 @@
-/* slots_py.c: Python's face of the slot state machine (`Tables`) and of the rings.
+/* slots_py.c: Python's face of the slot state machine (`Tables`; the rings' is ring_py.c).
  *
  * `Tables(wheel, side, arena, adata)` holds one attachment's views of a service's tables.
  * Every method must be called with the segment lock held (the
@@ -106,7 +106,7 @@ static PyObject *tables_retire(Tables *self, PyObject *const *args, Py_ssize_t n
     if (st != ST_RESERVED)
         return PyErr_Format(PyExc_ValueError, "retire(%lld): only a RESERVED slot (state %lld)",
                             (long long)slot, (long long)st);
-    slot_retire(&self->seg, self->seg.mem, slot);
+    slot_retire(&self->seg, self->seg.mem, slot, TR_RECLAIM);
     Py_RETURN_NONE;
 }
 
@@ -145,6 +145,65 @@ static PyObject *tables_reclaim(Tables *self, PyObject *const *args, Py_ssize_t 
     NARGS(1, "reclaim");
     if (arg_i64(args[0], &ring) < 0) return NULL;
     return PyLong_FromLongLong(slot_reclaim(&self->seg, ring));
+}
+
+/* _reset_hold(h, deadline, ring) -> (code, held) and _reset_put_back(h, ring, held) ->
+ * code: a client's reset in two steps (slots.h), for the tests that play other steps
+ * between them. Lock-free, like the reset they split. */
+static PyObject *tables_reset_hold(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h, deadline, ring, held = 0;
+    OPEN(self);
+    NARGS(3, "_reset_hold");
+    if (arg_i64(args[0], &h) < 0 || arg_i64(args[1], &deadline) < 0 ||
+        arg_i64(args[2], &ring) < 0)
+        return NULL;
+    int code = slot_reset_hold(&self->seg, h, deadline, ring, &held);
+    return Py_BuildValue("(iL)", code, (long long)held);
+}
+
+static PyObject *tables_reset_put_back(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h, ring, held;
+    OPEN(self);
+    NARGS(3, "_reset_put_back");
+    if (arg_i64(args[0], &h) < 0 || arg_i64(args[1], &ring) < 0 || arg_i64(args[2], &held) < 0)
+        return NULL;
+    if (slot_of(&self->seg, h) < 0) return PyErr_Format(PyExc_ValueError, "no such slot");
+    return PyLong_FromLong(slot_reset_put_back(&self->seg, h, ring, held));
+}
+
+/* format(gen): every slot FREE at generation gen (a recovery, before any process) */
+static PyObject *tables_format(Tables *self, PyObject *arg) {
+    i64 gen;
+    OPEN(self);
+    if (arg_i64(arg, &gen) < 0) return NULL;
+    if (gen < 0 || gen > GS_GEN_MASK)
+        return PyErr_Format(PyExc_ValueError, "format(): generation %lld out of range",
+                            (long long)gen);
+    slot_format(&self->seg, gen);
+    Py_RETURN_NONE;
+}
+
+/* install(handles, deadlines, metas, words): the journal's pending timers (slots.h) */
+static PyObject *tables_install(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf b[4];
+    int got = 0;
+    i64 done = -2;
+    OPEN(self);
+    NARGS(4, "install");
+    for (; got < 4; got++)
+        if (i64buf_get(args[got], &b[got], 0) < 0) break;
+    if (got == 4) {
+        if (b[1].n != b[0].n || b[2].n != b[0].n || b[3].n != b[0].n)
+            PyErr_SetString(PyExc_ValueError, "install(): arrays of different lengths");
+        else
+            done = slot_install(&self->seg, b[0].p, b[1].p, b[2].p, b[3].p, b[0].n);
+    }
+    while (got > 0) i64buf_release(&b[--got]);
+    if (done == -2) return NULL;
+    if (done < 0)
+        return PyErr_Format(PyExc_ValueError, "install(): a handle names a slot out of range "
+                            "or taken");
+    Py_RETURN_NONE;
 }
 
 static PyObject *tables_rebuild(Tables *self, PyObject *unused) {
@@ -303,6 +362,15 @@ static PyMethodDef tables_methods[] = {
      "settle(results, n, res): apply n executor outcomes (see slots.h)."},
     {"reclaim", (PyCFunction)(void (*)(void))tables_reclaim, METH_FASTCALL,
      "reclaim(ring) -> slots freed of a dead or closed client (and its cached blocks)."},
+    {"_reset_hold", (PyCFunction)(void (*)(void))tables_reset_hold, METH_FASTCALL,
+     "_reset_hold(h, deadline, ring) -> (code, held): a reset's first half (tests)."},
+    {"_reset_put_back", (PyCFunction)(void (*)(void))tables_reset_put_back, METH_FASTCALL,
+     "_reset_put_back(h, ring, held) -> code: a reset's second half (tests)."},
+    {"format", (PyCFunction)tables_format, METH_O,
+     "format(gen): every slot FREE at generation gen (a recovery, before any process)."},
+    {"install", (PyCFunction)(void (*)(void))tables_install, METH_FASTCALL,
+     "install(handles, deadlines, metas, words): pending timers into their slots (FORMAT, "
+     "ARM); then rebuild(). ValueError at a slot out of range or taken."},
     {"rebuild", (PyCFunction)tables_rebuild, METH_NOARGS,
      "rebuild() -> entries relinked: crash repair from the slot states."},
     {"advance", (PyCFunction)(void (*)(void))tables_advance, METH_FASTCALL,
@@ -350,92 +418,6 @@ PyTypeObject TablesType = {
     .tp_init = (initproc)tables_init,
     .tp_dealloc = (destructor)tables_dealloc,
     .tp_methods = tables_methods,
-};
-
-/* ---- rings ------------------------------------------------------------------------ */
-static int ring_from(PyObject *o, i64 record, I64Buf *b, Ring *r) {
-    if (i64buf_get(o, b, 1) < 0) return -1;
-    i64 cap = record > 0 ? (b->n - RING_HEADER_WORDS) / record : 0;
-    if (record < 1 || cap < 2 || (cap & (cap - 1))) {
-        i64buf_release(b);
-        PyErr_SetString(PyExc_ValueError, "not a ring of that record size");
-        return -1;
-    }
-    r->w = b->p;
-    r->cap = cap;
-    r->record = record;
-    return 0;
-}
-
-static PyObject *py_ring_push(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf rb, recs;
-    Ring r;
-    i64 record, n;
-    NARGS(4, "ring_push");
-    if (arg_i64(args[1], &record) < 0 || arg_i64(args[3], &n) < 0) return NULL;
-    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
-    if (i64buf_get(args[2], &recs, 0) < 0) { i64buf_release(&rb); return NULL; }
-    i64 done = -1;
-    if (n < 0 || n * record > recs.n) PyErr_SetString(PyExc_ValueError, "n out of range");
-    else done = ring_push(&r, recs.p, n);
-    i64buf_release(&recs);
-    i64buf_release(&rb);
-    return done < 0 ? NULL : PyLong_FromLongLong(done);
-}
-
-static PyObject *py_ring_peek(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf rb, out;
-    Ring r;
-    i64 record, limit, seq0;
-    NARGS(4, "ring_peek");
-    if (arg_i64(args[1], &record) < 0 || arg_i64(args[3], &limit) < 0) return NULL;
-    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
-    if (i64buf_get(args[2], &out, 1) < 0) { i64buf_release(&rb); return NULL; }
-    if (limit > out.n / record) limit = out.n / record;
-    i64 n = ring_peek(&r, out.p, limit, &seq0);
-    i64buf_release(&out);
-    i64buf_release(&rb);
-    return Py_BuildValue("(LL)", (long long)seq0, (long long)n);
-}
-
-static PyObject *py_ring_consume(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf rb;
-    Ring r;
-    i64 record, n, tail;
-    NARGS(3, "ring_consume");
-    if (arg_i64(args[1], &record) < 0 || arg_i64(args[2], &n) < 0) return NULL;
-    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
-    i64 avail = ring_avail(&r, &tail);
-    if (n < 0 || (avail >= 0 && n > avail)) n = -1;   /* never past head */
-    else if (avail < 0) ring_store_release(&r.w[RING_TAIL], ring_load_acquire(&r.w[RING_HEAD]));
-    else ring_consume(&r, n);
-    i64buf_release(&rb);
-    if (n < 0) return PyErr_Format(PyExc_ValueError, "cannot consume past the head");
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_ring_pending(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf rb;
-    Ring r;
-    i64 record, tail;
-    NARGS(2, "ring_pending");
-    if (arg_i64(args[1], &record) < 0) return NULL;
-    if (ring_from(args[0], record, &rb, &r) < 0) return NULL;
-    i64 n = ring_avail(&r, &tail);
-    i64buf_release(&rb);
-    return PyLong_FromLongLong(n);
-}
-
-PyMethodDef shmwheel_slot_methods[] = {
-    {"ring_push", (PyCFunction)(void (*)(void))py_ring_push, METH_FASTCALL,
-     "ring_push(ring, record, recs, n) -> records published (as many of n as fit)."},
-    {"ring_peek", (PyCFunction)(void (*)(void))py_ring_peek, METH_FASTCALL,
-     "ring_peek(ring, record, out, limit) -> (first seq, count); count -1: corrupt head."},
-    {"ring_consume", (PyCFunction)(void (*)(void))py_ring_consume, METH_FASTCALL,
-     "ring_consume(ring, record, n): done with n records; with a corrupt head, skip to it."},
-    {"ring_pending", (PyCFunction)(void (*)(void))py_ring_pending, METH_FASTCALL,
-     "ring_pending(ring, record) -> records published, not consumed; -1 if corrupt."},
-    {NULL, NULL, 0, NULL},
 };
 
 int shmwheel_add_client_types(PyObject *m);

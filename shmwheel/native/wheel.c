@@ -271,17 +271,18 @@ static inline i64 pop_free(i64 *mem) {
 
 i64 wheel_pop_free(i64 *mem) { return pop_free(mem); }
 
-static inline void free_slot(i64 *mem, i64 slot) {
+/* tr: FINISH, RECLAIM or DROP (contract.h): why this use of the slot ends */
+static inline void free_slot(i64 *mem, i64 slot, int tr) {
     i64 *nd = NODES(mem), node = wheel_node(mem, slot), *gs = gs_word(mem, node);
     /* generation + 1 (wrapping within GS_GEN_MASK): every old handle is now stale */
-    i64 gen = GS_GEN(gs_load(gs)) + 1;
+    i64 seen = gs_load(gs);
     PV(nd, node) = -1;
     NX(nd, node) = mem[H_FREE];
-    gs_store(gs, GS_MAKE(gen, ST_FREE));
+    slot_move(gs, seen, GS_MAKE(GS_GEN(seen) + 1, ST_FREE), tr);
     mem[H_FREE] = slot;
 }
 
-void wheel_free_slot(i64 *mem, i64 slot) { free_slot(mem, slot); }
+void wheel_free_slot(i64 *mem, i64 slot, int tr) { free_slot(mem, slot, tr); }
 
 void wheel_add_free_slots(i64 *mem, i64 first) {
     i64 *nd = NODES(mem), nb = mem[H_SENTINELS];
@@ -290,7 +291,8 @@ void wheel_add_free_slots(i64 *mem, i64 first) {
         NX(nd, node) = mem[H_FREE];
         PV(nd, node) = -1;
         DL(nd, node) = 0;
-        gs_store(gs_word(mem, node), GS_MAKE(0, ST_FREE));
+        i64 *gs = gs_word(mem, node);
+        slot_move(gs, gs_load(gs), GS_MAKE(0, ST_FREE), TR_FORMAT);
         mem[H_FREE] = s;
     }
 }
@@ -325,9 +327,9 @@ i64 wheel_insert(i64 *mem, i64 deadline) {
     i64 *nd = NODES(mem);
     i64 node = wheel_node(mem, slot);
     i64 *gs = gs_word(mem, node);
-    i64 gen = GS_GEN(gs_load(gs)); /* kept: the free that put it on the stack bumped it */
+    i64 seen = gs_load(gs), gen = GS_GEN(seen); /* kept: the free bumped it */
     DL(nd, node) = deadline;
-    gs_store(gs, GS_MAKE(gen, ST_PENDING)); /* after the deadline: release publishes it */
+    slot_move(gs, seen, GS_MAKE(gen, ST_PENDING), TR_ARM); /* after the deadline: release */
     place(mem, nd, node, r);
     mem[H_PENDING]++;
     return HANDLE_MAKE(gen, slot);
@@ -342,7 +344,7 @@ int wheel_cancel(i64 *mem, i64 handle) {
     if (GS_GEN(gs) != HANDLE_GEN(handle) || GS_STATE(gs) != ST_PENDING) return 0;
     unlink_node(mem, NODES(mem), node);
     mem[H_PENDING]--;
-    free_slot(mem, slot);
+    free_slot(mem, slot, TR_DROP);
     return 1;
 }
 
@@ -352,7 +354,7 @@ i64 wheel_release(i64 *mem, const i64 *slots, i64 n) {
         i64 s = slots[i];
         if (s < 0 || s >= cap) continue;
         if (GS_STATE(gs_load(gs_word(mem, nb + s))) != ST_FIRING) continue; /* not twice */
-        free_slot(mem, s);
+        free_slot(mem, s, TR_FINISH);
         freed++;
     }
     return freed;
@@ -398,7 +400,7 @@ i64 wheel_next_wakeup(i64 *mem) {
 
 static inline int retire_node(i64 *mem, i64 slot, wheel_retire_fn retire, void *ctx) {
     if (retire) return retire(ctx, mem, slot);
-    free_slot(mem, slot);
+    free_slot(mem, slot, TR_FINISH);   /* (in process nothing linked is CANCELLED) */
     return 0;
 }
 
@@ -477,7 +479,7 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
                 else if (GS_STATE(g) != ST_PENDING) break;
                 else if ((d = dl_load(&DL(nd, node))) > target && d <= lim) /* reset later */
                     later = ceil_to(d, tick);
-            } while (!later && !gs_cas(gs, g, GS_MAKE(GS_GEN(g), ST_FIRING)));
+            } while (!later && !slot_move(gs, g, GS_MAKE(GS_GEN(g), ST_FIRING), TR_FIRE));
             /* one winner: that CAS against a lock-free cancel's (or reset's) CAS of g */
             if (later) {
                 if (place(mem, nd, node, later) < 0) place(mem, nd, node, target + tick);
@@ -485,7 +487,7 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
             }
             mem[H_PENDING]--;
             if (GS_STATE(g) == ST_PENDING) {   /* won */
-                if (release) free_slot(mem, slot);
+                if (release) free_slot(mem, slot, TR_FINISH);
                 out[count++] = slot;
             } else if (retire_node(mem, slot, retire, ctx)) {
                 /* COMPLETED: the service's hook made it FIRING (its on_complete runs) */

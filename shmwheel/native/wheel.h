@@ -40,7 +40,8 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
 
 /* -- pieces the slot state machine (slots.c) builds on; caller holds the lock -- */
 i64 wheel_pop_free(i64 *mem);                     /* a free slot (gen kept) or -1 */
-void wheel_free_slot(i64 *mem, i64 slot);         /* state FREE, gen + 1, onto the stack */
+/* state FREE, gen + 1, onto the stack; tr names why (FINISH, RECLAIM, DROP: contract.h) */
+void wheel_free_slot(i64 *mem, i64 slot, int tr);
 void wheel_unlink(i64 *mem, i64 node);            /* out of its bucket; prev = next = -1 */
 /* link by deadline: an already-due node joins the current level-0 bucket (fired by the
  * next advance); returns the level, or INS_OUT_OF_RANGE (nothing linked) */

@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _native as N
+from . import states as _states
 
 # -- wheel header words, node fields ---------------------------------------------------
 H_MAGIC, H_VERSION, H_CAPACITY, H_LEVELS = N.H_MAGIC, N.H_VERSION, N.H_CAPACITY, N.H_LEVELS
@@ -48,17 +49,7 @@ INS_ALREADY_DUE, INS_OUT_OF_RANGE, INS_NO_SLOT = (
 ST_FREE, ST_PENDING, ST_FIRING, ST_RESERVED = N.ST_FREE, N.ST_PENDING, N.ST_FIRING, N.ST_RESERVED
 ST_SUBMITTED, ST_CANCELLED, ST_STOPPING = N.ST_SUBMITTED, N.ST_CANCELLED, N.ST_STOPPING
 ST_COMPLETED, ST_RESETTING, ST_COUNT = N.ST_COMPLETED, N.ST_RESETTING, N.ST_COUNT
-STATE_NAMES = {
-    ST_FREE: "FREE",
-    ST_PENDING: "PENDING",
-    ST_FIRING: "FIRING",
-    ST_RESERVED: "RESERVED",
-    ST_SUBMITTED: "SUBMITTED",
-    ST_CANCELLED: "CANCELLED",
-    ST_STOPPING: "STOPPING",
-    ST_COMPLETED: "COMPLETED",
-    ST_RESETTING: "RESETTING",
-}
+STATE_NAMES = _states.NAMES  # value -> name, from contract.h's SLOT_STATES
 CANCEL_LOST, CANCEL_WON, CANCEL_STOPPED = N.CANCEL_LOST, N.CANCEL_WON, N.CANCEL_STOPPED
 RESET_LOST, RESET_WON = N.RESET_LOST, N.RESET_WON
 
@@ -107,6 +98,7 @@ C_REARMED, C_EARLY, C_LINKED, C_FREED, C_RETIRED = (
     N.C_RETIRED,
 )
 C_JOURNAL_BYTES, C_JOURNAL_SYNCS = N.C_JOURNAL_BYTES, N.C_JOURNAL_SYNCS
+C_RESETS = N.C_RESETS
 C_OPS_COMPLETED, C_OPS_WATCHED, C_OPS_EXPIRED = (
     N.C_OPS_COMPLETED,
     N.C_OPS_WATCHED,
@@ -169,6 +161,16 @@ def gs_state(gs: Words) -> Words:
 
 def gs_gen(gs: Words) -> Words:
     return (gs >> _GEN_SHIFT) & _GEN_MASK
+
+
+def gs_from(gs: Words) -> Words:
+    """RESETTING: the state the reset took the slot from."""
+    return (gs >> N.GS_FROM_SHIFT) & N.GS_FROM_MASK
+
+
+def gs_aux(gs: Words) -> Words:
+    """Outside RESETTING the reset sequence; during it, the holder's ring."""
+    return (gs >> N.GS_AUX_SHIFT) & N.GS_AUX_MASK
 
 
 def gs_handle(gs: Words, slot: Words) -> Words:

@@ -18,6 +18,7 @@ import struct
 import time
 import weakref
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -69,14 +70,30 @@ def schedule(
     deadline_ms: int | None = None,
     key: str | bytes | int | None = None,
     every_ms: float | None = None,
+    at: datetime | None = None,
 ) -> TimerHandle:
     """Client.schedule's signature, checked by Python (Client._schedule_checked): named
     schedule so that the TypeError of a call that does not fit it says schedule()."""
-    return self._schedule_slow(task, payload, delay_ms, deadline_ms, key, every_ms)
+    return self._schedule_slow(task, payload, delay_ms, deadline_ms, key, every_ms, at)
 
 
-_checked_schedule = schedule
-del schedule
+def reset(
+    self: Client,
+    handle: TimerHandle | int,
+    delay_ms: float | None = None,
+    *,
+    deadline_ms: int | None = None,
+    at: datetime | None = None,
+) -> bool:
+    """Client.reset's signature and every case its native fast path (shmwheel/native/
+    reset.c: a number of ms) leaves to Python: the arguments are checked, then the new
+    deadline is applied by ``_reset_to``. Named reset so that its TypeError says reset()."""
+    self._check_accepting()
+    return self._reset_to(handle, self._deadline(delay_ms, deadline_ms, at))
+
+
+_checked_schedule, _checked_reset = schedule, reset
+del schedule, reset
 
 
 class Client(N.Producer):
@@ -197,6 +214,21 @@ class Client(N.Producer):
     def _wake_reaper(self) -> None:
         self._mem.ring_bell("reaper")
 
+    def _wait_room(self) -> None:
+        """A full ring before a reset (reset.c): wait for the coordinator to make room, so
+        that a reset that wins can always publish its record; Full, with nothing changed,
+        if none appears within RING_WAIT_S."""
+        ring = self._mem.producer[self.ring]
+        give_up = time.monotonic() + RING_WAIT_S
+        while ring.pending() >= ring.capacity:
+            if time.monotonic() >= give_up:
+                raise Full(
+                    f"producer ring of service {self.name!r} stayed full for {RING_WAIT_S} "
+                    f"s (is the coordinator running?): the timer was not reset"
+                )
+            self._bell()
+            time.sleep(0.0002)
+
     def _wait_push(self, h: int, check: int) -> None:
         """A full ring: publish (h, h ^ check) once the coordinator makes room. If none
         appears within RING_WAIT_S, a schedule is taken back (its slot was never published)
@@ -253,9 +285,12 @@ class Client(N.Producer):
             )
         return tid
 
-    def _deadline(self, delay_ms: float | None, deadline_ms: int | None) -> int:
-        """schedule()'s deadline, or the API's error before any slot is taken."""
-        return _times.deadline(delay_ms, deadline_ms, self._max_delay)
+    def _deadline(
+        self, delay_ms: float | None, deadline_ms: int | None, at: datetime | None = None
+    ) -> int:
+        """schedule()'s (or reset()'s) deadline, or the API's error before anything is
+        taken or changed."""
+        return _times.deadline(delay_ms, deadline_ms, self._max_delay, at)
 
     def _refuse_foreign(self, handle: N.Handle) -> None:
         """Raise the ValueError for a handle of another service instance (the native
@@ -319,6 +354,7 @@ class Client(N.Producer):
     # schedule() with argument shapes the native path does not take: Python checks the
     # signature, and a wrong call's TypeError names schedule(), the method the caller called
     _schedule_checked = _checked_schedule
+    _reset_slow = _checked_reset
 
     def _schedule_slow(
         self,
@@ -328,10 +364,11 @@ class Client(N.Producer):
         deadline_ms: int | None,
         key: Any,
         every_ms: float | None,
+        at: datetime | None = None,
     ) -> TimerHandle:
         self._check_accepting()
         tid = self._task_id(task)
-        deadline = self._deadline(delay_ms, deadline_ms)
+        deadline = self._deadline(delay_ms, deadline_ms, at)
         every = 0
         if every_ms is not None:
             every = math.ceil(_check_delay(every_ms, "every_ms", self._max_delay))

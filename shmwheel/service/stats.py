@@ -78,6 +78,7 @@ def read_stats(
         "scheduled": int(c[C.C_SCHEDULED]),
         "fired": int(c[C.C_FIRED]),
         "cancelled": int(c[C.C_CANCELLED]),
+        "resets": int(c[C.C_RESETS]),
         "completed": int(c[C.C_COMPLETED]),
         "task_errors": int(c[C.C_ERRORS]),
         "crashed": int(c[C.C_CRASHED]),

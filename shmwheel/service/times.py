@@ -1,12 +1,13 @@
 """The time arguments of a client's calls, checked and made deadlines in one place.
 
-``delay_ms`` (``schedule``), ``deadline_ms`` (``schedule``), ``every_ms`` (a repeating
-timer), ``timeout_ms`` (``watch``) and ``delays_ms`` (``schedule_many``) are all decided
+``delay_ms``, ``deadline_ms`` and ``at`` (``schedule``, ``reset``), ``every_ms`` (a
+repeating timer), ``timeout_ms`` (``watch``) and ``delays_ms`` (``schedule_many``) are decided
 here, before the caller takes a slot, so a refused argument never costs one. A delay must
 be a finite number of milliseconds in ``[0, limit)``, where ``limit`` is the client's
 ``_max_delay`` (a quarter of the wheel's span); an absolute ``deadline_ms`` an int in
 ``[0, now + limit)`` (monotonic time is never negative; a deadline already past fires at
-once, and its lateness counts from it). Anything else is a ``TypeError`` (not a number) or
+once, and its lateness counts from it); ``at`` an aware datetime, made a monotonic deadline
+once, at the call (``wall_deadline``). Anything else is a ``TypeError`` (not a number) or
 a ``ValueError`` (out of range), with a message that says what to change; an int too large
 for a float is out of range too, not an ``OverflowError``.
 
@@ -17,6 +18,7 @@ up to the ms. So a timer never fires before its delay, whichever path scheduled 
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 from collections.abc import Sequence
@@ -51,13 +53,19 @@ def due_ms(now_ns: int, delay_ms: float) -> int:
     return -(-(now_ns + math.ceil(delay_ms * 1e6)) // 1_000_000)
 
 
-def deadline(delay_ms: object, deadline_ms: object, limit: int) -> int:
-    """``schedule``'s deadline: from exactly one of a delay or an absolute deadline."""
-    if (delay_ms is None) == (deadline_ms is None):
-        raise TypeError("pass exactly one of delay_ms= or deadline_ms=")
+def deadline(delay_ms: object, deadline_ms: object, limit: int, at: object = None) -> int:
+    """``schedule``'s (and ``reset``'s) deadline: from exactly one of a delay, an absolute
+    monotonic deadline, or a wall-clock time ``at``."""
+    if (delay_ms is not None) + (deadline_ms is not None) + (at is not None) != 1:
+        raise TypeError("pass exactly one of delay_ms=, deadline_ms= or at=")
     now_ns = time.monotonic_ns()
     if delay_ms is not None:
         return due_ms(now_ns, check_delay(delay_ms, "delay_ms", limit))
+    if at is not None:
+        d = wall_deadline(at, now_ns)
+        if d - now_ns // 1_000_000 >= limit:
+            raise ValueError(f"at={at!r} is beyond the wheel's range ({limit} ms from now)")
+        return max(d, 0)  # long past: due at once
     if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, np.integer)):
         raise TypeError(
             f"deadline_ms must be an int (monotonic ms), got {type(deadline_ms).__name__}"
@@ -71,6 +79,27 @@ def deadline(delay_ms: object, deadline_ms: object, limit: int) -> int:
     if d - now_ns // 1_000_000 >= limit:
         raise ValueError(f"deadline_ms={d} is beyond the wheel's range ({limit} ms from now)")
     return d
+
+
+def wall_deadline(at: object, now_ns: int) -> int:
+    """The monotonic deadline (ms) of the wall-clock time `at`, an aware datetime: the
+    distance from the wall clock's now to `at`, added to the monotonic clock's now (both
+    read here, once), rounded up to the ms. A time already past gives a deadline already
+    past (the timer fires at once). Afterwards the deadline is monotonic: a jump of the
+    wall clock does not move it."""
+    if not isinstance(at, datetime.datetime):
+        raise TypeError(f"at must be a datetime, got {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(
+            f"at={at!r} is a naive datetime: pass an aware one (e.g. "
+            f"datetime.now(timezone.utc) + timedelta(...)), so that its instant is defined"
+        )
+    wall_now_ns = time.time_ns()
+    delta_us = (at - datetime.datetime.fromtimestamp(0, datetime.UTC)) // _US
+    return -(-(now_ns + delta_us * 1000 - wall_now_ns) // 1_000_000)
+
+
+_US = datetime.timedelta(microseconds=1)
 
 
 def timeout_deadline(timeout_ms: object, limit: int) -> int:
