@@ -100,6 +100,7 @@ HEADER_V1_ARITY = ARITY[HEADER] - 1  # a version 1 header has no prev
 FLAG_KEY = N.FLAG_KEY  # the blob is msgpack [key, payload]
 FLAG_REPEAT = N.FLAG_REPEAT  # period_ms > 0: the timer re-arms after each run
 FLAG_RECOVERED = N.J_FLAG_RECOVERED  # written by a recovery: the timer was scheduled before
+FLAG_RESET = N.J_FLAG_RESET  # written for a reset: deadline_ms is the timer's new deadline
 
 # OUTCOME codes (contract.h)
 OUTCOMES = {N.OUTCOME_OK: "ok", N.OUTCOME_ERROR: "error", N.OUTCOME_CRASHED: "crashed"}

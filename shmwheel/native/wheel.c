@@ -40,7 +40,8 @@
  * makes it FIRING and advance hands it out like a fired one. A client's reset (slots.c)
  * rewrites a linked node's deadline without the lock, holding it RESETTING meanwhile:
  * advance re-reads the deadline of every node it takes, places one now due later where it
- * belongs, and one still RESETTING in the next tick's bucket. The state word and the
+ * belongs, and one still RESETTING in the bucket after the clock's once its walk is over
+ * (never back into a bucket the same walk could meet again). The state word and the
  * deadline are the words of a node written without the lock, so they are only accessed
  * through atomics.h; advance takes a PENDING node with a CAS to FIRING from the word it
  * decided on, so a racing cancel, reset and fire have exactly one winner. H_PENDING
@@ -455,6 +456,12 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
     i64 target = now - fmodp(now, tick); /* >= H_NOW, a multiple of tick */
     i64 slots = mem[H_SLOTS], nb = mem[H_SENTINELS], lim = limit_of(mem) - tick;
     i64 *nd = NODES(mem), count = 0;
+    /* Nodes met RESETTING (a client's reset holds them) wait on this private list, threaded
+     * through F_NEXT, until the walk is over: linked back into any bucket now, one could be
+     * met again in this same call (a higher level's bucket expires at or before target, and
+     * its cascade places the node by the deadline the reset is writing) and the walk would
+     * never end while the reset holds it. */
+    i64 held = -1;
     for (;;) {
         i64 k, i;
         i64 t = earliest(mem, 0, &k, &i);
@@ -470,18 +477,23 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
         for (;;) {
             i64 node = NX(nd, b);
             if (node == b) break;
-            if (count == cap) return count; /* the clock stays at this bucket's time */
+            if (count == cap) goto out; /* the clock stays at this bucket's time */
             unlink_node(mem, nd, node);
             i64 slot = node - nb, *gs = gs_word(mem, node), g, d, later = 0;
             do {   /* decide, until the state word confirms the decision */
                 g = gs_load(gs);
-                if (GS_STATE(g) == ST_RESETTING) later = target + tick; /* ask next tick */
+                if (GS_STATE(g) == ST_RESETTING) later = -1; /* the next tick asks again */
                 else if (GS_STATE(g) != ST_PENDING) break;
                 else if ((d = dl_load(&DL(nd, node))) > target && d <= lim) /* reset later */
                     later = ceil_to(d, tick);
             } while (!later && !slot_move(gs, g, GS_MAKE(GS_GEN(g), ST_FIRING), TR_FIRE));
             /* one winner: that CAS against a lock-free cancel's (or reset's) CAS of g */
-            if (later) {
+            if (later < 0) {
+                NX(nd, node) = held;
+                held = node;
+                continue;
+            }
+            if (later) {   /* > target: a cascade places it past target, never back here */
                 if (place(mem, nd, node, later) < 0) place(mem, nd, node, target + tick);
                 continue;
             }
@@ -496,6 +508,12 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
         }
     }
     if (mem[H_NOW] < target) relaxed_store(&mem[H_NOW], target);
+out:   /* the held nodes: into the bucket after the clock's (not walked by this call) */
+    while (held >= 0) {
+        i64 node = held;
+        held = NX(nd, node);
+        place(mem, nd, node, fdiv(mem[H_NOW], tick) * tick + tick);
+    }
     return count;
 }
 

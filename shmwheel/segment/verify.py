@@ -6,14 +6,16 @@
   linked count;
 * every slot is in exactly one place for its state: FREE on the free stack; PENDING linked
   in a bucket; CANCELLED linked or waiting for its record; COMPLETED (an operation) linked
-  or waiting for its submit record; FIRING/STOPPING in exactly one
+  or waiting for its submit record; RESETTING (held by a reset) linked iff it was taken
+  from PENDING, else owned like SUBMITTED; a slot a reset moved may sit in its old
+  deadline's bucket until its reset record is drained; FIRING/STOPPING in exactly one
   of the reaper's backlog, a dispatch ring (queued or running), or a result ring
   (reported); RESERVED/SUBMITTED owned by a client ring that exists;
 * arena blocks are owned exactly as the side records say: a free block is on its class's
   free stack once, a slot's block names the slot back, a cached block names a ring;
 * with ``quiescent=True`` (nothing in flight, every ring drained): no slot is FIRING,
-  STOPPING, SUBMITTED or CANCELLED, fired timers all have outcomes, and every cancel that
-  won was retired.
+  STOPPING, SUBMITTED, CANCELLED, COMPLETED or RESETTING, fired timers all have outcomes,
+  and every cancel that won was retired.
 
 ``backlog`` is the reaper's private list of fired handles not yet dispatched; without it
 (from another process) FIRING slots may also be in the reaper's hands, and only "at most
@@ -72,19 +74,38 @@ def firing_nowhere(mem: ServiceMemory) -> np.ndarray:
     return C.gs_handle(gs[orphans], orphans)
 
 
+def moved_by_reset(mem: ServiceMemory) -> set[int]:
+    """Slots whose deadline a reset may have changed without their bucket knowing yet:
+    held RESETTING, or with a reset record (h, h ^ CHECK_RESET) still in a producer ring
+    (the coordinator relinks it as it drains that record: slots.c); and CANCELLED ones, whose
+    deadline no one reads again (a reset that lost to the cancel may have written it; the
+    slot is retired wherever it is linked)."""
+    st = _states(mem)[0]
+    moved = set(np.flatnonzero((st == C.ST_RESETTING) | (st == C.ST_CANCELLED)).tolist())
+    for ring in mem.producer:
+        seqs = ring.tail + np.arange(ring.pending())
+        recs = ring.data[seqs & ring.mask]
+        resets = recs[:, 1] == recs[:, 0] ^ C.CHECK_RESET
+        moved.update(C.handle_slot(recs[resets, 0]).tolist())
+    return moved
+
+
 def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: bool = False) -> None:
     """Check the service's invariants (see the module docstring); AssertionError if broken."""
     cfg = mem.config
-    WheelCore.attach(mem.wheel).verify()
+    WheelCore.attach(mem.wheel).verify(moved=moved_by_reset(mem))
     st, gs, prev = _states(mem)
     assert (st < C.ST_COUNT).all(), f"slots in unknown states: {np.flatnonzero(st >= C.ST_COUNT)}"
     linked = prev != -1
     bad = np.flatnonzero((st == C.ST_PENDING) & ~linked)
     assert len(bad) == 0, f"PENDING slots not linked in a bucket: {bad[:10]}"
-    bad = np.flatnonzero(
-        linked & (st != C.ST_PENDING) & (st != C.ST_CANCELLED) & (st != C.ST_COMPLETED)
-    )
-    assert len(bad) == 0, f"linked slots neither PENDING, CANCELLED nor COMPLETED: {bad[:10]}"
+    linkable = (C.ST_PENDING, C.ST_CANCELLED, C.ST_COMPLETED, C.ST_RESETTING)
+    bad = np.flatnonzero(linked & ~np.isin(st, linkable))
+    assert len(bad) == 0, f"linked slots not PENDING/CANCELLED/COMPLETED/RESETTING: {bad[:10]}"
+    # a held slot is linked iff the state it was taken from (its FROM) is PENDING
+    held = st == C.ST_RESETTING
+    bad = np.flatnonzero(held & (linked != (C.gs_from(gs) == C.ST_PENDING)))
+    assert len(bad) == 0, f"RESETTING slots linked against their origin: {bad[:10]}"
 
     # FIRING / STOPPING: exactly one place each
     firing = (st == C.ST_FIRING) | (st == C.ST_STOPPING)
@@ -107,7 +128,7 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
 
     # client-owned slots
     meta = mem.side.reshape(-1, C.SIDE_WORDS)[:, C.S_META]
-    owned = (st == C.ST_RESERVED) | (st == C.ST_SUBMITTED)
+    owned = (st == C.ST_RESERVED) | (st == C.ST_SUBMITTED) | (held & ~linked)
     bad = np.flatnonzero(owned & (C.meta_ring(meta) >= cfg.max_clients))
     assert len(bad) == 0, f"client slots of no client ring: {bad[:10]}"
 
@@ -115,7 +136,14 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
     _verify_watch(mem, st, gs)
 
     if quiescent:
-        for state in (C.ST_FIRING, C.ST_STOPPING, C.ST_SUBMITTED, C.ST_CANCELLED, C.ST_COMPLETED):
+        for state in (
+            C.ST_FIRING,
+            C.ST_STOPPING,
+            C.ST_SUBMITTED,
+            C.ST_CANCELLED,
+            C.ST_COMPLETED,
+            C.ST_RESETTING,
+        ):
             left = np.flatnonzero(st == state)
             assert len(left) == 0, f"quiescent, yet {C.STATE_NAMES[state]} slots: {left[:10]}"
         c = mem.counters.sum(axis=0)

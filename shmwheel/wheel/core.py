@@ -12,6 +12,7 @@ through the constants the extension exports.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -378,10 +379,12 @@ class WheelCore:
         self._bind(mem, ng, self.growable)
 
     # -- checking -----------------------------------------------------------------
-    def verify(self) -> None:
+    def verify(self, moved: Collection[int] = ()) -> None:
         """Check the structural invariants of wheel.c (slow; for tests). A linked entry is
         PENDING, or CANCELLED (a service's lock-free cancel; the wheel retires it), and an
-        entry is linked iff its prev is not -1. Raises AssertionError."""
+        entry is linked iff its prev is not -1. Raises AssertionError. `moved`: slots a
+        service's reset may have given a deadline their bucket does not know yet (held
+        RESETTING, or its record not yet drained): they may sit in any bucket."""
         mem, g = self.mem, self.geometry
         off = wheel_layout(g)
         nodes = mem[off["nodes"] : off["nodes"] + (g.sentinels + g.capacity) * N.NODE_WORDS]
@@ -394,7 +397,8 @@ class WheelCore:
         bexp = mem[off["bexp"] : off["bexp"] + g.sentinels].tolist()
         bits = mem[off["bits"] : off["bits"] + g.levels * g.words].view(np.uint64).tolist()
         now, linked = self.current_time, 0
-        linkable = (N.ST_PENDING, N.ST_CANCELLED, N.ST_COMPLETED)
+        linkable = (N.ST_PENDING, N.ST_CANCELLED, N.ST_COMPLETED, N.ST_RESETTING)
+        moved = set(moved)
         for k in range(g.levels):
             tk = g.tick * g.wheel_size**k
             for i in range(g.slots):
@@ -406,17 +410,19 @@ class WheelCore:
                     slot = node - g.sentinels
                     assert 0 <= slot < g.capacity, f"bucket {b} links to node {node}"
                     assert stl[slot] in linkable, (
-                        f"slot {slot} linked in state {stl[slot]}, not pending/cancelled/completed"
+                        f"slot {slot} linked in state {stl[slot]}, not pending/cancelled/"
+                        f"completed/resetting"
                     )
-                    r = -((-dl[slot]) // g.tick) * g.tick
-                    assert r > now or k == 0, f"slot {slot} overdue at level {k}"
-                    # level 0: an entry linked already due (wheel_link) sits in now's bucket
-                    v = max(r, now) // tk if k == 0 else r // tk
-                    assert v % g.slots == i and v * tk == bexp[b], (
-                        f"slot {slot} (r={r}) in level {k} bucket {i} expiring {bexp[b]}"
-                    )
-                    if k > 0:
-                        assert v > now // tk, f"level {k} bucket {i} is the current one"
+                    if slot not in moved:  # (else its bucket is its old deadline's)
+                        r = -((-dl[slot]) // g.tick) * g.tick
+                        assert r > now or k == 0, f"slot {slot} overdue at level {k}"
+                        # level 0: an entry linked already due (wheel_link) is in now's bucket
+                        v = max(r, now) // tk if k == 0 else r // tk
+                        assert v % g.slots == i and v * tk == bexp[b], (
+                            f"slot {slot} (r={r}) in level {k} bucket {i} expiring {bexp[b]}"
+                        )
+                        if k > 0:
+                            assert v > now // tk, f"level {k} bucket {i} is the current one"
                     prev, node, n = node, nx[node], n + 1
                     assert n <= g.capacity, "cycle in a bucket list"
                 assert bit == (n > 0) == (bexp[b] != N.NO_TIME), (
