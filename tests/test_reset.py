@@ -245,7 +245,7 @@ def _advance_past_a_held_timer(q) -> None:  # (a child process: a hang must not 
         tables.link_records(recs, n, 0, res)
     mem.producer[0].consume(n)
     # a reset holds it, its new deadline (due) written, and does not come back
-    code, held = tables._reset_hold(h.id, t0, 0)
+    code, _held = tables._reset_hold(h.id, t0, 0)
     out = np.empty(16, np.int64)
     # Far enough that next tick's bucket is a level-1 one (level 0 spans 4 ticks), and that
     # bucket (4 ms wide, starting at a multiple of 4) expires at or before the target.
