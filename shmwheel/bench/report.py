@@ -172,10 +172,10 @@ def lines_of(w: Workload) -> tuple[list[Line], list[str]]:
     for mine, theirs in w.rows:
         a, b = med[mine], med[theirs]
         if mine != last:
-            out.append(Line("  ", mine, fmt(a, w.unit), mark(mine).strip()))
+            out.append(Line("    ", mine, fmt(a, w.unit), mark(mine).strip()))
             last = mine
         cmp = reads(advantage(a, b, w.unit), w.unit) + mark(mine, theirs)
-        out.append(Line("    vs ", theirs, fmt(b, w.unit), cmp))
+        out.append(Line("      vs ", theirs, fmt(b, w.unit), cmp))
     rest = further(w)
     if rest:
         out.append(Line("  ", "further figures:", "", ""))
@@ -208,6 +208,21 @@ def comparisons(w: Workload) -> list[dict[str, Any]]:
     return out
 
 
+def _wrap_name(indent: str, name: str, width: int) -> list[str]:
+    """A figure's name over lines of `width`, the later ones indented 2 more, broken after
+    a comma where that fits ("..., batched (100 per key)" stays whole), else at spaces."""
+    more = " " * (len(indent) + 2)
+    glued = name.replace(", ", ",\x00").replace(" ", "\x01").replace("\x00", " ")
+    parts = textwrap.wrap(
+        glued, width, initial_indent=indent, subsequent_indent=more, break_long_words=False
+    )
+    if all(len(p) <= width for p in parts):
+        return [p.replace("\x01", " ") for p in parts]
+    return textwrap.wrap(
+        name, width, initial_indent=indent, subsequent_indent=more, break_long_words=False
+    )
+
+
 def heading(w: Workload) -> str:
     u = UNITS.get(w.unit, UNITS["ops/s"])
     return f"{w.label}: {u.meaning}, {u.better} is better"
@@ -231,11 +246,8 @@ def table(selected: list[Workload]) -> str:
                 out.append(ln.indent + ln.name)
                 continue
             name = ln.indent + ln.name
-            if len(name) + 1 + len(ln.value) > name_w + val_w:  # wrap the name
-                more = " " * (len(ln.indent) + 2)
-                parts = textwrap.wrap(
-                    ln.name, name_w - 1, initial_indent=ln.indent, subsequent_indent=more
-                )
+            if len(name) + 2 + len(ln.value) > name_w + val_w:  # wrap the name
+                parts = _wrap_name(ln.indent, ln.name, name_w - 2)
                 out += parts[:-1]
                 name = parts[-1]
             value = ln.value.rjust(name_w + val_w - len(name))
