@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(
         wrap(
-            f"shmwheel bench: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
-            f"{info['native']}; load {info['loadavg_start']:.2f}"
+            f"shmwheel bench (load {info['loadavg_start']:.2f}): {info['cores']} cores, "
+            f"{info['cpu']}, Python {info['python']}, {info['native']}"
         ),
         file=sys.stderr,
     )
@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
                f"{info['native']}", more="  "))  # fmt: skip
     print(
         wrap(
-            f"load average during the run: {info['loadavg_start']:.2f} -> "
-            f"{info['loadavg_end']:.2f} (max {info['loadavg_max']:.2f}); {reps} "
-            f"repetition(s), interleaved, medians; {info['seconds']} s",
+            f"load average {info['loadavg_start']:.2f} -> {info['loadavg_end']:.2f} (max "
+            f"{info['loadavg_max']:.2f}) during the run of {info['seconds']} s; {reps} "
+            f"repetition(s), interleaved, medians",
             more="  ",
         )
     )
