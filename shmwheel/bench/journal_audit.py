@@ -18,6 +18,8 @@ import tempfile
 import time
 from typing import Any
 
+from .report import wrap
+
 log = logging.getLogger("shmwheel.bench")
 
 COLUMNS = ("kind", "id", "t_us", "epoch", "run", "deadline_ms")
@@ -81,8 +83,8 @@ def run(one_shots: int, out: str | None, master: str | None = None) -> int:
     journal = os.path.join(work, "journal")
     out = out or os.path.join(work, "audit")
     try:
-        print(f"writing a journal: {one_shots:,} one-shot timers, repeating timers, "
-              f"operations, in {journal}", file=sys.stderr)  # fmt: skip
+        print(wrap(f"writing a journal: {one_shots:,} one-shot timers, repeating timers, "
+                   f"operations, in {journal}", more="  "), file=sys.stderr)  # fmt: skip
         t = time.perf_counter()
         counts = write_demo_journal(journal, one_shots=one_shots, operations=one_shots // 10)
         print(f"  {counts.records:,} records in {time.perf_counter() - t:.1f} s",
@@ -91,20 +93,25 @@ def run(one_shots: int, out: str | None, master: str | None = None) -> int:
             t = time.perf_counter()
             spark = spark_session(master)
         except SparkUnavailable as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(wrap(f"error: {e}", more="  "), file=sys.stderr)
             return 2
         start_s = time.perf_counter() - t
         try:
-            s = job.run(spark, journal, out, progress=lambda x: print(x, file=sys.stderr))
+            s = job.run(
+                spark, journal, out, progress=lambda x: print(wrap(x, more="  "), file=sys.stderr)
+            )
         finally:
             spark.stop()
         base = pandas_pass(journal)
-        print(text_summary(s, out))
+        print("\n".join(wrap(line, more="      ") for line in text_summary(s, out).split("\n")))
         print(
-            f"\naudit on Spark ({master or 'local[*]'}): {s['seconds']:.1f} s for "
-            f"{s['records']:,} records (SparkSession start {start_s:.1f} s, not counted); "
-            f"single-process pyarrow/pandas pass: {base['seconds']:.1f} s "
-            f"({s['seconds'] / base['seconds']:.1f}x its time)"
+            "\n"
+            + wrap(
+                f"audit on Spark ({master or 'local[*]'}): {s['seconds']:.1f} s for "
+                f"{s['records']:,} records (SparkSession start {start_s:.1f} s, not counted); "
+                f"single-process pyarrow/pandas pass: {base['seconds']:.1f} s "
+                f"({s['seconds'] / base['seconds']:.1f}x its time)"
+            )
         )
         return 0 if s["clean"] else 1
     finally:

@@ -60,6 +60,12 @@ def parser(names: list[str], description: str | None) -> argparse.ArgumentParser
         action="store_true",
         help="leave out the Redis sorted-set peer even if redis-server is installed",
     )
+    ap.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 3 if a goal is missed (by default a miss is reported in "
+        "the goals and the last line, and the run exits 0)",
+    )
     ap.add_argument("--json", metavar="PATH", help="write every raw figure to PATH")
     ap.add_argument(
         "--plot",

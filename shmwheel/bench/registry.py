@@ -29,6 +29,8 @@ def workloads(
             W.core_schedule_batch,
             "core",
             [(f"{S} core insert_many", "heapq heapify")],
+            about="the wheel core alone, in one process (no service): n timers, delays "
+            "1-60 s, inserted in one batch, beside heapq.heapify of the same",
         ),
         Workload(
             "schedule_call",
@@ -36,6 +38,7 @@ def workloads(
             W.core_schedule_call,
             "core",
             [(f"{S} core insert", "heapq heappush")],
+            about="the wheel core: n timers inserted one call at a time, beside heappush",
         ),
         Workload(
             "cancel",
@@ -46,6 +49,13 @@ def workloads(
                 (f"{S} core cancel_many", "heapq lazy cancel"),
                 (f"{S} core cancel", "heapq lazy cancel"),
             ],
+            about="the wheel core: every timer cancelled, in one batch and one call at a "
+            "time, beside the heapq docs' lazy deletion",
+            explain={
+                "heapq lazy cancel": "lazy deletion only marks the entry and leaves the "
+                "work to the pop; the wheel's cancel unlinks the entry and frees its slot "
+                "at once."
+            },
         ),
         Workload(
             "expire",
@@ -53,10 +63,12 @@ def workloads(
             W.core_expire,
             "core",
             [(f"{S} core advance", "heapq heappop")],
+            about="the wheel core: every timer collected as the clock moves 1 s at a time "
+            "(pre-cascade and advance, both timed), beside popping the heap in order",
         ),
         Workload(
             "stall",
-            "longest clock step (wheel 20)",
+            "clock step (wheel_size 20)",
             W.cascade_stall,
             "core",
             [
@@ -64,6 +76,20 @@ def workloads(
                 ("p99.9 step: pre-cascade", "p99.9 step: cascade at expiry (Kafka)"),
             ],
             unit="us",
+            about="the time of each 1 ms clock step while n timers come due, wheel_size 20 "
+            "(Kafka's default): pre-cascading in bounded steps (shmwheel's reaper) beside "
+            "cascading a whole bucket when it expires (Kafka's way); same kernels, same timers",
+            explain={
+                "max step: pre-cascade": "the longest of 60,001 steps: one sample per "
+                "repetition. A machine stall (1-3 ms on a shared VM: python "
+                "bench/vm_jitter.py) can set either side's maximum; Kafka's way's is its "
+                "whole-bucket cascade and recurs in every run. A run where pre-cascade's "
+                "maximum is the larger is a stall, not a regression: see the repetitions "
+                "(--json) or re-run with --workloads stall --reps 5.",
+                "p99.9 step: pre-cascade": "pre-cascading moves the bucket's re-insertion "
+                "into ordinary steps, at most 4,096 entries each, so a typical step costs "
+                "about the same or a little more: the point is the bounded longest step.",
+            },
         ),
         Workload(
             "memory",
@@ -72,6 +98,8 @@ def workloads(
             "core",
             [(f"{S} core", "heapq entry"), (f"{S} core", "asyncio call_later")],
             unit="B",
+            about="the wheel core's array per pending timer, beside the Python allocations "
+            "(tracemalloc) of a pending heap entry and an asyncio TimerHandle",
         ),
         Workload(
             "timer_ops",
@@ -84,6 +112,13 @@ def workloads(
                 ("cancel: shmwheel SystemTimer", "cancel: asyncio call_later"),
                 ("cancel: shmwheel SystemTimer", "cancel: heapq+thread"),
             ],
+            about="the Kafka layer in one process: SystemTimer.add of n TimerTasks, then "
+            "the cancel of each, beside asyncio and the heap timer",
+            explain={
+                "add: shmwheel SystemTimer": "the Kafka layer keeps Kafka's object model (an "
+                "entry object per add, two locks per cancel): the faithful port, not the "
+                "fast path; issue 25 asks for it at native speed.",
+            },
         ),
         Workload(
             "timer_fire",
@@ -94,6 +129,8 @@ def workloads(
                 ("shmwheel SystemTimer", "asyncio call_later"),
                 ("shmwheel SystemTimer", "heapq+thread"),
             ],
+            about="the Kafka layer: n no-op tasks due together (spread over 20 ms), from the "
+            "first deadline until the last has run",
         ),
     ]
 

@@ -1,19 +1,23 @@
 """The table of the multiprocess-service workloads, W1-W10: for each, what it runs, which
-of its figures are compared with which peer's, the further figures printed, and its goals;
-the default W7 levels and which workloads have a Redis peer.
+of its figures are compared with which peer's, the further figures printed, the notes on
+figures that need one, and its goals with the issue that set each, what it is for and what
+a miss means; the default W7 levels and which workloads have a Redis peer.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import TypeVar
 
 from . import journal_workloads as JW
-from . import purgatory_workloads as PW
 from . import service_footprint as FP
 from . import service_ops as OPS
 from . import service_producers as PR
 from . import service_timing as TM
-from .workload import Workload
+from .registry_journal_purgatory import journal_workloads, purgatory_workloads
+from .workload import Goal, Workload
+
+T = TypeVar("T")
 
 
 def service_workloads(
@@ -29,15 +33,36 @@ def service_workloads(
     S = "shmwheel"
     R = "redis"
 
-    def rd(*items):  # the Redis rows / notes, only when it runs
+    def rd(*items: T) -> list[T]:  # the Redis rows / notes, only when it runs
         return list(items) if redis else []
 
     ks = producers or PR.producer_counts()
     lv = sorted(levels or DEFAULT_LEVELS)
     late = [(q, f"{q}: {S} service") for q in ("p50", "p99", "p99.9")]
+    late_why = (
+        "issue 3: a task starts close to its deadline (request timeouts, heartbeats), "
+        "measured in the executor process where it runs"
+    )
+    late_miss = (
+        "tasks started later than the goal. On a shared VM the machine itself oversleeps "
+        "1-3 ms now and then (python bench/vm_jitter.py): compare the peers' same "
+        "percentile in this run before blaming the service"
+    )
     peers_late = ("heapq+thread", "asyncio call_at", "sched run()", *rd(f"{R} ZSET + Lua claim"))
     produce_goal = (
-        [("c. 2 producers / 1 producer", "ratio: 2 producers / 1 producer", ">=", 1.6)]
+        [
+            Goal(
+                "2 producers / 1 producer",
+                "ratio: 2 producers / 1 producer",
+                ">=",
+                1.6,
+                "issue 8: producers in several processes add up (issue 3 asked 1.5 M/s from "
+                "two); each scheduling process should not slow the others",
+                "two producers scale less than asked. On 2 cores two producers and the "
+                "coordinator share two CPUs, which caps two at about 1.53x one "
+                "(docs/performance.md); more cores lift the cap",
+            )
+        ]
         if 1 in ks and 2 in ks
         else []
     )
@@ -59,16 +84,39 @@ def service_workloads(
                 *rd(f"{R} timers (per call)"),
             ],
             goals=[
-                ("a. Client.schedule, per call", f"{S} Client.schedule", ">=", 1.5e6),
-                ("a. schedule / heapq+thread", "ratio: Client.schedule / heapq+thread", ">=", 2.0),
-                (
-                    "a. schedule, 3-field dict payload",
+                Goal(
+                    "Client.schedule, per call",
+                    f"{S} Client.schedule",
+                    ">=",
+                    1.5e6,
+                    "issue 8 (issue 3 asked 1 M/s): producers that schedule a timer per event "
+                    "(a job's timeout, a retry) at native speed",
+                    "each call costs over 0.67 us of the producer's own CPU",
+                ),
+                Goal(
+                    "schedule / heapq+thread",
+                    "ratio: Client.schedule / heapq+thread",
+                    ">=",
+                    2.0,
+                    "issue 8: the shared service beats the timer a user would write in their "
+                    "own process (a heap and a thread); median of the per-repetition ratios",
+                    "a single process would schedule faster with its own heap than through "
+                    "the service",
+                ),
+                Goal(
+                    "schedule, 3-field dict payload",
                     f"{S} Client.schedule, 3-field dict payload",
                     ">=",
                     1e6,
+                    "issue 8: real timers carry a payload (here a job id, a try count and a "
+                    "queue name: 29 bytes packed)",
+                    "a payload over 8 packed bytes goes through msgpack into an arena block; "
+                    "that copy and the block's bookkeeping cost the difference",
                 ),
             ],
             wid="W1",
+            about="n timers (delays 30-60 s) scheduled one call at a time by one producer "
+            "process into a running service; each peer schedules in its own process",
         ),
         Workload(
             "svc_schedule_many",
@@ -82,8 +130,21 @@ def service_workloads(
                 *rd((f"{S} Client.schedule_many", f"{R} ZADD pipelined")),
             ],
             notes=rd(f"{R} timers (batch)"),
-            goals=[("b. Client.schedule_many", f"{S} Client.schedule_many", ">=", 10e6)],
+            goals=[
+                Goal(
+                    "Client.schedule_many",
+                    f"{S} Client.schedule_many",
+                    ">=",
+                    10e6,
+                    "issue 3: loading many timers at once (a batch of jobs, a re-arm) at "
+                    "array speed",
+                    "the coordinator links the timers slower than the batch is written, and "
+                    "the producer waits for ring space",
+                )
+            ],
             wid="W1",
+            about="5n timers in schedule_many batches of up to 100k; the heap timer gets a "
+            "batch method too; asyncio and sched have none, so they loop over n",
         ),
         Workload(
             "svc_cancel",
@@ -107,16 +168,42 @@ def service_workloads(
                 *rd(f"{R} timers (per call)", f"{R} timers (batch)"),
             ],
             goals=[
-                ("d. Client.cancel, per call", f"{S} Client.cancel", ">=", 2e6),
-                (
-                    "d. cancel / asyncio",
+                Goal(
+                    "Client.cancel, per call",
+                    f"{S} Client.cancel",
+                    ">=",
+                    2e6,
+                    "issue 3: most timeouts are cancelled before they fire (the answer came "
+                    "in time), so cancel is as hot a path as schedule",
+                    "each cancel costs the canceller over 0.5 us",
+                ),
+                Goal(
+                    "cancel / asyncio",
                     "ratio: Client.cancel / asyncio TimerHandle.cancel",
                     ">=",
                     1.0,
+                    "issue 8: a cancel across processes (one compare-and-swap) is at least as "
+                    "fast as asyncio's in-process TimerHandle.cancel",
+                    "cancelling through the service is slower than cancelling in one process",
                 ),
-                ("d. Client.cancel_many", f"{S} Client.cancel_many", ">=", 2e6),
+                Goal(
+                    "Client.cancel_many",
+                    f"{S} Client.cancel_many",
+                    ">=",
+                    2e6,
+                    "issue 3's cancel goal, for cancels in batches",
+                    "a batch of cancels is no faster than the per-call goal",
+                ),
             ],
             wid="W2",
+            about="n pending timers cancelled one call at a time, and another n in one "
+            "cancel_many (each must return True); every peer cancels its own pending timers",
+            explain={
+                "sched cancel": "sched.scheduler.cancel removes the event from a list and "
+                "re-heapifies it: O(pending) per call. With n timers pending it manages a few "
+                "hundred cancels a second, so it runs for 0.2 s and that rate is shown. The "
+                "multiple measures sched's design, not shmwheel's speed."
+            },
         ),
         Workload(
             "svc_memory",
@@ -146,15 +233,33 @@ def service_workloads(
                 f"{S} wheel+side / capacity",
             ],
             goals=[
-                ("e. segment bytes / capacity", f"{S} segment / capacity", "<=", 48),
-                (
-                    "e. segment bytes per added timer",
+                Goal(
+                    "segment bytes / capacity",
+                    f"{S} segment / capacity",
+                    "<=",
+                    64,
+                    "issue 26 (issue 3 asked 48 B a timer): a service's shared memory is RAM "
+                    "held for its whole life; 1 M timers of capacity should take <= 64 MB",
+                    "the segment is bigger than budgeted: each slot holds three purgatory "
+                    "words since issue 10 (next goal), and the regions not sized by capacity "
+                    "(payload arena, rings) add the rest",
+                ),
+                Goal(
+                    "segment bytes per added timer",
                     f"{S} segment bytes per added timer",
                     "<=",
                     48,
+                    "issues 3 and 26: a timer of capacity costs a 32-byte wheel node and a "
+                    "16-byte side record, no more",
+                    "since issue 10 every slot also holds three 8-byte purgatory words (an "
+                    "operation's count, outcome and waiter) though most timers are not "
+                    "operations; issue 26 asks for them in a table sized by use",
                 ),
             ],
             wid="W3",
+            about="shared memory of a default (1 M-capacity) service: the whole segment over "
+            "its capacity, and what one more timer of capacity adds; the peers' Python "
+            "allocations (tracemalloc) or RSS growth per pending entry",
         ),
         Workload(
             "svc_lateness",
@@ -170,11 +275,31 @@ def service_workloads(
                 *rd(f"completed: {R} ZSET + Lua claim"),
             ],
             goals=[
-                (f"f. lateness {q}", k, "<=", t)
+                Goal(f"lateness {q}", k, "<=", t, late_why, late_miss)
                 for (q, k), t in zip(late, (0.3, 1.0, 2.0), strict=True)
             ]
-            + [("f. early runs", f"early: {S} service", "<=", 0)],
+            + [
+                Goal(
+                    "early runs",
+                    f"early: {S} service",
+                    "<=",
+                    0,
+                    "issues 2 and 3: a task never runs before its deadline (Kafka's wheel "
+                    "fires up to 1 ms early); correctness, not speed",
+                    "a task ran before its deadline: a bug, whatever the machine's load",
+                )
+            ],
             wid="W4",
+            about="how late n no-op tasks start after their deadlines (rounded up to a whole "
+            "ms), due over a window of n/100 ms (0.5-2 s) that starts 1 s ahead (0.3 s for "
+            "n < 100k); shmwheel measured "
+            "in its executor processes, the peers in this one",
+            explain={
+                f"p99.9: {S} service": "one task in 1,000 starts later than this. The "
+                "machine's own stalls (1-3 ms oversleeps on a shared VM: python "
+                "bench/vm_jitter.py) set this tail for every system: read it beside the "
+                "peers' in the same run."
+            },
         ),
         Workload(
             "svc_producers",
@@ -191,6 +316,9 @@ def service_workloads(
             + (["ratio: 2 producers / 1 producer"] if produce_goal else []),
             goals=produce_goal,
             wid="W5",
+            about="k producer processes each scheduling n timers per call into one service "
+            "at once (all k together); the peers' k threads into one heap timer or one "
+            "asyncio loop",
         ),
         Workload(
             "svc_fire",
@@ -205,8 +333,26 @@ def service_workloads(
                 *rd((f"{S} fired->executed", f"{R} ZSET + Lua claim")),
             ],
             notes=[f"{S} executors"],
-            goals=[("g. fired->executed", f"{S} fired->executed", ">=", 1e6)],
+            goals=[
+                Goal(
+                    "fired->executed",
+                    f"{S} fired->executed",
+                    ">=",
+                    1e6,
+                    "issue 3: a burst of due timers (a wave of timeouts) reaches the executor "
+                    "processes at 1 M/s",
+                    "a burst of due timers waits longer to run than the goal allows",
+                )
+            ],
             wid="W6",
+            about="n no-op timers due at one deadline, from the deadline until every task has "
+            "run in an executor process; the process pools run the no-op n times (they "
+            "dispatch work now, not at a deadline)",
+            explain={
+                "ProcessPoolExecutor.submit": "a pickled call and a pipe round trip per "
+                "task: the stdlib's nearest way to run work in other processes, not built "
+                "for millions of tiny tasks."
+            },
         ),
         Workload(
             "svc_startup",
@@ -223,10 +369,34 @@ def service_workloads(
             unit="ms",
             notes=[f"{S} TimerService.stop()", "import shmwheel + first use of TimerService"],
             goals=[
-                ("h. import shmwheel", "import shmwheel", "<=", 150),
-                ("h. TimerService.start()", f"{S} TimerService.start() (1M capacity)", "<=", 2000),
+                Goal(
+                    "import shmwheel",
+                    "import shmwheel",
+                    "<=",
+                    150,
+                    "issue 8: every program that uses shmwheel pays this at start (numba's "
+                    "import once took 0.4 s)",
+                    "every script and command using shmwheel starts slower",
+                ),
+                Goal(
+                    "TimerService.start()",
+                    f"{S} TimerService.start() (1M capacity)",
+                    "<=",
+                    2000,
+                    "issue 8: a service is up within 2 s of start() on a fresh install, with "
+                    "nothing compiled at run time",
+                    "an embedding application waits longer for its timers to be usable",
+                ),
             ],
             wid="W8",
+            about="import in a fresh interpreter; start() of a 1 M-capacity service until "
+            "every process is ready, beside starting a process pool and running one task on "
+            "each worker",
+            explain={
+                f"{S} TimerService.start() (1M capacity)": "start() creates the segment for "
+                "1 M timers (W3's size) and starts the coordinator, the reaper and the "
+                "executors, waiting until each is ready; the pool only starts its workers."
+            },
         ),
         Workload(
             "svc_scale",
@@ -240,96 +410,11 @@ def service_workloads(
             ],
             unit="us/op",
             wid="W7",
+            about="per-call schedule, then cancel, of 10k timers with more already pending "
+            "(the levels on the sizes line): the cost should stay flat as pending grows",
         ),
         *journal_workloads(recovery_n),
         *purgatory_workloads(),
-    ]
-
-
-def purgatory_workloads() -> list[Workload]:
-    """W10: the purgatory across processes beside Kafka's in process and asyncio."""
-    S = "shmwheel"
-    shapes = ("per call", f"batched ({PW.BATCH} per key)")
-    return [
-        Workload(
-            "svc_purgatory",
-            "purgatory: watch + complete",
-            PW.svc_purgatory,
-            "ops",
-            [
-                (f"{S} watch + complete, {sh}", f"{peer} watch + complete, {sh}")
-                for sh in shapes
-                for peer in ("in-process purgatory", "asyncio")
-            ],
-            notes=[f"{S} watch + complete, {sh}, client loop" for sh in shapes],
-            goals=[
-                (
-                    "cross-process watch + complete, per call, vs in-process purgatory",
-                    f"ratio: {S} / in-process purgatory, per call",
-                    ">=",
-                    1.0,
-                )
-            ],
-            wid="W10",
-        ),
-        Workload(
-            "svc_purgatory_expire",
-            "purgatory: watch + expire",
-            PW.svc_purgatory_expire,
-            "ops",
-            [
-                (f"{S} watch + expire", f"{peer} watch + expire")
-                for peer in ("in-process purgatory", "asyncio")
-            ],
-            notes=[f"{S} watch + expire, client loop"],
-            wid="W10",
-        ),
-    ]
-
-
-def journal_workloads(recovery_n: int = JW.RECOVERY_N) -> list[Workload]:
-    """W9: W1 with the journal on beside off; recovery of `recovery_n` pending timers."""
-    S = "shmwheel"
-    rates = [
-        (f"{S} {what}, journal on", f"{S} {what}, journal off")
-        for what in ("Client.schedule", "Client.schedule_many")
-    ]
-    start = f"{S} start(), recovering the pending timers"
-    return [
-        Workload(
-            "svc_journal",
-            "journal: schedule rate, on / off",
-            JW.svc_journal,
-            "service",
-            rates,
-            notes=[
-                f"{k}, {how}"
-                for k in ("ratio: journal on / off", "journal bytes per timer")
-                for how in ("per call", "batch")
-            ],
-            goals=[("journal on / off, per call", "ratio: journal on / off, per call", ">=", 0.70)],
-            wid="W9",
-        ),
-        Workload(
-            "svc_recovery",
-            "journal: recovery, start()",
-            JW.svc_recovery,
-            "recovery",
-            [(start, f"{S} start(), no journal")],
-            unit="ms",
-            notes=[
-                f"{S} recovery['seconds']",
-                f"{S} stop() with the timers pending",
-                "timers recovered",
-                "pending after recovery",
-                "journal disk bytes before recovery",
-                "journal segments read",
-            ],
-            goals=[
-                (f"recovery of {OPS.level_label(recovery_n)} pending, start()", start, "<=", 5000)
-            ],
-            wid="W9",
-        ),
     ]
 
 

@@ -1,5 +1,7 @@
-"""What the bench prints: the machine it ran on, the comparison table, the further
-figures, and the goal verdicts, all from the workloads' medians.
+"""What the bench prints: the machine it ran on, one table per workload (what it measures,
+shmwheel's figures, each peer's beside them and how shmwheel compares), the further
+figures and notes, and the goal verdicts with what each goal is for. Every line fits
+``WIDTH`` columns; every figure printed is one of the medians the JSON keeps.
 """
 
 from __future__ import annotations
@@ -7,11 +9,15 @@ from __future__ import annotations
 import os
 import platform
 import sysconfig
+import textwrap
+from typing import Any, NamedTuple
 
-from .workload import Workload
+from .workload import Goal, Workload
+
+WIDTH = 100  # no printed line is longer
 
 
-def machine() -> dict:
+def machine() -> dict[str, Any]:
     model = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -34,136 +40,326 @@ def machine() -> dict:
     }
 
 
-LOWER_IS_BETTER = ("B", "us", "ms", "us/op")
+def wrap(text: str, indent: str = "", more: str = "") -> str:
+    """`text` as lines of at most WIDTH columns: the first starting with `indent`, the
+    others with `more` (default: `indent`). Paragraphs (lines of `text`) stay apart."""
+    out = []
+    for para in text.split("\n"):
+        out += textwrap.wrap(
+            para,
+            WIDTH,
+            initial_indent=indent,
+            subsequent_indent=more or indent,
+            break_on_hyphens=False,
+        ) or [""]
+    return "\n".join(out)
+
+
+class Unit(NamedTuple):
+    meaning: str  # what the numbers count
+    better: str  # "higher" or "lower" is better
+    ahead: str  # the word for shmwheel ahead of a peer ("2.41x faster")
+    behind: str  # ... and behind it ("1.45x slower")
+
+
+UNITS = {
+    "ops/s": Unit("operations per second", "higher", "faster", "slower"),
+    "B": Unit("bytes", "lower", "smaller", "larger"),
+    "ms": Unit("milliseconds", "lower", "lower", "higher"),
+    "us": Unit("microseconds", "lower", "lower", "higher"),
+    "us/op": Unit("microseconds per operation", "lower", "lower", "higher"),
+}
+LOWER_IS_BETTER = tuple(k for k, u in UNITS.items() if u.better == "lower")
+
+HOW_TO_READ = (
+    "How to read: one table per workload. Its first line says what is measured and whether "
+    'higher or lower is better. Each "shmwheel ..." line is a figure of shmwheel\'s; each '
+    '"vs ..." line under it is a peer measured in the same run, and its last column says how '
+    'shmwheel compares with that peer: "2.41x faster" means shmwheel\'s rate is 2.41 times '
+    "the peer's, \"1.20x higher\" for a latency means shmwheel's is 1.20 times the peer's "
+    "(worse, since lower is better). Figures are medians of the repetitions; [n] marks a note "
+    "under the table; --json keeps every repetition."
+)
 
 
 def fmt(value: float, unit: str) -> str:
     if unit == "B":
-        return f"{value:,.0f} B"
+        return f"{value / 1e6:,.1f} MB" if value >= 1e6 else f"{value:,.0f} B"
     if unit == "us":
         return f"{value:,.0f} us"
     if unit == "us/op":
         return f"{value:,.2f} us/op"
     if unit == "ms":
-        return f"{value:,.3f} ms"
+        return f"{value:,.{0 if value >= 100 else 1 if value >= 10 else 3}f} ms"
     for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= scale:
             return f"{value / scale:.2f} {suffix}/s"
     return f"{value:.0f} /s"
 
 
-def ratio(a: float, b: float, unit: str) -> str:
-    top, bottom = (b, a) if unit in LOWER_IS_BETTER else (a, b)
-    return f"{top / bottom:>6.2g}x" if bottom > 0 else f"{'-':>7}"
+def times(x: float) -> str:
+    """A multiple, to about three significant digits, never in exponent form."""
+    if x < 9.995:
+        return f"{x:.2f}x"
+    if x < 99.95:
+        return f"{x:.1f}x"
+    return f"{float(f'{x:.3g}'):,.0f}x"
+
+
+def advantage(mine: float, theirs: float, unit: str) -> float | None:
+    """How many times better shmwheel's figure is than the peer's (above 1: shmwheel is
+    ahead), whichever way is better for `unit`; None if it cannot be said (a zero)."""
+    top, bottom = (theirs, mine) if unit in LOWER_IS_BETTER else (mine, theirs)
+    return top / bottom if bottom > 0 and top > 0 else None
+
+
+def reads(adv: float | None, unit: str) -> str:
+    """`advantage` in words: "2.41x faster", "1.45x slower", "3.40x smaller"."""
+    u = UNITS.get(unit, UNITS["ops/s"])
+    if adv is None:
+        return "-"
+    return f"{times(adv)} {u.ahead}" if adv >= 1 else f"{times(1 / adv)} {u.behind}"
+
+
+_COUNTS = ("early", "completed", "shmwheel executors", "redis timers", "timers", "pending")
+
+
+def figure_text(w: Workload, key: str, value: float) -> str:
+    """A further figure of `w` in its own unit: ratios as multiples, counts as counts."""
+    if key.startswith("ratio"):
+        return times(value)
+    if key.endswith("CPU us per timer"):
+        return f"{value:.3f} us"
+    if key.startswith("journal") and "bytes" in key:
+        return fmt(value, "B") if "per timer" not in key else f"{value:,.1f} B"
+    if key.startswith(_COUNTS) or key.startswith("journal"):
+        return f"{value:,.0f}"
+    return fmt(value, w.unit)
+
+
+def further(w: Workload) -> list[str]:
+    """The figures of `w` its rows do not compare: its notes first, then any other."""
+    shown = {k for row in w.rows for k in row}
+    keys = list(w.median())
+    return [k for k in w.notes if k in keys] + [
+        k for k in keys if k not in shown and k not in w.notes
+    ]
+
+
+class Line(NamedTuple):
+    indent: str
+    name: str
+    value: str
+    compare: str  # "2.41x faster [1]" or ""
+
+
+def lines_of(w: Workload) -> tuple[list[Line], list[str]]:
+    """The table lines of `w` and its footnotes (marked [1], [2] ... on the lines whose
+    figure `w.explain` explains)."""
+    med = w.median()
+    marks: dict[str, int] = {}
+
+    def mark(*keys: str) -> str:
+        out = ""
+        for k in keys:
+            if k in w.explain:
+                marks.setdefault(k, len(marks) + 1)
+                out += f" [{marks[k]}]"
+        return out
+
+    out: list[Line] = []
+    last = None
+    for mine, theirs in w.rows:
+        a, b = med[mine], med[theirs]
+        if mine != last:
+            out.append(Line("    ", mine, fmt(a, w.unit), mark(mine).strip()))
+            last = mine
+        cmp = reads(advantage(a, b, w.unit), w.unit) + mark(mine, theirs)
+        out.append(Line("      vs ", theirs, fmt(b, w.unit), cmp))
+    rest = further(w)
+    if rest:
+        out.append(Line("  ", "further figures:", "", ""))
+        out += [Line("    ", k, figure_text(w, k, med[k]), mark(k).strip()) for k in rest]
+    notes = [
+        wrap(w.explain[k], f"  [{i}] ", " " * (len(str(i)) + 5))
+        for k, i in sorted(marks.items(), key=lambda kv: kv[1])
+    ]
+    return out, notes
+
+
+def comparisons(w: Workload) -> list[dict[str, Any]]:
+    """The rows of `w` as the JSON keeps them: both figures, shmwheel's advantage (above 1:
+    ahead) and the words the table prints for it, and the note on either figure."""
+    med = w.median()
+    out = []
+    for mine, theirs in w.rows:
+        adv = advantage(med[mine], med[theirs], w.unit)
+        out.append(
+            {
+                "shmwheel": mine,
+                "baseline": theirs,
+                "shmwheel_value": med[mine],
+                "baseline_value": med[theirs],
+                "advantage": adv,
+                "reads": reads(adv, w.unit),
+                "notes": [w.explain[k] for k in (mine, theirs) if k in w.explain],
+            }
+        )
+    return out
+
+
+def _wrap_name(indent: str, name: str, width: int) -> list[str]:
+    """A figure's name over lines of `width`, the later ones indented 2 more, broken after
+    a comma where that fits ("..., batched (100 per key)" stays whole), else at spaces."""
+    more = " " * (len(indent) + 2)
+    glued = name.replace(", ", ",\x00").replace(" ", "\x01").replace("\x00", " ")
+    parts = textwrap.wrap(
+        glued, width, initial_indent=indent, subsequent_indent=more, break_long_words=False
+    )
+    if all(len(p) <= width for p in parts):
+        return [p.replace("\x01", " ") for p in parts]
+    return textwrap.wrap(
+        name, width, initial_indent=indent, subsequent_indent=more, break_long_words=False
+    )
+
+
+def heading(w: Workload) -> str:
+    u = UNITS.get(w.unit, UNITS["ops/s"])
+    return f"{w.label}: {u.meaning}, {u.better} is better"
 
 
 def table(selected: list[Workload]) -> str:
-    cells = []
-    for w in selected:
-        med = w.median()
-        for i, (mine, theirs) in enumerate(w.rows):
-            a, b = med[mine], med[theirs]
-            cells.append(
-                (
-                    w.label if i == 0 else "",
-                    f"{mine} {fmt(a, w.unit)}",
-                    f"{theirs} {fmt(b, w.unit)}",
-                    ratio(a, b, w.unit),
-                )
-            )
-    widths = [
-        max([len(h)] + [len(c[i]) for c in cells])
-        for i, h in enumerate(("workload", "shmwheel", "baseline"))
-    ]
-    head = (
-        f"{'workload':<{widths[0]}}  {'shmwheel':<{widths[1]}}  "
-        f"{'baseline':<{widths[2]}}  {'ratio':>7}"
-    )
-    lines = [head, "-" * len(head)]
-    for c in cells:
-        lines.append(f"{c[0]:<{widths[0]}}  {c[1]:<{widths[1]}}  {c[2]:<{widths[2]}}  {c[3]}")
-    return "\n".join(lines)
+    """Every selected workload's table, in order, one column layout for all."""
+    blocks = [(w, *lines_of(w)) for w in selected]
+    every = [ln for _, lines, _ in blocks for ln in lines]
+    val_w = max([len(ln.value) for ln in every] + [1])
+    cmp_w = max([len(ln.compare) for ln in every] + [0])
+    longest = max([len(ln.indent + ln.name) for ln in every] + [1])
+    name_w = min(longest + 2, WIDTH - val_w - 3 - cmp_w)
+    out = []
+    for w, lines, notes in blocks:
+        out.append(wrap(heading(w)))
+        if w.about:
+            out.append(wrap(w.about, "  "))
+        for ln in lines:
+            if not ln.value:  # a sub-heading
+                out.append(ln.indent + ln.name)
+                continue
+            name = ln.indent + ln.name
+            if len(name) + 2 + len(ln.value) > name_w + val_w:  # wrap the name
+                parts = _wrap_name(ln.indent, ln.name, name_w - 2)
+                out += parts[:-1]
+                name = parts[-1]
+            value = ln.value.rjust(name_w + val_w - len(name))
+            out.append(f"{name}{value}  {ln.compare}".rstrip())
+        out += notes
+        out.append("")
+    return "\n".join(out).rstrip("\n")
 
 
-def notes(selected: list[Workload]) -> str:
-    lines = []
-    for w in selected:
-        med = w.median()
-        for k in w.notes:
-            unit = (
-                ""
-                if k.startswith(
-                    (
-                        "early",
-                        "completed",
-                        "shmwheel executors",
-                        "ratio",
-                        "redis timers",
-                        "timers",
-                        "pending",
-                        "journal",
-                    )
-                )
-                else w.unit
-            )
-            value = (
-                f"{med[k]:.2f}x"
-                if k.startswith("ratio")
-                else f"{med[k]:.3f} us"
-                if k.endswith("CPU us per timer")
-                else f"{med[k]:,.{1 if 'per timer' in k else 0}f} B"
-                if k.startswith("journal") and "bytes" in k
-                else f"{med[k]:,.0f}"
-                if not unit
-                else fmt(med[k], unit)
-            )
-            lines.append(f"  {w.label}: {k} {value}")
-    return "\n".join(["further figures (medians):", *lines]) if lines else ""
-
-
-def goal_verdicts(selected: list[Workload]) -> list[dict]:
+def goal_verdicts(selected: list[Workload]) -> list[dict[str, Any]]:
+    """One verdict per goal of the selected workloads: the goal, its figure's median, met
+    or not, and what the goal is for (`why`) and what a miss means (`miss`)."""
     out = []
     for w in selected:
         med = w.median()
-        for what, key, op, target in w.goals:
-            v = med[key]
-            met = v >= target if op == ">=" else v <= target
+        for g in (Goal(*x) for x in w.goals):
+            v = med[g.figure]
+            met = v >= g.target if g.op == ">=" else v <= g.target
             out.append(
                 {
-                    "goal": what,
-                    "figure": key,
-                    "op": op,
-                    "target": target,
+                    "goal": g.what,
+                    "figure": g.figure,
+                    "op": g.op,
+                    "target": g.target,
                     "value": v,
-                    "unit": w.unit if not key.startswith(("early", "ratio")) else "",
+                    "unit": w.unit if not g.figure.startswith(("early", "ratio")) else "",
                     "met": bool(met),
+                    "workload": w.key,
+                    "w": w.wid,
+                    "why": g.why,
+                    "miss": g.miss,
                 }
             )
     return out
 
 
-def goals_text(verdicts: list[dict]) -> str:
+def _show(x: float, g: dict[str, Any]) -> str:
+    if g["unit"] == "B":
+        return f"{x:,.2f} B"  # the byte goals are tight: show the fraction
+    if g["figure"].startswith("ratio"):
+        return f"{x:.2f}x"
+    if g["unit"] == "ms":  # as precise as the goal's scale needs: 0.166 ms, 1,761 ms
+        return f"{x:,.0f} ms" if x >= 100 else f"{x:.3g} ms"
+    return fmt(x, g["unit"]) if g["unit"] else f"{x:,.0f}"
+
+
+def goals_text(verdicts: list[dict[str, Any]], quick: bool = False, busy: str = "") -> str:
+    """The goals, one paragraph each: the verdict and figure, what the goal is for, and
+    for a miss what it means; `busy` says why this run's figures may be low (the summary
+    line is separate)."""
     if not verdicts:
         return ""
-    lines = ["service goals (medians):"]
-    for g in verdicts:
-
-        def show(x: float, unit: str = g["unit"], figure: str = g["figure"]) -> str:
-            if unit == "B":
-                return f"{x:,.2f} B"  # the byte goals are tight: show the fraction
-            if figure.startswith("ratio"):
-                return f"{x:.2f}x"
-            return fmt(x, unit) if unit else f"{x:,.0f}"
-
-        v, t = g["value"], g["target"]
-        if t == 0:
-            how = ""
-        elif g["op"] == ">=":
-            how = f" ({v / t:.3g}x the goal)"
-        else:
-            how = f" ({v / t:.3g}x the limit)"
-        lines.append(
-            f"  {g['goal']:<34} {g['op']} {show(t):>10}: {show(v):>12}  "
-            f"{'met' if g['met'] else 'MISSED'}{how}"
+    missed = [g for g in verdicts if not g["met"]]
+    out = [
+        f"Goals: {len(verdicts)} checked against the medians above: "
+        f"{len(verdicts) - len(missed)} met, {len(missed)} MISSED"
+    ]
+    if quick:
+        out.append(
+            wrap(
+                "(--quick: small sizes and one repetition; the goals are set for the "
+                "default run's sizes, so read these verdicts as a smoke check)",
+                "  ",
+            )
         )
-    return "\n".join(lines)
+    said = ""
+    if busy:
+        out.append(wrap(f"({busy})", "  "))
+    for g in verdicts:
+        v, t = g["value"], g["target"]
+        how = "" if t == 0 else f" ({v / t:.3g}x the {'goal' if g['op'] == '>=' else 'limit'})"
+        head = (
+            f"{'met' if g['met'] else 'MISSED':<7} {g['w'] + ' ' if g['w'] else ''}"
+            f"{g['goal']} {g['op']} {_show(t, g)}: {_show(v, g)}{how}"
+        )
+        out.append(wrap(head, "  ", " " * 10))
+        why = g["why"] or "(not stated in the registry)"
+        out.append(wrap(f"for: {why if why != said else 'as above'}", " " * 10))
+        said = why
+        if not g["met"] and g["miss"]:
+            out.append(wrap(f"a miss: {g['miss']}", " " * 10))
+    return "\n".join(out)
+
+
+STRICT_STATUS = 3  # the exit status of a --strict run that missed a goal
+
+
+def summary(verdicts: list[dict[str, Any]], strict: bool, leaked: list[str]) -> tuple[str, int]:
+    """The run's last line and its exit status: 1 if a service left files in /dev/shm (a
+    fault of the run), else STRICT_STATUS under --strict if a goal was missed, else 0 (a
+    missed goal is a finding of the measurement, reported here, not a failed run)."""
+    missed = [g for g in verdicts if not g["met"]]
+    names = ", ".join(f"{g['w'] + ' ' if g['w'] else ''}{g['goal']}" for g in missed)
+    if leaked:
+        status = 1
+    elif strict and missed:
+        status = STRICT_STATUS
+    else:
+        status = 0
+    if not verdicts:
+        text = "Summary: no goal applies to the selected workloads."
+    elif missed:
+        text = f"Summary: {len(missed)} of {len(verdicts)} goals MISSED ({names})."
+    else:
+        text = f"Summary: all {len(verdicts)} goals met."
+    if leaked:
+        text += f" Exit status 1: services left files in /dev/shm: {', '.join(leaked)}."
+    elif missed and strict:
+        text += f" Exit status {STRICT_STATUS} (--strict: a missed goal fails the run)."
+    elif missed:
+        text += (
+            " Exit status 0: a miss is a measured finding, not a failed run; "
+            f"--strict exits {STRICT_STATUS} on a miss."
+        )
+    return wrap(text), status

@@ -5,10 +5,23 @@ goals, and the repetitions measured for it (``median()`` is what the table shows
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import workloads as W
+
+
+class Goal(NamedTuple):
+    """A goal the bench checks one figure against (a plain 4-tuple is read as one with
+    no explanation, which the report says is missing)."""
+
+    what: str
+    figure: str  # the key of the figure in the workload's medians
+    op: str  # ">=" or "<="
+    target: float
+    why: str = ""  # what it is for: the issue that set it and whom it serves
+    miss: str = ""  # what a miss means and what is known to limit the figure
 
 
 @dataclass
@@ -23,9 +36,12 @@ class Workload:
     reps: list[W.Figures] = field(default_factory=list)
     seconds: float = 0.0  # wall time of all its repetitions
     notes: list[str] = field(default_factory=list)  # further figures, printed without ratio
-    # (what, figure, op, target)
-    goals: list[tuple[str, str, str, float]] = field(default_factory=list)
+    goals: Sequence[Goal | tuple[str, str, str, float]] = field(default_factory=list)
     wid: str = ""  # "W1".."W10" for the service workloads; "" for the further ones
+    about: str = ""  # one sentence for the reader: what is measured, and how
+    # notes on single figures: {figure key: text}, printed under the workload's table with
+    # a mark on every row that shows that figure (an odd-looking ratio, a noisy maximum)
+    explain: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
