@@ -53,8 +53,8 @@ class QuietClient(Client):
 
 
 class SlotMachine(RuleBasedStateMachine):
-    @initialize()
-    def setup(self) -> None:
+    @initialize(align=st.integers(0, (1 << 20) - 1))
+    def setup(self, align: int) -> None:
         RUNS.clear()
         self.waits = client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S
         # no coordinator runs here: a full ring or wheel refuses at once
@@ -77,7 +77,10 @@ class SlotMachine(RuleBasedStateMachine):
             tasks=(("record", "t:record"), ("failing", "t:failing")),
             watch_capacity=12,  # small: the purgatory's machine fills it (test_ops_machine)
         )
-        self.mem = L.ServiceMemory.create("machine", cfg, os.getpid(), now_ms(), local=True)
+        # The wheel's clock starts at a drawn offset from a round time: where its buckets fall
+        # (which level, which index) is then part of the example, and replays with it.
+        start = (now_ms() >> 20 << 20) + align
+        self.mem = L.ServiceMemory.create("machine", cfg, os.getpid(), start, local=True)
         self.tables = self.mem.bind_tables()
         self.clients = [self._connect(r) for r in range(CLIENTS)]
         self.exec = N.Executor(

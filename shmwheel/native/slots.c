@@ -144,6 +144,15 @@ i64 slot_reserve(Seg *s, i64 ring, i64 *out, i64 n) {
     return k;
 }
 
+i64 slot_relink(Seg *s, i64 slot) {
+    i64 *mem = s->mem, node = wheel_node(mem, slot);
+    if (*wheel_field(mem, node, F_PREV) == -1) return NEVER;
+    wheel_unlink(mem, node);
+    /* (out of range cannot be: a reset checks its deadline) */
+    if (wheel_relink(mem, node) < 0) wheel_link(mem, node, mem[H_NOW]);
+    return dl_load(wheel_field(mem, node, F_DEADLINE));
+}
+
 void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
     i64 *mem = s->mem, limit = wheel_limit(mem), tick = mem[H_TICK];
     for (i64 j = 0; j < n; j++) {
@@ -163,9 +172,7 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
              * moved earlier is not held back by its old bucket. RESETTING: another reset
              * is in flight, and its own record follows. */
             if (st == ST_PENDING && linked) {
-                wheel_unlink(mem, node);
-                if (wheel_relink(mem, node) < 0) wheel_link(mem, node, mem[H_NOW]);
-                i64 d = dl_load(wheel_field(mem, node, F_DEADLINE));
+                i64 d = slot_relink(s, slot);
                 if (d < res[3]) res[3] = d;
             }
             continue;

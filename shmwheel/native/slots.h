@@ -135,6 +135,9 @@ i64 arena_alloc(Seg *s, int cls, i64 slot);   /* a block owned by slot, or -1 */
 void arena_release(Seg *s, int cls, i64 block);
 void slot_free_payload(Seg *s, i64 slot);     /* return the slot's block; meta = its ring */
 i64 slot_block(Seg *s, i64 slot, int *cls);   /* the slot's own arena block, or -1 */
+/* A linked slot whose deadline a reset moved: into the bucket of that deadline; returns
+ * it (NEVER for a slot not linked, which is left alone) */
+i64 slot_relink(Seg *s, i64 slot);
 /* free payload, then the slot (unlinked); tr: FINISH or RECLAIM (contract.h) */
 void slot_retire(Seg *s, i64 *mem, i64 slot, int tr);
 /* The coordinator's write-ahead records for n producer records, before link_records

@@ -12,10 +12,17 @@ i64 slot_reclaim(Seg *s, i64 ring) {
     s->jnow = jnow_us();
     for (i64 slot = 0; slot < cap; slot++) {
         i64 *w = gs_of(s, slot), gs = gs_load(w);
-        /* a reset of this client died holding a slot (any client's): put it back as it
-         * was (a cancel may win it first: CAS). Safe: the holder can write nothing more */
-        if (GS_STATE(gs) == ST_RESETTING && GS_AUX(gs) == (ring & GS_AUX_MASK))
-            slot_move(w, gs, GS_MAKE(GS_GEN(gs), GS_FROM(gs)), TR_UNHOLD);
+        /* A reset of this client died holding a slot (any client's): put it back where it
+         * came from (a cancel may win it first: CAS; the holder can write nothing more).
+         * It keeps the deadline that reset wrote (no caller saw the reset return: either
+         * deadline is right), so it is relinked by it and journaled, as the reset's own
+         * record would have had it. */
+        if (GS_STATE(gs) == ST_RESETTING && GS_AUX(gs) == (ring & GS_AUX_MASK) &&
+            slot_move(w, gs, GS_MAKE(GS_GEN(gs), GS_FROM(gs)), TR_UNHOLD) &&
+            GS_FROM(gs) == ST_PENDING) {
+            slot_relink(s, slot);
+            if (s->jb) slot_journal_submit(s, HANDLE_MAKE(GS_GEN(gs), slot), ring, J_FLAG_RESET);
+        }
         i64 st = GS_STATE(gs_load(w));
         /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
          * that is not linked lost its cancel record to a full ring */

@@ -411,7 +411,8 @@ static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn re
                           void *ctx) {
     i64 *nd = NODES(mem);
     i64 slots = mem[H_SLOTS], tick = mem[H_TICK], nb = mem[H_SENTINELS];
-    i64 tl = mem[mem[H_OFF_TICKS] + k - 1];
+    i64 tk = mem[mem[H_OFF_TICKS] + k], tl = mem[mem[H_OFF_TICKS] + k - 1];
+    i64 span = fdiv(mem[mem[H_OFF_BEXP] + b], tk);   /* the bucket's virtual id */
     i64 done = 0;
     while (done < budget) {
         i64 node = NX(nd, b);
@@ -423,10 +424,16 @@ static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn re
             mem[H_PENDING]--;
             retire_node(mem, node - nb, retire, ctx);
         } else {
-            i64 v = fdiv(ceil_to(dl_load(&DL(nd, node)), tick), tl);
-            i64 idx = fmodp(v, slots);
-            link_tail(nd, (k - 1) * slots + idx, node);
-            announce(mem, k - 1, idx, v * tl);
+            i64 r = ceil_to(dl_load(&DL(nd, node)), tick);
+            if (fdiv(r, tk) == span) {   /* within the bucket: one level down, by index */
+                i64 v = fdiv(r, tl), idx = fmodp(v, slots);
+                link_tail(nd, (k - 1) * slots + idx, node);
+                announce(mem, k - 1, idx, v * tl);
+            } else if (wheel_relink(mem, node) < 0) {
+                /* a reset moved it out of this bucket's span (its record not drained yet):
+                 * placed by its deadline like any link (a due one into now's bucket) */
+                wheel_link(mem, node, mem[H_NOW]);   /* out of range: cannot be */
+            }
         }
         done++;
     }

@@ -311,9 +311,9 @@ def check_owner(client: Client, owner: Any, what: str) -> None:
     else:
         whose = f"service {theirs!r}, not by service {client.name!r} (this client's)"
     raise ValueError(
-        f"{what} was made by {whose}: a handle cancels only in the service instance that "
-        f"made it (the same id there is another timer). Nothing was cancelled: use a "
-        f"client of the handle's own service"
+        f"{what} was made by {whose}: a handle cancels or resets only in the service "
+        f"instance that made it (the same id there is another timer). Nothing was changed: "
+        f"use a client of the handle's own service"
     )
 
 
