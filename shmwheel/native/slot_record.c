@@ -9,9 +9,12 @@ void slot_write(Seg *s, i64 h, i64 meta, i64 word, i64 deadline) {
     *side_payload(s, slot) = word;
     /* release: crash repair (slots.c, slot_rebuild) that reads meta sees the word */
     __atomic_store_n(side_meta(s, slot), meta, __ATOMIC_RELEASE);
+    /* relaxed atomics: the coordinator reads every owner word reclaiming a dead client's
+     * blocks (slot_reclaim), and a slot's deadline on a stale record, while live clients
+     * write theirs; the release below is still what publishes both */
     if (META_FIELD(meta, FLAGS) & FLAG_ARENA)
-        *arena_owner(s, (int)META_FIELD(meta, CLASS), word) = OWNER_SLOT(slot);
-    *wheel_field(mem, node, F_DEADLINE) = deadline;
+        relaxed_store(arena_owner(s, (int)META_FIELD(meta, CLASS), word), OWNER_SLOT(slot));
+    dl_store(wheel_field(mem, node, F_DEADLINE), deadline);
     /* RESERVED is ours alone; release: the coordinator that acquires SUBMITTED (through
      * the ring's head, then the state word) sees the record and deadline above */
     gs_store(gs_word(mem, node), GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED));

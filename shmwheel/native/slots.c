@@ -124,13 +124,15 @@ void slot_free_payload(Seg *s, i64 slot) {
     i64 b = slot_block(s, slot, &c);
     if (b >= 0) arena_release(s, c, b);
     i64 *m = side_meta(s, slot);   /* a RESERVED slot stays its ring's */
-    *m = META_MAKE(0, 0, 0, 0, META_FIELD(*m, RING));
+    /* relaxed store, as every write of a meta word: a client's reset reads any slot's
+     * meta lock-free (slot_reset), then confirms by CAS (atomics.h) */
+    relaxed_store(m, META_MAKE(0, 0, 0, 0, META_FIELD(*m, RING)));
 }
 
 void slot_retire(Seg *s, i64 *mem, i64 slot) {
     if (s->anchor) anchor_move(s, slot, -1);
     slot_free_payload(s, slot);
-    *side_meta(s, slot) = 0;
+    relaxed_store(side_meta(s, slot), 0);
     wheel_free_slot(mem, slot);
 }
 
@@ -153,10 +155,11 @@ int slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
         int c;
         i64 b = slot_block(s, slot, &c), *m = side_meta(s, slot);
         i64 task = b >= 0 ? OPH_TASK(arena_block(s, c, b)[0]) : TASK_NONE;
-        *m = (*m & ~(META_TASK_MASK << META_TASK_SHIFT) &
-              ~(META_FLAGS_MASK << META_FLAGS_SHIFT)) |
-             ((task & META_TASK_MASK) << META_TASK_SHIFT) |
-             (((META_FIELD(*m, FLAGS) | FLAG_COMPLETED) & META_FLAGS_MASK) << META_FLAGS_SHIFT);
+        relaxed_store(m, (*m & ~(META_TASK_MASK << META_TASK_SHIFT) &
+                          ~(META_FLAGS_MASK << META_FLAGS_SHIFT)) |
+                         ((task & META_TASK_MASK) << META_TASK_SHIFT) |
+                         (((META_FIELD(*m, FLAGS) | FLAG_COMPLETED) & META_FLAGS_MASK)
+                          << META_FLAGS_SHIFT));
         gs_store(w, GS_MAKE(GS_GEN(gs), ST_FIRING));
         return 1;
     }
@@ -183,7 +186,7 @@ i64 slot_reserve(Seg *s, i64 ring, i64 *out, i64 n) {
         i64 slot = wheel_pop_free(mem);
         if (slot < 0) break;
         i64 *w = gs_of(s, slot), gen = GS_GEN(gs_load(w));
-        *side_meta(s, slot) = META_MAKE(0, 0, 0, 0, ring);
+        relaxed_store(side_meta(s, slot), META_MAKE(0, 0, 0, 0, ring));
         gs_store(w, GS_MAKE(gen, ST_RESERVED));   /* FREE: no lock-free writer acts on it */
         out[k++] = HANDLE_MAKE(gen, slot);
     }
@@ -232,7 +235,8 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
         }
         if (submit && st == ST_SUBMITTED) {
             if (META_FIELD(*side_meta(s, slot), RING) != ring) { res[2]++; continue; }
-            i64 deadline = *wheel_field(mem, node, F_DEADLINE);
+            /* dl_load: a reset may hold the slot (and write it) from this load's moment */
+            i64 deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             if (deadline > limit - tick) {   /* a client wrote one beyond the wheel's range */
                 if (!gs_cas(w, gs, GS_MAKE(gen, ST_CANCELLED))) goto again;
                 slot_retire(s, mem, slot);
@@ -253,8 +257,9 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
              * records the cancel: the cancel may have won after slot_journal_records
              * looked at this submit record, so the submit record cannot tell whether it
              * was recorded. (A cancel record lost to a full ring: the reaper retires it
-             * when it meets it in its bucket.) */
-            i64 deadline = *wheel_field(mem, node, F_DEADLINE);
+             * when it meets it in its bucket.) dl_load: a reset that held it before the
+             * cancel won may still be writing it. */
+            i64 deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             if (deadline > limit - tick) {   /* never a timer: see the SUBMITTED case */
                 slot_retire(s, mem, slot);
                 res[2]++;
@@ -334,7 +339,8 @@ i64 slot_reclaim(Seg *s, i64 ring) {
         /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
          * that is not linked lost its cancel record to a full ring */
         int unlinked = *wheel_field(mem, wheel_node(mem, slot), F_PREV) == -1;
-        int mine = META_FIELD(*side_meta(s, slot), RING) == ring;
+        /* relaxed: live clients write their slots' meta words meanwhile (slot_write) */
+        int mine = META_FIELD(relaxed_load(side_meta(s, slot)), RING) == ring;
         if (st == ST_COMPLETED && unlinked && mine) {
             /* an operation completed before its submit record, which never came: it ran
              * through its watcher's death, so it is recorded and run */
@@ -352,7 +358,8 @@ i64 slot_reclaim(Seg *s, i64 ring) {
     }
     for (int c = 0; c < ARENA_CLASSES; c++)
         for (i64 b = 0; b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS]; b++)
-            if (*arena_owner(s, c, b) == OWNER_RING(ring)) arena_release(s, c, b);
+            if (relaxed_load(arena_owner(s, c, b)) == OWNER_RING(ring))   /* as meta above */
+                arena_release(s, c, b);
     return n;
 }
 
@@ -396,12 +403,12 @@ i64 slot_rebuild(Seg *s) {
         *wheel_field(mem, node, F_NEXT) = -1;
         if (st == ST_FREE || st >= ST_COUNT) {
             gs_store(w, GS_MAKE(GS_GEN(gs), ST_FREE));
-            *side_meta(s, slot) = 0;
+            relaxed_store(side_meta(s, slot), 0);
             *wheel_field(mem, node, F_NEXT) = mem[H_FREE];
             mem[H_FREE] = slot;
             continue;
         }
-        i64 meta = *side_meta(s, slot);
+        i64 meta = relaxed_load(side_meta(s, slot));   /* a live client may write it */
         if (META_FIELD(meta, FLAGS) & FLAG_ARENA) {
             i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
             if (c < ARENA_CLASSES && b >= 0 && b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS] &&
