@@ -206,6 +206,13 @@ static inline void unlink_node(i64 *mem, i64 *nd, i64 node) {
 
 void wheel_unlink(i64 *mem, i64 node) { unlink_node(mem, NODES(mem), node); }
 
+static inline i64 link_due(i64 *mem, i64 *nd, i64 node) {
+    i64 now = mem[H_NOW], idx = fmodp(fdiv(now, mem[H_TICK]), mem[H_SLOTS]);
+    link_tail(nd, idx, node);
+    announce(mem, 0, idx, now);
+    return 0;   /* its level: never a bucket behind the clock (earliest() finds it late) */
+}
+
 /* Kafka's add for a rounded expiration r > now: link into the lowest level that spans it.
  * Returns the level, or INS_OUT_OF_RANGE beyond the top level's interval. */
 static inline i64 place(i64 *mem, i64 *nd, i64 node, i64 r) {
@@ -248,14 +255,8 @@ i64 wheel_relink(i64 *mem, i64 node) {
     /* ceil(deadline) >= limit iff deadline > limit - tick (limit is a multiple of tick);
      * checked before rounding, so rounding cannot overflow */
     if (deadline > limit_of(mem) - tick) return INS_OUT_OF_RANGE;
-    i64 r = ceil_to(deadline, tick), now = mem[H_NOW];
-    if (r <= now) { /* already due: the current level-0 bucket, fired by the next advance */
-        i64 idx = fmodp(fdiv(now, tick), mem[H_SLOTS]);
-        link_tail(nd, idx, node);
-        announce(mem, 0, idx, now);
-        return 0;
-    }
-    return place(mem, nd, node, r);
+    i64 r = ceil_to(deadline, tick);   /* already due: fired by the next advance */
+    return r <= mem[H_NOW] ? link_due(mem, nd, node) : place(mem, nd, node, r);
 }
 
 /* ---- the free stack ------------------------------------------------------------------- */
@@ -406,12 +407,10 @@ static inline int retire_node(i64 *mem, i64 slot, wheel_retire_fn retire, void *
  * ones instead of moving them. Returns the count handled (moved or retired). */
 static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn retire,
                           void *ctx) {
-    i64 *nd = NODES(mem);
-    i64 slots = mem[H_SLOTS], tick = mem[H_TICK], nb = mem[H_SENTINELS];
-    i64 tl = mem[mem[H_OFF_TICKS] + k - 1];
-    i64 done = 0;
+    i64 *nd = NODES(mem), slots = mem[H_SLOTS], tick = mem[H_TICK], nb = mem[H_SENTINELS];
+    i64 tl = mem[mem[H_OFF_TICKS] + k - 1], done = 0;
     while (done < budget) {
-        i64 node = NX(nd, b);
+        i64 node = NX(nd, b), r;
         if (node == b) break;
         unlink_node(mem, nd, node);
         /* CANCELLED stays CANCELLED (only a lock holder moves it on), so one load decides;
@@ -419,9 +418,10 @@ static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn re
         if (GS_STATE(gs_load(gs_word(mem, node))) == ST_CANCELLED) {
             mem[H_PENDING]--;
             retire_node(mem, node - nb, retire, ctx);
+        } else if ((r = ceil_to(dl_load(&DL(nd, node)), tick)) <= mem[H_NOW]) {
+            link_due(mem, nd, node);   /* a reset made it due (tests/tsan: reset scenario) */
         } else {
-            i64 v = fdiv(ceil_to(dl_load(&DL(nd, node)), tick), tl);
-            i64 idx = fmodp(v, slots);
+            i64 v = fdiv(r, tl), idx = fmodp(v, slots);
             link_tail(nd, (k - 1) * slots + idx, node);
             announce(mem, k - 1, idx, v * tl);
         }
