@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -61,8 +62,14 @@ def _build(native: Path, out: Path, flags: list[str]) -> None:
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
 
 
+# How the harness is started: as it is, or, where the kernel lays out memory in a way this
+# gcc's ThreadSanitizer cannot map (a high mmap randomisation), with ASLR off (setarch -R).
+LAUNCH: list[str] = []
+
+
 def _tsan_unavailable(tmp: Path) -> str | None:
-    """Why gcc cannot build and run a ThreadSanitizer program here, or None if it can."""
+    """Why gcc cannot build and run a ThreadSanitizer program here, or None if it can
+    (then LAUNCH says how to start one)."""
     if shutil.which("gcc") is None:
         return "no gcc on PATH"
     src, exe = tmp / "probe.c", tmp / "probe"
@@ -75,10 +82,16 @@ def _tsan_unavailable(tmp: Path) -> str | None:
     )
     if r.returncode != 0:
         return f"gcc -fsanitize=thread does not build: {r.stderr.strip()[:500]}"
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        return f"a ThreadSanitizer program does not run here: {r.stderr.strip()[:500]}"
-    return None
+    why = ""
+    for launch in ([], ["setarch", platform.machine(), "-R"]):
+        if launch and shutil.which("setarch") is None:
+            break
+        r = subprocess.run([*launch, str(exe)], capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            LAUNCH[:] = launch
+            return None
+        why += f" {' '.join(launch) or 'as is'}: {r.stderr.strip()[:300]}"
+    return f"a ThreadSanitizer program does not run here ({why.strip()})"
 
 
 def _run(
@@ -86,7 +99,7 @@ def _run(
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **RUN_ENV, "TSAN_HARNESS_LIMIT_S": str(limit_s)}
     return subprocess.run(
-        [str(exe), scenario, str(n), str(seed)],
+        [*LAUNCH, str(exe), scenario, str(n), str(seed)],
         capture_output=True,
         text=True,
         timeout=120,
