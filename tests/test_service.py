@@ -568,7 +568,7 @@ def test_layout_mismatch_is_a_clear_error():
 
 def test_architecture_check(monkeypatch):
     monkeypatch.setattr(L.platform, "machine", lambda: "aarch64")
-    with pytest.raises(RuntimeError, match="only been tested on x86-64"):
+    with pytest.raises(RuntimeError, match="x86-64 only; this machine is 'aarch64'"):
         L.check_architecture()
 
 

@@ -50,7 +50,9 @@ void slot_free_payload(Seg *s, i64 slot) {
     i64 b = slot_block(s, slot, &c);
     if (b >= 0) arena_release(s, c, b);
     i64 *m = side_meta(s, slot);   /* a RESERVED slot stays its ring's */
-    *m = META_MAKE(0, 0, 0, 0, META_FIELD(*m, RING));
+    /* relaxed store, as every write of a meta word: a client's reset reads any slot's
+     * meta lock-free (slot_reset), then confirms by CAS (atomics.h) */
+    relaxed_store(m, META_MAKE(0, 0, 0, 0, META_FIELD(*m, RING)));
 }
 
 i64 slot_repeat(Seg *s, i64 slot, i64 **runs) {

@@ -24,10 +24,22 @@
  *
  *  - A slot's outcome words (purgatory.c): the out word is stored with release under the
  *    lock just before the slot is freed; the notify word is stored by a waiting client
- *    with seq_cst and then the state word loaded seq_cst, while the freer loads the notify
- *    word after a seq_cst fence that follows its free: the store-buffering pattern, so one
- *    of the two always sees the other (the argument in full is in purgatory.c). An outcome
- *    ring's bell is a 32-bit futex word; its sleep flag follows the same pattern.
+ *    (a seq_cst CAS, only while the slot is still the use it waits for) and then the
+ *    state word loaded seq_cst, while the freer loads the notify word after a seq_cst
+ *    fence that follows its free: the store-buffering pattern, so one of the two always
+ *    sees the other (the argument in full is in purgatory.c). An outcome ring's bell is a
+ *    32-bit futex word; its sleep flag follows the same pattern.
+ *
+ *  - A word that one side reads without the lock while another writes it, with nothing
+ *    ordering the two, is accessed with relaxed atomics on both sides (relaxed_load /
+ *    relaxed_store, dl_load / dl_store): a slot's meta word (a client's reset reads any
+ *    slot's, while lock holders rewrite it as slots are freed and reused), its deadline
+ *    (written by its client and by resets; read by the coordinator on a stale record), an
+ *    arena block's owner word (written by a client as it fills a block of its cache; read
+ *    by the coordinator reclaiming a dead client's blocks). A decision taken on such a
+ *    value is confirmed by a CAS of the state word, or concerns only the reader's own
+ *    slots. On x86-64 and aarch64 these are the plain loads and stores the code had; in
+ *    the C11 model they make those accesses race-free, which a plain access is not.
  *
  *  - Counters have one writer per word (relaxed stores); readers sum them with relaxed
  *    loads: a snapshot, never a synchronization point.
@@ -38,6 +50,9 @@
  *    sleep from a waker: a wake-up may be missed. That is why every sleep is bounded (5 ms
  *    for the coordinator, 50 ms for the reaper and executors): a missed wake-up costs at
  *    most one timeout, never a hang.
+ *
+ * Checked, not assumed: tests/tsan/ plays these protocols between threads under
+ * ThreadSanitizer (tests/test_tsan.py); its README says what that shows and what not.
  */
 #ifndef SHMWHEEL_ATOMICS_H
 #define SHMWHEEL_ATOMICS_H

@@ -20,8 +20,8 @@
 #include "atomics.h"
 #include "pybuf.h"
 #include "ring.h"
+#include "slot_record.h"
 #include "slots.h"
-#include "wheel.h"
 
 #define BATCH 256
 
@@ -57,31 +57,20 @@ static i64 now_us(void) {
 /* The payload of a FIRING slot as a new reference (Py_None for a nil payload), its key
  * (new reference or NULL) and run number; NULL with an exception if it does not check. */
 static PyObject *decode(Executor *e, i64 slot, PyObject **key, i64 *attempt) {
-    Seg *s = &e->seg;
-    i64 meta = *side_meta(s, slot), word = *side_payload(s, slot);
-    i64 flags = META_FIELD(meta, FLAGS), len = META_FIELD(meta, LEN);
+    SlotPayload pl;
+    int found = slot_payload(&e->seg, slot, &pl);   /* slot_record.c: the checks */
+    i64 flags = META_FIELD(pl.meta, FLAGS);
     *key = NULL;
-    *attempt = 1;
-    if (!(flags & (FLAG_ARENA | FLAG_KEY)) && len == 1 && word == NIL_INLINE) Py_RETURN_NONE;
-    PyObject *blob;
-    if (flags & FLAG_ARENA) {
-        i64 c = META_FIELD(meta, CLASS);
-        i64 skip = (flags & FLAG_REPEAT) ? REPEAT_HEADER : (flags & FLAG_OP) ? OP_HEADER : 0;
-        if (c >= ARENA_CLASSES || skip + len > ARENA_CLASS_BYTES(c) || word < 0 ||
-                word >= s->arena[c * A_CLASS_WORDS + A_NBLOCKS] ||
-                *arena_owner(s, (int)c, word) != OWNER_SLOT(slot))
-            return PyErr_Format(PyExc_ValueError, "slot %lld: its arena block does not check "
-                                "out (class %lld, block %lld)", (long long)slot,
-                                (long long)c, (long long)word);
-        i64 *w = arena_block(s, (int)c, word);
-        if (flags & FLAG_REPEAT) *attempt = w[1];
-        blob = PyBytes_FromStringAndSize((const char *)w + skip, (Py_ssize_t)len);
-    } else {
-        if (len < 1 || len > INLINE_MAX)
-            return PyErr_Format(PyExc_ValueError, "slot %lld: inline payload length %lld",
-                                (long long)slot, (long long)len);
-        blob = PyBytes_FromStringAndSize((const char *)&word, (Py_ssize_t)len);
-    }
+    *attempt = pl.attempt;
+    if (found == PAYLOAD_NIL) Py_RETURN_NONE;
+    if (found == PAYLOAD_BAD_BLOCK)
+        return PyErr_Format(PyExc_ValueError, "slot %lld: its arena block does not check "
+                            "out (class %lld, block %lld)", (long long)slot,
+                            (long long)pl.cls, (long long)pl.word);
+    if (found == PAYLOAD_BAD_INLINE)
+        return PyErr_Format(PyExc_ValueError, "slot %lld: inline payload length %lld",
+                            (long long)slot, (long long)pl.len);
+    PyObject *blob = PyBytes_FromStringAndSize(pl.bytes, (Py_ssize_t)pl.len);
     if (!blob) return NULL;
     PyObject *v = PyObject_CallOneArg(e->unpack, blob);
     Py_DECREF(blob);
@@ -163,15 +152,12 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
     i64 buf[BATCH * DISPATCH_RECORD], seq0;
     i64 n = ring_peek(&e->dispatch, buf, BATCH, &seq0);
     if (n <= 0) return PyLong_FromLongLong(n);
-    i64 *mem = e->seg.mem, cap = mem[H_CAPACITY];
     for (i64 i = 0; i < n; i++) {
         i64 h = buf[2 * i], fired_ns = buf[2 * i + 1], seq = seq0 + i;
         i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0, duration_us = 0;
         relaxed_store(e->started, seq);
-        i64 gs = (h >= 0 && slot < cap) ? gs_load(gs_word(mem, wheel_node(mem, slot))) : -1;
-        if (gs >= 0 && GS_GEN(gs) == HANDLE_GEN(h) &&
-                (GS_STATE(gs) == ST_FIRING || GS_STATE(gs) == ST_STOPPING)) {
-            i64 deadline = *wheel_field(mem, wheel_node(mem, slot), F_DEADLINE);
+        i64 deadline;
+        if (slot_fired(&e->seg, h, &deadline)) {
             late_us = now_us() - deadline * 1000;
             record_lateness(e, late_us);
             i64 t0 = now_us();

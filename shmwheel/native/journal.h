@@ -44,6 +44,7 @@ typedef struct JBuf {
     long exports;    /* buffer views handed out: the buffer may not move while > 0 */
 } JBuf;
 
+void jcrc_init(void);   /* the CRC table: once, before the first record (module init) */
 uint32_t jcrc32(uint32_t crc, const void *data, size_t n);
 
 /* Each appends one framed record (or sets failed). */

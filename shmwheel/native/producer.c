@@ -69,23 +69,10 @@ int producer_due(Producer *p, PyObject *delay, i64 *now_ns, i64 *due) {
 
 /* ---- writing and publishing one slot --------------------------------------------- */
 void producer_write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
-    i64 slot = HANDLE_SLOT(h), *mem = p->seg.mem, node = wheel_node(mem, slot);
-    *side_payload(&p->seg, slot) = word;
-    /* release: crash repair (slots.c, slot_rebuild) that reads meta sees the word */
-    __atomic_store_n(side_meta(&p->seg, slot), meta, __ATOMIC_RELEASE);
-    if (META_FIELD(meta, FLAGS) & FLAG_ARENA)
-        *arena_owner(&p->seg, (int)META_FIELD(meta, CLASS), word) = OWNER_SLOT(slot);
-    *wheel_field(mem, node, F_DEADLINE) = deadline;
-    /* RESERVED is ours alone; release: the coordinator that acquires SUBMITTED (through
-     * the ring's head, then the state word) sees the record and deadline above */
-    slot_move(gs_word(mem, node), GS_MAKE(HANDLE_GEN(h), ST_RESERVED),
-              GS_MAKE(HANDLE_GEN(h), ST_SUBMITTED), TR_PUBLISH);
+    slot_write(&p->seg, h, meta, word, deadline);   /* slot_record.c: the orderings */
 }
 
-int producer_push(Producer *p, i64 h, i64 check) {
-    i64 rec[2] = {h, h ^ check};
-    return (int)ring_push(&p->ring, rec, 1);
-}
+int producer_push(Producer *p, i64 h, i64 check) { return slot_publish(&p->ring, h, check); }
 
 int producer_submit(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
     producer_write_slot(p, h, meta, word, deadline);

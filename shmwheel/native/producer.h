@@ -8,6 +8,7 @@
 
 #include "pybuf.h"
 #include "ring.h"
+#include "slot_record.h"
 #include "slots.h"
 
 #define CACHE_MAX 256

@@ -98,9 +98,7 @@ PyObject *producer_publish(Producer *p, PyObject *const *args, Py_ssize_t nargs)
 PyObject *producer_unsubmit(Producer *p, PyObject *arg) {
     i64 h = PyLong_AsLongLong(arg);
     if ((h == -1 && PyErr_Occurred()) || !producer_bound(p)) return NULL;
-    i64 *w = gs_word(p->seg.mem, wheel_node(p->seg.mem, HANDLE_SLOT(h))), gs = gs_load(w);
-    return PyBool_FromLong(GS_GEN(gs) == HANDLE_GEN(h) && GS_STATE(gs) == ST_SUBMITTED &&
-                           slot_move(w, gs, GS_MAKE(HANDLE_GEN(h), ST_RESERVED), TR_TAKE_BACK));
+    return PyBool_FromLong(slot_unsubmit(&p->seg, h));
 }
 
 /* _push(h, check) -> published (a schedule record is counted once it is) */

@@ -44,6 +44,8 @@
  * store, so either the freer pushes the outcome on the client's outcome ring, or the
  * client sees the slot freed and reads the out word (written before the free, which its
  * acquire load of the state word orders). Both may happen: the client drops duplicates.
+ * The client's store is a CAS made only while the slot is still the use it waits for, so
+ * a late waiter of an ended use never overwrites the notify word of the next use's waiter.
  */
 #define _GNU_SOURCE   /* syscall(2), struct timespec under -std=c11 */
 #include <limits.h>
@@ -297,10 +299,20 @@ void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code) {
 }
 
 void outcome_watch(Seg *s, i64 h, i64 ring, i64 *gs, i64 *out) {
-    i64 slot = HANDLE_SLOT(h);
-    i64 *w = gs_word(s->mem, wheel_node(s->mem, slot));
-    if (ring >= 0)   /* seq_cst store, then seq_cst load: see the header comment */
-        __atomic_store_n(&s->notify[slot], NT_MAKE(HANDLE_GEN(h), ring), __ATOMIC_SEQ_CST);
+    i64 slot = HANDLE_SLOT(h), gen = HANDLE_GEN(h);
+    i64 *w = gs_word(s->mem, wheel_node(s->mem, slot)), *nt = &s->notify[slot];
+    if (ring >= 0) {
+        /* Store only while the slot is still this use, and by CAS: a waiter of an ended
+         * use must not overwrite the notify word of the slot's next use (its waiter would
+         * not be told; tests/tsan's notify scenario found that). A value read from a
+         * later use's waiter synchronizes with it, so the generation check after it sees
+         * the free that preceded it, and we stop. seq_cst CAS, then seq_cst load: see the
+         * header comment. */
+        i64 cur = __atomic_load_n(nt, __ATOMIC_SEQ_CST), want = NT_MAKE(gen, ring);
+        while (GS_GEN(__atomic_load_n(w, __ATOMIC_SEQ_CST)) == gen &&
+               !__atomic_compare_exchange_n(nt, &cur, want, 0, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST)) {}
+    }
     *gs = __atomic_load_n(w, __ATOMIC_SEQ_CST);
     *out = __atomic_load_n(&s->out[slot], __ATOMIC_ACQUIRE);
 }

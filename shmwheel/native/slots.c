@@ -97,7 +97,7 @@ int slot_reset(Seg *s, i64 h, i64 deadline, i64 ring) {
 void slot_retire(Seg *s, i64 *mem, i64 slot, int tr) {
     if (s->anchor) anchor_move(s, slot, -1);
     slot_free_payload(s, slot);
-    *side_meta(s, slot) = 0;
+    relaxed_store(side_meta(s, slot), 0);
     wheel_free_slot(mem, slot, tr);
 }
 
@@ -118,10 +118,11 @@ int slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
         int c;
         i64 b = slot_block(s, slot, &c), *m = side_meta(s, slot);
         i64 task = b >= 0 ? OPH_TASK(arena_block(s, c, b)[0]) : TASK_NONE;
-        *m = (*m & ~(META_TASK_MASK << META_TASK_SHIFT) &
-              ~(META_FLAGS_MASK << META_FLAGS_SHIFT)) |
-             ((task & META_TASK_MASK) << META_TASK_SHIFT) |
-             (((META_FIELD(*m, FLAGS) | FLAG_COMPLETED) & META_FLAGS_MASK) << META_FLAGS_SHIFT);
+        relaxed_store(m, (*m & ~(META_TASK_MASK << META_TASK_SHIFT) &
+                          ~(META_FLAGS_MASK << META_FLAGS_SHIFT)) |
+                         ((task & META_TASK_MASK) << META_TASK_SHIFT) |
+                         (((META_FIELD(*m, FLAGS) | FLAG_COMPLETED) & META_FLAGS_MASK)
+                          << META_FLAGS_SHIFT));
         slot_move(w, gs, GS_MAKE(GS_GEN(gs), ST_FIRING), TR_RUN_COMPLETED);
         return 1;
     }
@@ -137,7 +138,7 @@ i64 slot_reserve(Seg *s, i64 ring, i64 *out, i64 n) {
         i64 slot = wheel_pop_free(mem);
         if (slot < 0) break;
         i64 *w = gs_of(s, slot), seen = gs_load(w), gen = GS_GEN(seen);
-        *side_meta(s, slot) = META_MAKE(0, 0, 0, 0, ring);
+        relaxed_store(side_meta(s, slot), META_MAKE(0, 0, 0, 0, ring));
         slot_move(w, seen, GS_MAKE(gen, ST_RESERVED), TR_RESERVE);
         out[k++] = HANDLE_MAKE(gen, slot);
     }
@@ -193,7 +194,8 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
         }
         if (submit && st == ST_SUBMITTED) {
             if (META_FIELD(*side_meta(s, slot), RING) != ring) { res[2]++; continue; }
-            i64 deadline = *wheel_field(mem, node, F_DEADLINE);
+            /* dl_load: a reset may hold the slot (and write it) from this load's moment */
+            i64 deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             if (deadline > limit - tick) {   /* a client wrote one beyond the wheel's range */
                 if (!slot_move(w, gs, GS_MAKE(gen, ST_CANCELLED), TR_REFUSE)) goto again;
                 slot_retire(s, mem, slot, TR_FINISH);
@@ -214,8 +216,9 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
              * records the cancel: the cancel may have won after slot_journal_records
              * looked at this submit record, so the submit record cannot tell whether it
              * was recorded. (A cancel record lost to a full ring: the reaper retires it
-             * when it meets it in its bucket.) */
-            i64 deadline = *wheel_field(mem, node, F_DEADLINE);
+             * when it meets it in its bucket.) dl_load: a reset that held it before the
+             * cancel won may still be writing it. */
+            i64 deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             if (deadline > limit - tick) {   /* never a timer: see the SUBMITTED case */
                 slot_retire(s, mem, slot, TR_FINISH);
                 res[2]++;

@@ -143,7 +143,7 @@ i64 slot_journal_settled(Seg *s, const i64 *results, i64 n) {
         } else if (st == ST_PENDING || st == ST_CANCELLED) {   /* settled and re-armed */
             i64 period, run = slot_run(s, slot, &period);
             jrec_outcome(s->jb, r[0], s->jnow, run - 1, r[1], r[4],
-                         *wheel_field(mem, node, F_DEADLINE));
+                         dl_load(wheel_field(mem, node, F_DEADLINE)));   /* a reset's */
             k++;
         }
     }

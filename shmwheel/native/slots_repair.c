@@ -27,7 +27,8 @@ i64 slot_reclaim(Seg *s, i64 ring) {
         /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
          * that is not linked lost its cancel record to a full ring */
         int unlinked = *wheel_field(mem, wheel_node(mem, slot), F_PREV) == -1;
-        int mine = META_FIELD(*side_meta(s, slot), RING) == ring;
+        /* relaxed: live clients write their slots' meta words meanwhile (slot_write) */
+        int mine = META_FIELD(relaxed_load(side_meta(s, slot)), RING) == ring;
         if (st == ST_COMPLETED && unlinked && mine) {
             /* an operation completed before its submit record, which never came: it ran
              * through its watcher's death, so it is recorded and run */
@@ -45,7 +46,8 @@ i64 slot_reclaim(Seg *s, i64 ring) {
     }
     for (int c = 0; c < ARENA_CLASSES; c++)
         for (i64 b = 0; b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS]; b++)
-            if (*arena_owner(s, c, b) == OWNER_RING(ring)) arena_release(s, c, b);
+            if (relaxed_load(arena_owner(s, c, b)) == OWNER_RING(ring))   /* as meta above */
+                arena_release(s, c, b);
     return n;
 }
 
@@ -54,15 +56,15 @@ i64 slot_reclaim(Seg *s, i64 ring) {
  * writing (RESERVED, SUBMITTED: lock-free, producer.c) keeps its block even if its side
  * record does not name it yet: the client names it or releases it. */
 static int block_unnamed(Seg *s, int c, i64 b) {
-    i64 slot = *arena_owner(s, c, b) - 1;
+    i64 slot = relaxed_load(arena_owner(s, c, b)) - 1;   /* relaxed: clients write theirs */
     if (slot < 0 || slot >= seg_capacity(s)) return 1;
     i64 st = GS_STATE(gs_load(gs_word(s->mem, wheel_node(s->mem, slot))));
     if (st == ST_FREE || st >= ST_COUNT) return 1;
-    /* acquire: pairs with producer_write_slot's release of the meta word */
+    /* acquire: pairs with slot_write's release of the meta word */
     i64 meta = __atomic_load_n(side_meta(s, slot), __ATOMIC_ACQUIRE);
     if (!(META_FIELD(meta, FLAGS) & FLAG_ARENA))
         return !(st == ST_RESERVED || st == ST_SUBMITTED);
-    return META_FIELD(meta, CLASS) != c || *side_payload(s, slot) != b;
+    return META_FIELD(meta, CLASS) != c || relaxed_load(side_payload(s, slot)) != b;
 }
 
 i64 slot_rebuild(Seg *s) {
@@ -89,17 +91,17 @@ i64 slot_rebuild(Seg *s) {
         *wheel_field(mem, node, F_NEXT) = -1;
         if (st == ST_FREE || st >= ST_COUNT) {
             slot_move(w, gs, GS_MAKE(GS_GEN(gs), ST_FREE), TR_REPAIR);
-            *side_meta(s, slot) = 0;
+            relaxed_store(side_meta(s, slot), 0);
             *wheel_field(mem, node, F_NEXT) = mem[H_FREE];
             mem[H_FREE] = slot;
             continue;
         }
-        i64 meta = *side_meta(s, slot);
+        i64 meta = relaxed_load(side_meta(s, slot));   /* a live client may write it */
         if (META_FIELD(meta, FLAGS) & FLAG_ARENA) {
-            i64 c = META_FIELD(meta, CLASS), b = *side_payload(s, slot);
+            i64 c = META_FIELD(meta, CLASS), b = relaxed_load(side_payload(s, slot));
             if (c < ARENA_CLASSES && b >= 0 && b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS] &&
-                *arena_owner(s, (int)c, b) != OWNER_SLOT(slot))
-                *arena_owner(s, (int)c, b) = OWNER_SLOT(slot);
+                relaxed_load(arena_owner(s, (int)c, b)) != OWNER_SLOT(slot))
+                relaxed_store(arena_owner(s, (int)c, b), OWNER_SLOT(slot));
         }
         /* A cancelled slot is relinked too, not freed here: whoever repairs may be a
          * client, and the one who frees a cancelled slot records it in the journal. The
@@ -122,9 +124,9 @@ i64 slot_rebuild(Seg *s) {
         i64 *h = &s->arena[c * A_CLASS_WORDS];
         h[A_FREE] = -1;
         for (i64 b = h[A_NBLOCKS] - 1; b >= 0; b--) {
-            if (*arena_owner(s, c, b) > 0 && block_unnamed(s, c, b))
-                *arena_owner(s, c, b) = OWNER_FREE;
-            if (*arena_owner(s, c, b) == OWNER_FREE) {
+            if (relaxed_load(arena_owner(s, c, b)) > 0 && block_unnamed(s, c, b))
+                relaxed_store(arena_owner(s, c, b), OWNER_FREE);
+            if (relaxed_load(arena_owner(s, c, b)) == OWNER_FREE) {
                 s->arena[h[A_OFF_NEXT] + b] = h[A_FREE];
                 h[A_FREE] = b;
             }

@@ -108,133 +108,11 @@
 #include "wheel.h"
 
 #include "atomics.h"
+#include "wheel_lists.h"
 
-/* ---- arithmetic (b > 0 always: ticks and slot counts from the header) ---------------- */
-
-static inline i64 fdiv(i64 a, i64 b) {
-    i64 q = a / b;
-    return q - (a % b < 0);
-}
-
-static inline i64 fmodp(i64 a, i64 b) {
-    i64 m = a % b;
-    return m < 0 ? m + b : m;
-}
-
-/* x rounded up to a multiple of t; needs x <= INT64_MAX - t + 1 (callers check x against
- * wheel_limit first). x + (t - m), not x - m + t: no overflow near INT64_MIN either. */
-static inline i64 ceil_to(i64 x, i64 t) {
-    i64 m = fmodp(x, t);
-    return m ? x + (t - m) : x;
-}
-
-/* ---- node fields: nd = mem + mem[H_OFF_NODES], loaded once per call ------------------ */
-
-#define NODES(mem) ((mem) + (mem)[H_OFF_NODES])
-#define NX(nd, n) ((nd)[(n) * NODE_WORDS + F_NEXT])
-#define PV(nd, n) ((nd)[(n) * NODE_WORDS + F_PREV])
-#define DL(nd, n) ((nd)[(n) * NODE_WORDS + F_DEADLINE])
-
-/* ---- bitmaps and bucket expirations --------------------------------------------------- */
-
-static inline u64 *level_bits(i64 *mem, i64 level) {
-    /* i64 and u64 may alias each other (signed/unsigned variants of one type) */
-    return (u64 *)(mem + mem[H_OFF_BITS] + level * mem[H_WORDS]);
-}
-
-/* First set bit in [lo, hi) of a bitmap, or -1. 0 <= lo, hi <= bits in the map. */
-static i64 scan(const u64 *bm, i64 lo, i64 hi) {
-    if (lo >= hi) return -1;
-    i64 w = lo >> 6;
-    i64 wend = (hi - 1) >> 6;
-    u64 x = bm[w] & (~0ULL << (lo & 63));
-    for (;;) {
-        if (w == wend) {
-            int r = (int)(hi & 63);
-            if (r != 0) x &= (1ULL << r) - 1;
-            return x ? w * 64 + __builtin_ctzll(x) : -1;
-        }
-        if (x) return w * 64 + __builtin_ctzll(x);
-        x = bm[++w];
-    }
-}
-
-/* First occupied bucket index of `level` circularly from `start`, or -1. */
-static inline i64 first_occupied(i64 *mem, i64 level, i64 start) {
-    const u64 *bm = level_bits(mem, level);
-    i64 i = scan(bm, start, mem[H_SLOTS]);
-    if (i < 0) i = scan(bm, 0, start);
-    return i;
-}
-
-/* Kafka's setExpiration: set bucket (level, idx)'s expiration; mark it occupied if that
- * changed. */
-static inline void announce(i64 *mem, i64 level, i64 idx, i64 expiration) {
-    i64 *e = &mem[mem[H_OFF_BEXP] + level * mem[H_SLOTS] + idx];
-    if (*e != expiration) {
-        *e = expiration;
-        level_bits(mem, level)[idx >> 6] |= 1ULL << (idx & 63);
-    }
-}
-
-/* An emptied bucket: expiration unset, occupied bit cleared (keeps bit <=> non-empty). */
-static inline void retire_bucket(i64 *mem, i64 b) {
-    i64 slots = mem[H_SLOTS];
-    i64 level = b / slots, idx = b - level * slots;
-    mem[mem[H_OFF_BEXP] + b] = NO_TIME;
-    level_bits(mem, level)[idx >> 6] &= ~(1ULL << (idx & 63));
-}
-
-/* ---- lists ------------------------------------------------------------------------------ */
-
-/* Append node at the tail of bucket b's circular list (FIFO within a bucket). */
-static inline void link_tail(i64 *nd, i64 b, i64 node) {
-    i64 tail = PV(nd, b);
-    PV(nd, node) = tail;
-    NX(nd, node) = b;
-    NX(nd, tail) = node;
-    PV(nd, b) = node;
-}
-
-static inline void unlink_node(i64 *mem, i64 *nd, i64 node) {
-    i64 p = PV(nd, node), n = NX(nd, node);
-    NX(nd, p) = n;
-    PV(nd, n) = p;
-    PV(nd, node) = -1; /* "linked iff prev != -1" */
-    NX(nd, node) = -1;
-    if (p == n && p < mem[H_SENTINELS]) retire_bucket(mem, p); /* only the sentinel left */
-}
+/* ---- linking by deadline ---------------------------------------------------------------- */
 
 void wheel_unlink(i64 *mem, i64 node) { unlink_node(mem, NODES(mem), node); }
-
-/* Kafka's add for a rounded expiration r > now: link into the lowest level that spans it.
- * Returns the level, or INS_OUT_OF_RANGE beyond the top level's interval. */
-static inline i64 place(i64 *mem, i64 *nd, i64 node, i64 r) {
-    i64 now = mem[H_NOW], wheel = mem[H_WHEEL], slots = mem[H_SLOTS];
-    i64 levels = mem[H_LEVELS];
-    const i64 *ticks = mem + mem[H_OFF_TICKS];
-    for (i64 k = 0; k < levels; k++) {
-        i64 tk = ticks[k];
-        if (r < fdiv(now, tk) * tk + tk * wheel) {
-            i64 v = fdiv(r, tk);
-            i64 idx = fmodp(v, slots);
-            link_tail(nd, k * slots + idx, node);
-            announce(mem, k, idx, v * tk);
-            return k;
-        }
-    }
-    return INS_OUT_OF_RANGE;
-}
-
-/* the top level's interval: the clock's distance from either end of int64 */
-static inline i64 top_span(const i64 *mem) {
-    return mem[mem[H_OFF_TICKS] + mem[H_LEVELS] - 1] * mem[H_WHEEL];
-}
-
-static inline i64 limit_of(const i64 *mem) {
-    i64 ttop = mem[mem[H_OFF_TICKS] + mem[H_LEVELS] - 1];
-    return fdiv(mem[H_NOW], ttop) * ttop + ttop * mem[H_WHEEL];
-}
 
 i64 wheel_limit(const i64 *mem) { return limit_of(mem); }
 
@@ -249,116 +127,8 @@ i64 wheel_relink(i64 *mem, i64 node) {
     /* ceil(deadline) >= limit iff deadline > limit - tick (limit is a multiple of tick);
      * checked before rounding, so rounding cannot overflow */
     if (deadline > limit_of(mem) - tick) return INS_OUT_OF_RANGE;
-    i64 r = ceil_to(deadline, tick), now = mem[H_NOW];
-    if (r <= now) { /* already due: the current level-0 bucket, fired by the next advance */
-        i64 idx = fmodp(fdiv(now, tick), mem[H_SLOTS]);
-        link_tail(nd, idx, node);
-        announce(mem, 0, idx, now);
-        return 0;
-    }
-    return place(mem, nd, node, r);
-}
-
-/* ---- the free stack ------------------------------------------------------------------- */
-
-static inline i64 pop_free(i64 *mem) {
-    i64 slot = mem[H_FREE];
-    if (slot < 0) return -1;
-    i64 *nd = NODES(mem), node = wheel_node(mem, slot);
-    mem[H_FREE] = NX(nd, node);
-    NX(nd, node) = -1; /* in neither a bucket nor the stack */
-    return slot;
-}
-
-i64 wheel_pop_free(i64 *mem) { return pop_free(mem); }
-
-/* tr: FINISH, RECLAIM or DROP (contract.h): why this use of the slot ends */
-static inline void free_slot(i64 *mem, i64 slot, int tr) {
-    i64 *nd = NODES(mem), node = wheel_node(mem, slot), *gs = gs_word(mem, node);
-    /* generation + 1 (wrapping within GS_GEN_MASK): every old handle is now stale */
-    i64 seen = gs_load(gs);
-    PV(nd, node) = -1;
-    NX(nd, node) = mem[H_FREE];
-    slot_move(gs, seen, GS_MAKE(GS_GEN(seen) + 1, ST_FREE), tr);
-    mem[H_FREE] = slot;
-}
-
-void wheel_free_slot(i64 *mem, i64 slot, int tr) { free_slot(mem, slot, tr); }
-
-void wheel_add_free_slots(i64 *mem, i64 first) {
-    i64 *nd = NODES(mem), nb = mem[H_SENTINELS];
-    for (i64 s = mem[H_CAPACITY] - 1; s >= first; s--) {
-        i64 node = nb + s;
-        NX(nd, node) = mem[H_FREE];
-        PV(nd, node) = -1;
-        DL(nd, node) = 0;
-        i64 *gs = gs_word(mem, node);
-        slot_move(gs, gs_load(gs), GS_MAKE(0, ST_FREE), TR_FORMAT);
-        mem[H_FREE] = s;
-    }
-}
-
-void wheel_reset(i64 *mem) {
-    i64 *nd = NODES(mem);
-    i64 nb = mem[H_SENTINELS];
-    i64 *bexp = mem + mem[H_OFF_BEXP];
-    for (i64 b = 0; b < nb; b++) {
-        NX(nd, b) = b;
-        PV(nd, b) = b;
-        bexp[b] = NO_TIME;
-    }
-    i64 *bits = mem + mem[H_OFF_BITS];
-    for (i64 w = 0; w < mem[H_LEVELS] * mem[H_WORDS]; w++) bits[w] = 0;
-    mem[H_FREE] = -1;
-    mem[H_PENDING] = 0;
-    wheel_add_free_slots(mem, 0);
-}
-
-/* ---- single entries --------------------------------------------------------------------- */
-
-i64 wheel_insert(i64 *mem, i64 deadline) {
-    i64 tick = mem[H_TICK];
-    /* out of range is checked first, before rounding (no overflow); no deadline is both
-     * out of range and already due, since limit - tick > now */
-    if (deadline > limit_of(mem) - tick) return INS_OUT_OF_RANGE;
-    i64 r = ceil_to(deadline, tick);
-    if (r <= mem[H_NOW]) return INS_ALREADY_DUE;
-    i64 slot = pop_free(mem);
-    if (slot < 0) return INS_NO_SLOT;
-    i64 *nd = NODES(mem);
-    i64 node = wheel_node(mem, slot);
-    i64 *gs = gs_word(mem, node);
-    i64 seen = gs_load(gs), gen = GS_GEN(seen); /* kept: the free bumped it */
-    DL(nd, node) = deadline;
-    slot_move(gs, seen, GS_MAKE(gen, ST_PENDING), TR_ARM); /* after the deadline: release */
-    place(mem, nd, node, r);
-    mem[H_PENDING]++;
-    return HANDLE_MAKE(gen, slot);
-}
-
-int wheel_cancel(i64 *mem, i64 handle) {
-    if (handle < 0) return 0;
-    i64 slot = HANDLE_SLOT(handle);
-    if (slot >= mem[H_CAPACITY]) return 0;
-    i64 node = wheel_node(mem, slot);
-    i64 gs = gs_load(gs_word(mem, node));
-    if (GS_GEN(gs) != HANDLE_GEN(handle) || GS_STATE(gs) != ST_PENDING) return 0;
-    unlink_node(mem, NODES(mem), node);
-    mem[H_PENDING]--;
-    free_slot(mem, slot, TR_DROP);
-    return 1;
-}
-
-i64 wheel_release(i64 *mem, const i64 *slots, i64 n) {
-    i64 cap = mem[H_CAPACITY], nb = mem[H_SENTINELS], freed = 0;
-    for (i64 i = 0; i < n; i++) {
-        i64 s = slots[i];
-        if (s < 0 || s >= cap) continue;
-        if (GS_STATE(gs_load(gs_word(mem, nb + s))) != ST_FIRING) continue; /* not twice */
-        free_slot(mem, s, TR_FINISH);
-        freed++;
-    }
-    return freed;
+    i64 r = ceil_to(deadline, tick);   /* already due: fired by the next advance */
+    return r <= mem[H_NOW] ? link_due(mem, nd, node) : place(mem, nd, node, r);
 }
 
 /* ---- the clock ---------------------------------------------------------------------------- */
@@ -401,7 +171,7 @@ i64 wheel_next_wakeup(i64 *mem) {
 
 static inline int retire_node(i64 *mem, i64 slot, wheel_retire_fn retire, void *ctx) {
     if (retire) return retire(ctx, mem, slot);
-    free_slot(mem, slot, TR_FINISH);   /* (in process nothing linked is CANCELLED) */
+    wheel_free_slot(mem, slot, TR_FINISH);   /* (in process nothing linked is CANCELLED) */
     return 0;
 }
 
@@ -409,13 +179,11 @@ static inline int retire_node(i64 *mem, i64 slot, wheel_retire_fn retire, void *
  * ones instead of moving them. Returns the count handled (moved or retired). */
 static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn retire,
                           void *ctx) {
-    i64 *nd = NODES(mem);
-    i64 slots = mem[H_SLOTS], tick = mem[H_TICK], nb = mem[H_SENTINELS];
-    i64 tk = mem[mem[H_OFF_TICKS] + k], tl = mem[mem[H_OFF_TICKS] + k - 1];
+    i64 *nd = NODES(mem), slots = mem[H_SLOTS], tick = mem[H_TICK], nb = mem[H_SENTINELS];
+    i64 tk = mem[mem[H_OFF_TICKS] + k], tl = mem[mem[H_OFF_TICKS] + k - 1], done = 0;
     i64 span = fdiv(mem[mem[H_OFF_BEXP] + b], tk);   /* the bucket's virtual id */
-    i64 done = 0;
     while (done < budget) {
-        i64 node = NX(nd, b);
+        i64 node = NX(nd, b), r;
         if (node == b) break;
         unlink_node(mem, nd, node);
         /* CANCELLED stays CANCELLED (only a lock holder moves it on), so one load decides;
@@ -423,17 +191,16 @@ static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn re
         if (GS_STATE(gs_load(gs_word(mem, node))) == ST_CANCELLED) {
             mem[H_PENDING]--;
             retire_node(mem, node - nb, retire, ctx);
-        } else {
-            i64 r = ceil_to(dl_load(&DL(nd, node)), tick);
-            if (fdiv(r, tk) == span) {   /* within the bucket: one level down, by index */
-                i64 v = fdiv(r, tl), idx = fmodp(v, slots);
-                link_tail(nd, (k - 1) * slots + idx, node);
-                announce(mem, k - 1, idx, v * tl);
-            } else if (wheel_relink(mem, node) < 0) {
-                /* a reset moved it out of this bucket's span (its record not drained yet):
-                 * placed by its deadline like any link (a due one into now's bucket) */
-                wheel_link(mem, node, mem[H_NOW]);   /* out of range: cannot be */
-            }
+        } else if ((r = ceil_to(dl_load(&DL(nd, node)), tick)) <= mem[H_NOW]) {
+            link_due(mem, nd, node);   /* a reset made it due (tests/tsan: reset scenario) */
+        } else if (fdiv(r, tk) == span) {   /* within the bucket: one level down, by index */
+            i64 v = fdiv(r, tl), idx = fmodp(v, slots);
+            link_tail(nd, (k - 1) * slots + idx, node);
+            announce(mem, k - 1, idx, v * tl);
+        } else if (place(mem, nd, node, r) < 0) {
+            /* a reset moved it out of this bucket's span (its record not drained yet): by
+             * its deadline, or a bucket's index would join it to another time */
+            link_due(mem, nd, node);   /* out of range: cannot be (a reset checks) */
         }
         done++;
     }
@@ -506,7 +273,7 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
             }
             mem[H_PENDING]--;
             if (GS_STATE(g) == ST_PENDING) {   /* won */
-                if (release) free_slot(mem, slot, TR_FINISH);
+                if (release) wheel_free_slot(mem, slot, TR_FINISH);
                 out[count++] = slot;
             } else if (retire_node(mem, slot, retire, ctx)) {
                 /* COMPLETED: the service's hook made it FIRING (its on_complete runs) */

@@ -104,14 +104,19 @@ X_RESTARTS = 3  # restarts of this executor, counted by the supervisor
 
 
 def check_architecture() -> None:
-    """The native core's atomics are correct by the C11 memory model, but it has only been
-    tested on x86-64: until a test has run elsewhere, refuse other machines."""
+    """Refuse to run a service anywhere but x86-64. The native core's cross-process
+    protocols are shown data-race-free in the C11 model (tests/tsan/), so they do not rest
+    on x86's memory order; some of the Python side's plain accesses to shared words still
+    do, and nothing has run elsewhere (docs/operations.md, "Memory ordering and
+    platforms")."""
     machine = platform.machine().lower()
     if machine not in ("x86_64", "amd64"):
         raise RuntimeError(
-            f"shmwheel's service has only been tested on x86-64; this machine is "
-            f"{platform.machine()!r}. Its rings and state words use C11 acquire/release "
-            f"atomics, so other architectures should work, but nothing has shown it yet"
+            f"shmwheel's service runs on x86-64 only; this machine is {platform.machine()!r}. "
+            f"Its native core's protocols are data-race-free by the C11 memory model "
+            f"(tests/tsan/), but a few of its Python-side reads and writes of shared words "
+            f"still rely on x86's store and load order, and it has not run on another "
+            f"architecture (docs/operations.md, 'Memory ordering and platforms')"
         )
 
 

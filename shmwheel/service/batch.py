@@ -61,6 +61,8 @@ def schedule_many(
     done = _publish_waiting(client, handles)
     if done < n:
         for h in handles[done:].tolist():
+            # (these ids were never returned: only a bare id can have reset one meanwhile;
+            # such a timer is left to the client's reclaim, and its reset was a guess)
             client._take_back(h)
         err = Full(
             f"producer ring of service {client.name!r} stayed full for {_waits().RING_WAIT_S} s "

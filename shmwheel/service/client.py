@@ -231,9 +231,11 @@ class Client(N.Producer):
 
     def _wait_push(self, h: int, check: int) -> None:
         """A full ring: publish (h, h ^ check) once the coordinator makes room. If none
-        appears within RING_WAIT_S, a schedule is taken back (its slot was never published)
-        and Full raised; a cancel stays decided, and its slot is retired when the reaper
-        meets it instead."""
+        appears within RING_WAIT_S, a schedule (or watch) is taken back (its slot was never
+        published) and Full raised; a cancel stays decided, and its slot is retired when
+        the reaper meets it instead. A schedule another process decided first by its id or
+        keys (a reset, a completion: slot_unsubmit) is published after all, however long
+        it takes: someone was told it will run."""
         give_up = time.monotonic() + RING_WAIT_S
         while time.monotonic() < give_up:
             self._bell()
@@ -249,18 +251,35 @@ class Client(N.Producer):
                 h,
             )
             return
-        self._take_back(h)
+        if not self._take_back(h):
+            log.warning(
+                "service %s: ring %d stays full, but timer %#x was reset or completed by "
+                "another process before it could be taken back: waiting to publish it",
+                self.name,
+                self.ring,
+                h,
+            )
+            while not self._push(h, check):
+                self._check()  # (a closed client or a stopping service ends the wait)
+                self._bell()
+                time.sleep(0.001)
+            return
         raise Full(
             f"producer ring of service {self.name!r} stayed full for {RING_WAIT_S} s: "
             f"is the coordinator running?"
         )
 
-    def _take_back(self, h: int) -> None:
-        """A written but unpublished slot is freed (unless a cancel won it meanwhile: then
-        its cancel record retires it)."""
+    def _take_back(self, h: int) -> bool:
+        """A written but unpublished slot is freed; True unless another process decided it
+        first. A cancel that won it: its own record retires it (True: it is not ours to
+        publish). A reset or a completion: False, the caller publishes it (_wait_push)."""
         if self._unsubmit(h):
             with self._mem.locked():
                 self._tables().retire(C.handle_slot(h))
+            return True
+        slot = C.handle_slot(h)
+        gs = int(self._mem.nodes()[slot, C.F_GS])
+        return C.gs_handle(gs, slot) != h or C.gs_state(gs) == C.ST_CANCELLED
 
     def _tables(self) -> N.Tables:
         return self._mem.bind_tables()
