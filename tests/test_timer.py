@@ -81,7 +81,7 @@ def test_adding_a_task_again_reschedules_it(timer):
     log = []
     task = Recorder(30, log, "x")
     timer.add(task)
-    first = task._entry
+    first = task.timer_task_entry
     task.delay_ms = 60
     timer.add(task)
     assert first.cancelled and timer.size == 1

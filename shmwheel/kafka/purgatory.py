@@ -1,21 +1,34 @@
 """Kafka's DelayedOperation and DelayedOperationPurgatory.
 
 Invariants:
-* ``force_complete`` succeeds for exactly one caller (a compare-and-set), so
+* ``force_complete`` succeeds for exactly one caller (a compare-and-set in the core), so
   ``on_complete`` runs exactly once whether the operation completes or expires.
+* ``on_complete`` never runs concurrently with ``try_complete`` (KAFKA-19312): completion
+  by a check runs inside try_complete under the operation's lock, and expiry (``run``)
+  takes the same lock before it completes.
 * No missed wake-up: ``try_complete_else_watch`` checks, watches every key, and checks
   again while holding the operation's lock; ``check_and_complete`` takes the same lock
   before it checks. A change signalled at any moment is seen by one of the two checks.
+  ``maybe_try_complete`` (KAFKA-6653) never blocks and never loses a signal either.
 * Completed operations are purged from watch lists once the estimated number of
   operations exceeds the pending ones by more than ``purge_interval``.
+
+Ground rules (what protects what): each watch list shard's lock guards its dict of lists
+(a read-modify-write of Python structures); the operation's ``lock`` (the user's, as in
+Kafka) guards try_complete; the completion and tryCompletePending flags and the timer
+binding are the core's (atomic under the GIL, shmwheel/native/inproc.h); the count of
+watched operations is an ``itertools.count`` (atomic) read by ``advance_clock`` under
+``_purge_lock``. No lock is taken per operation beyond those Kafka takes.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol
 
+from ._backend import Operation
 from .system_timer import SystemTimer
 from .timing_wheel import TimerTask
 
@@ -32,19 +45,17 @@ class LockLike(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-class DelayedOperation(TimerTask):
+class DelayedOperation(TimerTask, Operation):
     """An operation that completes when ``try_complete`` says so, or expires after delay_ms.
 
     Override ``try_complete`` (call ``force_complete`` when the condition holds),
-    ``on_complete`` and ``on_expiration``."""
+    ``on_complete`` and ``on_expiration``. ``force_complete()`` (from the core) cancels
+    the timeout and runs on_complete; it returns True only for the one caller that
+    completed the operation; ``is_completed`` says whether one has."""
 
     def __init__(self, delay_ms: int, lock: LockLike | None = None) -> None:
         super().__init__(delay_ms)
         self.lock = lock if lock is not None else threading.Lock()
-        self._completed = False
-        self._cas = threading.Lock()
-        self._try_complete_pending = False
-        self._pending_lock = threading.Lock()
 
     # -- to override ----------------------------------------------------------------
     def try_complete(self) -> bool:  # pragma: no cover - abstract
@@ -61,57 +72,43 @@ class DelayedOperation(TimerTask):
         raise NotImplementedError("override DelayedOperation.on_expiration()")
 
     # -- Kafka's machinery ----------------------------------------------------------
-    def force_complete(self) -> bool:
-        """Complete now: cancel the timeout and run on_complete. True only for the one
-        caller that completed it."""
-        with self._cas:
-            if self._completed:
-                return False
-            self._completed = True
-        self.cancel()
-        self.on_complete()
-        return True
-
-    @property
-    def is_completed(self) -> bool:
-        return self._completed
-
     def run(self) -> None:
-        """Expiry: complete, then on_expiration (only if the expiry won)."""
-        if self.force_complete():
-            self.on_expiration()
+        """Expiry: under the operation's lock (so on_complete never overlaps a
+        try_complete, KAFKA-19312), complete, then on_expiration if the expiry won."""
+        with self.lock:
+            if self.force_complete():
+                self.on_expiration()
 
     def safe_try_complete(self) -> bool:
-        """try_complete under the operation's lock (Kafka since KAFKA-8334)."""
+        """try_complete under the operation's lock, unless already completed (Kafka since
+        KAFKA-8334)."""
         with self.lock:
-            return self.try_complete()
+            return not self.is_completed and self.try_complete()
 
-    def safe_try_complete_or_else(self, f: Callable[[], None]) -> bool:
-        """Under the lock: try_complete; if not done, run f (watch the keys) and try again."""
+    def safe_try_complete_or_else(self, f: Callable[..., object], *args: Any) -> bool:
+        """Under the lock: try_complete; if not done, run ``f(*args)`` (watch the keys) and
+        try again."""
         with self.lock:
             if self.try_complete():
                 return True
-            f()
+            f(*args)
             return self.try_complete()
 
     def maybe_try_complete(self) -> bool:
-        """Kafka's tryCompletePending: if another thread holds the lock, leave it a note to
-        retry instead of blocking; whoever holds the lock retries until no note is left."""
+        """Kafka's tryCompletePending (KAFKA-6653): if another thread holds the lock, leave
+        it a note to retry instead of blocking; whoever holds the lock retries until no
+        note is left. The note is swapped atomically by the core."""
         done = False
         while True:
             if self.lock.acquire(blocking=False):
                 try:
-                    with self._pending_lock:
-                        self._try_complete_pending = False
+                    self._pending_swap(False)
                     done = self.try_complete()
                 finally:
                     self.lock.release()
-                with self._pending_lock:
-                    retry = self._try_complete_pending
+                retry = self._try_pending
             else:
-                with self._pending_lock:
-                    retry = not self._try_complete_pending
-                    self._try_complete_pending = True
+                retry = not self._pending_swap(True)
             if self.is_completed or not retry:
                 return done
 
@@ -143,8 +140,12 @@ class DelayedOperationPurgatory:
         self.purge_interval = purge_interval
         self.timer_enabled = timer_enabled
         self._shards = [_WatcherList() for _ in range(SHARDS)]
-        self._estimated = 0
-        self._estimated_lock = threading.Lock()
+        # Kafka's estimatedTotalOperations, lock-free: next() of a count is atomic; the
+        # estimate is what it handed out minus _estimate_base, both read under _purge_lock
+        self._watch_count = itertools.count()
+        self._counted_reads = 0  # next() calls made only to read the count
+        self._estimate_base = 0
+        self._purge_lock = threading.Lock()
         self._shutdown = threading.Event()
         self._expiry_thread: threading.Thread | None = None
         if reaper_enabled:
@@ -164,14 +165,7 @@ class DelayedOperationPurgatory:
         to the timer. True iff this call completed it."""
         if not watch_keys:
             raise ValueError("the watch key list can't be empty")
-
-        def watch_all() -> None:
-            for key in watch_keys:
-                self._watch(key, operation)
-            with self._estimated_lock:
-                self._estimated += 1
-
-        if operation.safe_try_complete_or_else(watch_all):
+        if operation.safe_try_complete_or_else(self._watch_all, watch_keys, operation):
             return True
         if not operation.is_completed:
             if self.timer_enabled:
@@ -200,10 +194,13 @@ class DelayedOperationPurgatory:
         return completed
 
     # -- watch lists -----------------------------------------------------------------
-    def _watch(self, key: Hashable, operation: DelayedOperation) -> None:
-        wl = self._shard(key)
-        with wl.lock:
-            wl.by_key.setdefault(key, []).append(operation)
+    def _watch_all(self, keys: Sequence[Hashable], operation: DelayedOperation) -> None:
+        shards = self._shards
+        for key in keys:
+            wl = shards[hash(key) % SHARDS]
+            with wl.lock:
+                wl.by_key.setdefault(key, []).append(operation)
+        next(self._watch_count)
 
     def _drop(self, key: Hashable, watchers: list[DelayedOperation] | None, ids: set[int]) -> int:
         """Remove the given operations from a key's list; forget the key once it is empty."""
@@ -257,9 +254,18 @@ class DelayedOperationPurgatory:
                         del wl.by_key[key]
         return purged
 
+    def _estimate(self) -> int:
+        """Operations watched since the last purge reset (``_purge_lock`` held)."""
+        handed_out = next(self._watch_count) - self._counted_reads
+        self._counted_reads += 1
+        return handed_out - self._estimate_base
+
     @property
     def estimated_operations(self) -> int:
-        return self._estimated
+        """Kafka's estimatedTotalOperations: watched operations, reset to the pending ones
+        by each purge."""
+        with self._purge_lock:
+            return self._estimate()
 
     # -- expiry ----------------------------------------------------------------------
     def advance_clock(self, timeout_ms: int) -> None:
@@ -267,10 +273,11 @@ class DelayedOperationPurgatory:
         watched operations exceeds ``purge_interval``."""
         self.timeout_timer.advance_clock(timeout_ms)
         delayed = self.delayed()
-        with self._estimated_lock:
-            purge = self._estimated - delayed > self.purge_interval
+        with self._purge_lock:
+            estimated = self._estimate()
+            purge = estimated - delayed > self.purge_interval
             if purge:
-                self._estimated = delayed
+                self._estimate_base += estimated - delayed
         if purge:
             self.purge_completed()
 
