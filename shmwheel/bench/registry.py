@@ -46,6 +46,15 @@ def workloads(
                 (f"{S} core cancel_many", "heapq lazy cancel"),
                 (f"{S} core cancel", "heapq lazy cancel"),
             ],
+            notes=["ratio: core cancel / heapq lazy cancel"],
+            goals=[
+                (
+                    "wheel core cancel, per call / heapq lazy cancel",
+                    "ratio: core cancel / heapq lazy cancel",
+                    ">=",
+                    1.0,
+                )
+            ],
         ),
         Workload(
             "expire",
@@ -84,6 +93,26 @@ def workloads(
                 ("cancel: shmwheel SystemTimer", "cancel: asyncio call_later"),
                 ("cancel: shmwheel SystemTimer", "cancel: heapq+thread"),
             ],
+            notes=[
+                "ratio: add / asyncio call_later",
+                "ratio: add / heapq+thread",
+                "ratio: cancel / asyncio call_later",
+            ],
+            goals=[
+                (
+                    "SystemTimer.add / asyncio call_later",
+                    "ratio: add / asyncio call_later",
+                    ">=",
+                    1.5,
+                ),
+                ("SystemTimer.add / heapq + thread", "ratio: add / heapq+thread", ">=", 1.0),
+                (
+                    "TimerTask.cancel / asyncio TimerHandle.cancel",
+                    "ratio: cancel / asyncio call_later",
+                    ">=",
+                    1.0,
+                ),
+            ],
         ),
         Workload(
             "timer_fire",
@@ -93,6 +122,29 @@ def workloads(
             [
                 ("shmwheel SystemTimer", "asyncio call_later"),
                 ("shmwheel SystemTimer", "heapq+thread"),
+            ],
+            notes=["ratio: fire->run / asyncio"],
+            goals=[("fire -> run / asyncio", "ratio: fire->run / asyncio", ">=", 3.0)],
+        ),
+        Workload(
+            "purgatory_call",
+            "in-process purgatory watch + complete",
+            W.purgatory_call,
+            "timer",
+            [
+                (
+                    "in-process purgatory watch + complete, per call",
+                    "asyncio watch + complete, per call",
+                )
+            ],
+            notes=["ratio: in-process purgatory / asyncio, per call"],
+            goals=[
+                (
+                    "in-process purgatory / asyncio",
+                    "ratio: in-process purgatory / asyncio, per call",
+                    ">=",
+                    2.0,
+                )
             ],
         ),
     ]

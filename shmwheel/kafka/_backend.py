@@ -11,11 +11,11 @@ ENV = "SHMWHEEL_PUREPYTHON"
 PURE = os.environ.get(ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 if not PURE:  # the native types are what the type checker sees
-    from .._native import Operation, Task, TaskWheel
+    from .._native import Operation, Task, TaskWheel, Watchers
 else:
-    from ._pure import Operation, Task, TaskWheel  # type: ignore[assignment]
+    from ._pure import Operation, Task, TaskWheel, Watchers  # type: ignore[assignment]
 
 #: "native" or "python": the path this process runs the Kafka layer on
 BACKEND = "python" if PURE else "native"
 
-__all__ = ["BACKEND", "ENV", "PURE", "Operation", "Task", "TaskWheel"]
+__all__ = ["BACKEND", "ENV", "PURE", "Operation", "Task", "TaskWheel", "Watchers"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,12 +113,25 @@ class Task:
 
 
 class Operation(Task):
-    """A Task with DelayedOperation's completion flags (the native ``Operation``)."""
+    """A Task with DelayedOperation's lock and completion flags (the native ``Operation``)."""
 
-    __slots__ = ()
+    __slots__ = ("lock",)
+
+    def __init__(self, delay_ms: int, lock: Any = None) -> None:
+        super().__init__(delay_ms)
+        self.lock = lock if lock is not None else threading.Lock()
+
+    def try_complete(self) -> bool:  # pragma: no cover - overridden by DelayedOperation
+        raise NotImplementedError
 
     def on_complete(self) -> None:  # pragma: no cover - overridden by DelayedOperation
         raise NotImplementedError
+
+    def safe_try_complete(self) -> bool:
+        """try_complete under the operation's lock, unless already completed (Kafka since
+        KAFKA-8334)."""
+        with self.lock:
+            return not self._completed and bool(self.try_complete())
 
     def force_complete(self) -> bool:
         """Complete now: cancel the timeout and run on_complete. True only for the one
@@ -272,3 +285,101 @@ class TaskWheel:
     @property
     def _fired(self) -> int:
         return self._fired_count
+
+
+def _is_op(o: object) -> bool:
+    return isinstance(o, Operation)
+
+
+class Watchers:
+    """Kafka's watch lists and the purgatory's two entry points (the native ``Watchers``).
+    ``_wlock`` guards the dict of lists for every step on a key (no operation code runs
+    under it), as the native core's GIL or ``slow`` lock does."""
+
+    timeout_timer: Any = None
+    timer_enabled: bool = True
+
+    def __init__(self) -> None:
+        self._by_key: dict[Any, list[Any]] = {}
+        self._wlock = threading.Lock()
+        self._watched_total = 0
+        self._estimate_base = 0
+
+    def _watch_all(self, keys: Sequence[Any], op: Operation) -> None:
+        with self._wlock:
+            for key in keys:
+                self._by_key.setdefault(key, []).append(op)
+            self._watched_total += 1
+
+    def try_complete_else_watch(self, operation: Any, watch_keys: Sequence[Any]) -> bool:
+        """Complete the operation now if it can; otherwise watch it on every key and add it
+        to the timer. True iff this call completed it."""
+        if not _is_op(operation):
+            raise TypeError(
+                f"the operation must be a DelayedOperation, got {type(operation).__name__}"
+            )
+        if len(watch_keys) == 0:
+            raise ValueError("the watch key list can't be empty")
+        if operation.safe_try_complete_or_else(self._watch_all, watch_keys, operation):
+            return True
+        if not operation.is_completed:
+            if self.timer_enabled and self.timeout_timer is not None:
+                self.timeout_timer.add(operation)
+            if operation.is_completed:
+                operation.cancel()  # completed meanwhile: take it off the timer
+        return False
+
+    def _drop(self, key: Any, watchers: list[Any]) -> int:
+        """Drop completed operations from `watchers`; forget `key` once it is empty."""
+        with self._wlock:
+            before = len(watchers)
+            watchers[:] = [o for o in watchers if not (_is_op(o) and o._completed)]
+            if not watchers and self._by_key.get(key) is watchers:
+                del self._by_key[key]
+            return before - len(watchers)
+
+    def check_and_complete(self, key: Any) -> int:
+        """Try to complete every operation watching ``key``; returns how many completed."""
+        with self._wlock:
+            watchers = self._by_key.get(key)
+            ops = list(watchers) if watchers else []
+        if watchers is None:
+            return 0
+        completed = 0
+        for op in ops:
+            if _is_op(op) and not op._completed and op.safe_try_complete():
+                completed += 1
+        self._drop(key, watchers)
+        return completed
+
+    def cancel_for_key(self, key: Any) -> list[Any]:
+        """Stop watching ``key``: cancel the timeout of each operation watching it and
+        return them (they are not completed; other keys may still watch them)."""
+        with self._wlock:
+            watchers = self._by_key.pop(key, [])
+        for op in watchers:
+            op.cancel()
+        return watchers
+
+    def purge_completed(self) -> int:
+        """Remove completed operations from every watch list; returns how many."""
+        with self._wlock:
+            items = list(self._by_key.items())
+        return sum(self._drop(key, watchers) for key, watchers in items)
+
+    def watched(self) -> int:
+        """Operations in watch lists, counted once per key (Kafka's PurgatorySize)."""
+        with self._wlock:
+            return sum(len(w) for w in self._by_key.values())
+
+    def _estimate(self) -> int:
+        with self._wlock:
+            return self._watched_total - self._estimate_base
+
+    def _purge_due(self, delayed: int, interval: int) -> bool:
+        with self._wlock:
+            estimated = self._watched_total - self._estimate_base
+            if estimated - delayed <= interval:
+                return False
+            self._estimate_base += estimated - delayed
+            return True

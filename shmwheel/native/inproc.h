@@ -50,6 +50,7 @@ typedef struct {
     i64 expiration_ms;     /* of the current binding */
     struct TaskWheel *wheel; /* borrowed: the wheel whose slot holds it, or NULL */
     PyObject *entry;       /* the TimerTaskEntry of the current binding, once asked for */
+    PyObject *lock;        /* a DelayedOperation's lock (Kafka's), around try_complete */
     char bound;            /* Kafka's timerTaskEntry != null: added, not cancelled since */
     char completed;        /* a DelayedOperation's completed flag (force_complete's CAS) */
     char try_pending;      /* its tryCompletePending flag (maybe_try_complete) */
@@ -68,6 +69,16 @@ typedef struct TaskWheel {
 
 extern PyTypeObject TaskType, OperationType, TaskWheelType;
 
+#define IS_OPERATION(o) PyObject_TypeCheck((o), &OperationType)
+
+/* inproc_task.c: Kafka's safeTryComplete on an Operation: under its lock, unless already
+ * completed, call try_complete(); 1 if it returned true, 0 if not, -1 on an exception
+ * (the lock is released either way). Runs Python code. */
+int inproc_safe_try_complete(Task *op);
+/* inproc_task.c: Kafka's cancel (unbind and unlink); 1 if it was linked. No Python code
+ * but the DECREFs at its end. */
+int inproc_cancel(Task *t);
+
 /* inproc_wheel.c: take `t` out of its wheel's slot if it is linked there; returns the
  * reference the slot held (the caller DECREFs it once the state is consistent), or NULL
  * when it was not linked. Never calls Python code. */
@@ -77,6 +88,26 @@ PyObject *inproc_unlink(Task *t);
 int shmwheel_wheel_header_ok(const i64 *m, Py_ssize_t n);
 
 int shmwheel_add_inproc_types(PyObject *m);
+
+/* Hold the pending exception aside while cleaning up (a lock release), then restore it. */
+typedef struct {
+    PyObject *t, *v, *tb;
+} SavedError;
+static inline void error_save(SavedError *e) {
+#if PY_VERSION_HEX >= 0x030C0000
+    e->t = e->tb = NULL;
+    e->v = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&e->t, &e->v, &e->tb);
+#endif
+}
+static inline void error_restore(SavedError *e) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(e->v);
+#else
+    PyErr_Restore(e->t, e->v, e->tb);
+#endif
+}
 
 /* An int argument as int64: -1 with TypeError or OverflowError set, naming `what`. */
 static inline int inproc_i64(PyObject *o, i64 *v, const char *what) {

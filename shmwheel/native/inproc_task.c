@@ -34,11 +34,13 @@ static int task_init(Task *self, PyObject *args, PyObject *kw) {
 
 static int task_traverse(Task *self, visitproc visit, void *arg) {
     Py_VISIT(self->entry);
+    Py_VISIT(self->lock);
     return 0;
 }
 
 static int task_clear(Task *self) {
     Py_CLEAR(self->entry);
+    Py_CLEAR(self->lock);
     return 0;
 }
 
@@ -50,7 +52,7 @@ static void task_dealloc(Task *self) {
 }
 
 /* Kafka's cancel: unbind (timerTaskEntry = null) and unlink. 1 if it was linked. */
-static int task_unbind(Task *self) {
+int inproc_cancel(Task *self) {
     PyObject *entry = self->entry, *held = inproc_unlink(self);
     self->entry = NULL;
     self->bound = 0;
@@ -66,12 +68,12 @@ PyDoc_STRVAR(cancel_doc,
 "already handed to the runner still runs.");
 
 static PyObject *task_cancel(Task *self, PyObject *unused) {
-    task_unbind(self);
+    inproc_cancel(self);
     Py_RETURN_NONE;
 }
 
 static PyObject *task_cancel_won(Task *self, PyObject *unused) {
-    return PyBool_FromLong(task_unbind(self));
+    return PyBool_FromLong(inproc_cancel(self));
 }
 
 static PyObject *task_unlink(Task *self, PyObject *entry) {
@@ -176,9 +178,56 @@ PyTypeObject TaskType = {
     .tp_getset = task_getset,
 };
 
-/* ---- Operation: DelayedOperation's completion flags -------------------------------- */
+/* ---- Operation: DelayedOperation's lock and completion flags ------------------------ */
 
-static PyObject *str_on_complete;
+static PyObject *str_on_complete, *str_try_complete, *str_acquire, *str_release, *new_lock;
+
+static int op_init(Task *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"delay_ms", "lock", NULL};
+    PyObject *d, *lock = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:DelayedOperation", kwlist, &d, &lock) ||
+        delay_from(d, &self->delay_ms) < 0)
+        return -1;
+    /* Kafka's default: a lock of its own (threading.Lock, made by _thread.allocate_lock) */
+    lock = lock == Py_None ? PyObject_CallNoArgs(new_lock) : Py_NewRef(lock);
+    if (lock == NULL) return -1;
+    Py_XSETREF(self->lock, lock);
+    return 0;
+}
+
+static int call_lock(Task *op, PyObject *name) {
+    PyObject *r = PyObject_CallMethodNoArgs(op->lock, name);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+int inproc_safe_try_complete(Task *op) {
+    if (op->lock == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "DelayedOperation.__init__ was not called");
+        return -1;
+    }
+    if (call_lock(op, str_acquire) < 0) return -1;
+    int done = 0;
+    if (!op->completed) {
+        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)op, str_try_complete);
+        done = r ? PyObject_IsTrue(r) : -1;
+        Py_XDECREF(r);
+    }
+    SavedError e;
+    if (done < 0) error_save(&e); /* release the lock, then raise what try_complete raised */
+    int bad = call_lock(op, str_release);
+    if (done < 0) {
+        if (bad) PyErr_Clear();
+        error_restore(&e);
+        return -1;
+    }
+    return bad ? -1 : done;
+}
+
+static PyObject *op_safe_try_complete(Task *self, PyObject *unused) {
+    int r = inproc_safe_try_complete(self);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
 
 PyDoc_STRVAR(force_complete_doc,
 "force_complete() -> bool\n\n"
@@ -188,7 +237,7 @@ PyDoc_STRVAR(force_complete_doc,
 static PyObject *op_force_complete(Task *self, PyObject *unused) {
     if (self->completed) Py_RETURN_FALSE;
     self->completed = 1; /* the one winner: nothing ran between the test and the set */
-    task_unbind(self);
+    inproc_cancel(self);
     PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_on_complete);
     if (r == NULL) return NULL;
     Py_DECREF(r);
@@ -207,12 +256,31 @@ static PyMethodDef op_methods[] = {
     {"force_complete", (PyCFunction)op_force_complete, METH_NOARGS, force_complete_doc},
     {"_pending_swap", (PyCFunction)op_pending_swap, METH_O,
      "_pending_swap(v) -> old: set tryCompletePending to v, return what it was."},
+    {"safe_try_complete", (PyCFunction)op_safe_try_complete, METH_NOARGS,
+     "safe_try_complete() -> bool\n\ntry_complete under the operation's lock, unless already "
+     "completed (Kafka since KAFKA-8334)."},
     {NULL},
 };
+
+static PyObject *op_get_lock(Task *self, void *c) {
+    PyObject *l = self->lock ? self->lock : Py_None;
+    return Py_NewRef(l);
+}
+
+static int op_set_lock(Task *self, PyObject *v, void *c) {
+    if (v == NULL || v == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "a DelayedOperation's lock cannot be removed");
+        return -1;
+    }
+    Py_XSETREF(self->lock, Py_NewRef(v));
+    return 0;
+}
 
 static PyGetSetDef op_getset[] = {
     {"is_completed", (getter)get_flag, NULL, "True once force_complete has won.", (void *)2},
     {"_try_pending", (getter)get_flag, NULL, "Kafka's tryCompletePending", (void *)3},
+    {"lock", (getter)op_get_lock, (setter)op_set_lock,
+     "The operation's lock (Kafka's): taken around try_complete and by expiry.", NULL},
     {NULL},
 };
 
@@ -222,13 +290,23 @@ PyTypeObject OperationType = {
     .tp_doc = "The native base of DelayedOperation: a Task with its completion flags.",
     .tp_basicsize = sizeof(Task),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, /* GC and the rest: from Task */
+    .tp_init = (initproc)op_init,
     .tp_methods = op_methods,
     .tp_getset = op_getset,
 };
 
 int shmwheel_add_task_types(PyObject *m) {
     str_on_complete = PyUnicode_InternFromString("on_complete");
-    if (!str_on_complete) return -1;
+    str_try_complete = PyUnicode_InternFromString("try_complete");
+    str_acquire = PyUnicode_InternFromString("acquire");
+    str_release = PyUnicode_InternFromString("release");
+    PyObject *thread = PyImport_ImportModule("_thread");
+    if (thread) {
+        new_lock = PyObject_GetAttrString(thread, "allocate_lock");
+        Py_DECREF(thread);
+    }
+    if (!str_on_complete || !str_try_complete || !str_acquire || !str_release || !new_lock)
+        return -1;
     OperationType.tp_base = &TaskType;
     if (PyType_Ready(&TaskType) < 0 || PyType_Ready(&OperationType) < 0) return -1;
     Py_INCREF(&TaskType);

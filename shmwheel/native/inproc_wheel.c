@@ -400,13 +400,16 @@ PyTypeObject TaskWheelType = {
 
 int shmwheel_add_task_types(PyObject *m);        /* inproc_task.c */
 int shmwheel_add_bound_wheel_type(PyObject *m);  /* wheel_bound.c */
+int shmwheel_add_watchers_type(PyObject *m);     /* inproc_purgatory.c */
 
 int shmwheel_add_inproc_types(PyObject *m) {
     str_submit = PyUnicode_InternFromString("_submit");
     str_wake = PyUnicode_InternFromString("_wake");
     str_refuse = PyUnicode_InternFromString("_refuse");
     if (!str_submit || !str_wake || !str_refuse) return -1;
-    if (shmwheel_add_task_types(m) < 0 || shmwheel_add_bound_wheel_type(m) < 0) return -1;
+    if (shmwheel_add_task_types(m) < 0 || shmwheel_add_bound_wheel_type(m) < 0 ||
+        shmwheel_add_watchers_type(m) < 0)
+        return -1;
     if (PyType_Ready(&TaskWheelType) < 0) return -1;
     Py_INCREF(&TaskWheelType);
     return PyModule_AddObject(m, "TaskWheel", (PyObject *)&TaskWheelType);
