@@ -340,9 +340,15 @@ static int tw_clear(TaskWheel *w) {
     if (w->mem)
         for (i64 s = 0; s < w->mem[H_CAPACITY]; s++) {
             Task *t = (Task *)w->objs[s];
+            if (t == NULL) continue;
             /* each task is unlinked before its DECREF: whatever that runs finds the wheel
              * consistent (the other slots still hold theirs) */
-            if (t) Py_DECREF(inproc_unlink(t));
+            w->objs[s] = NULL;
+            if (t->wheel == w) {
+                wheel_cancel(w->mem, t->handle);
+                t->wheel = NULL;
+            }
+            Py_DECREF(t);
         }
     return 0;
 }
