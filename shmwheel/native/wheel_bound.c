@@ -14,7 +14,8 @@
 typedef struct {
     PyObject_HEAD
     I64Buf buf;
-    int held;
+    int held;      /* an array is borrowed */
+    int writable;  /* ... writable (a read-only one can be attached and verified) */
 } BoundWheel;
 
 static PyObject *str_make_room, *str_out_of_range;
@@ -26,7 +27,11 @@ static void release(BoundWheel *b) {
 
 static PyObject *bw_hold(BoundWheel *self, PyObject *mem) {
     I64Buf nb;
-    if (i64buf_get(mem, &nb, 1) < 0) return NULL;
+    int writable = i64buf_get(mem, &nb, 1) == 0;
+    if (!writable) {
+        PyErr_Clear();
+        if (i64buf_get(mem, &nb, 0) < 0) return NULL;
+    }
     if (!shmwheel_wheel_header_ok(nb.p, nb.n)) {
         i64buf_release(&nb);
         PyErr_SetString(PyExc_ValueError, "_hold(): not a formatted shmwheel wheel array");
@@ -35,12 +40,15 @@ static PyObject *bw_hold(BoundWheel *self, PyObject *mem) {
     release(self);
     self->buf = nb;
     self->held = 1;
+    self->writable = writable;
     Py_RETURN_NONE;
 }
 
 static int bound(BoundWheel *self) {
-    if (self->held) return 1;
-    PyErr_SetString(PyExc_RuntimeError, "the wheel core holds no array (_hold was not called)");
+    if (self->held && self->writable) return 1;
+    PyErr_SetString(self->held ? PyExc_TypeError : PyExc_RuntimeError,
+                    self->held ? "the wheel array is read-only"
+                               : "the wheel core holds no array (_hold was not called)");
     return 0;
 }
 
@@ -95,8 +103,9 @@ static PyMethodDef bw_methods[] = {
     {"insert", (PyCFunction)bw_insert, METH_O, insert_doc},
     {"cancel", (PyCFunction)bw_cancel, METH_O, cancel_doc},
     {"_hold", (PyCFunction)bw_hold, METH_O,
-     "_hold(mem): borrow `mem` (a formatted, writable int64 wheel array) until the next "
-     "_hold or the end of the object; the previous one is released."},
+     "_hold(mem): borrow `mem` (a formatted int64 wheel array; insert and cancel need it "
+     "writable) until the next _hold or the end of the object; the previous one is "
+     "released."},
     {NULL},
 };
 
