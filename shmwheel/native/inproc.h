@@ -109,9 +109,16 @@ static inline void error_restore(SavedError *e) {
 #endif
 }
 
-/* An int argument as int64: -1 with TypeError or OverflowError set, naming `what`. */
+/* An int argument as int64: -1 with TypeError or OverflowError set, naming `what`.
+ * PyLong_AsLong where long is 64 bits: for an int of more than one 30-bit digit (every
+ * handle once its slot has been reused) CPython 3.11's PyLong_AsLongLong takes a slow
+ * byte-array path. */
 static inline int inproc_i64(PyObject *o, i64 *v, const char *what) {
+#if LONG_MAX == INT64_MAX
+    long x = PyLong_AsLong(o);
+#else
     long long x = PyLong_AsLongLong(o);
+#endif
     if (x == -1 && PyErr_Occurred()) {
         int type = PyErr_ExceptionMatches(PyExc_TypeError);
         PyErr_Clear();
