@@ -223,17 +223,30 @@ def test_every_goal_says_what_it_is_for_and_what_a_miss_means():
     assert any(not g["met"] for g in verdicts), "the recorded run has a miss to explain"
     text = R.goals_text(verdicts)
     lines = text.splitlines()
-    heads = [i for i, line in enumerate(lines) if re.match(r"^  (met|MISSED) ", line)]
+    heads = [i for i, line in enumerate(lines) if re.match(r"^  (met|MISSED|n/a) ", line)]
     assert len(heads) == len(verdicts)
     said = ""
     for i, j, g in zip(heads, heads[1:] + [len(lines)], verdicts, strict=True):
         para = " ".join(" ".join(lines[i:j]).split())
+        if g["met"] is None:  # a goal newer than the recorded run: said, not judged
+            assert g["goal"] in para and "not measured in this run" in para, para
+            continue
         assert g["goal"] in para and ("MISSED" in lines[i]) is not g["met"], para
         why = "as above" if g["why"] == said else g["why"]
         assert f"for: {why}" in para, para
         said = g["why"]
         assert (f"a miss: {g['miss']}" in para) is not g["met"], para
     assert longest_lines(text) == []
+
+
+def test_a_goal_whose_figure_the_run_lacks_is_not_judged():
+    w = Workload("x", "t", lambda n: {}, "core", [], goals=[("g", "f", ">=", 1.0)])
+    w.reps = [{"other": 1.0}]
+    verdicts = R.goal_verdicts([w])
+    assert verdicts[0]["met"] is None
+    assert "not measured in this run" in R.goals_text(verdicts)
+    text, status = R.summary(verdicts, strict=True, leaked=[])
+    assert status == 0 and text == "Summary: 0 of 1 goals met; 1 not measured in this run."
 
 
 def test_a_goal_without_its_reason_is_shown_as_such():
@@ -246,7 +259,7 @@ def test_a_goal_without_its_reason_is_shown_as_such():
 def test_the_summary_and_exit_status_tell_the_truth_about_misses():
     selected, _ = _recorded()
     verdicts = R.goal_verdicts(selected)
-    missed = [g for g in verdicts if not g["met"]]
+    missed = [g for g in verdicts if g["met"] is False]
     text, status = R.summary(verdicts, strict=False, leaked=[])
     assert status == 0 and f"{len(missed)} of {len(verdicts)} goals MISSED" in text
     assert all(g["goal"] in " ".join(text.split()) for g in missed)

@@ -81,7 +81,7 @@ def test_adding_a_task_again_reschedules_it(timer):
     log = []
     task = Recorder(30, log, "x")
     timer.add(task)
-    first = task._entry
+    first = task.timer_task_entry
     task.delay_ms = 60
     timer.add(task)
     assert first.cancelled and timer.size == 1
@@ -183,3 +183,112 @@ def test_mock_timer_is_deterministic():
     assert ran[-1] == (100, 1100)
     timer.advance_clock(400_000)
     assert [d for d, _ in ran] == [0, 1, 5, 100, 5000, 400_000] and timer.size == 0
+
+
+def verify_wheel(wheel):
+    """The wheel's array is a well-formed wheel (WheelCore.verify on a copy of it)."""
+    import numpy as np
+
+    from shmwheel import WheelCore
+
+    WheelCore.attach(np.frombuffer(bytearray(wheel._snapshot()), dtype=np.int64)).verify()
+
+
+def test_kafka_task_expiration(timer):
+    """Kafka's TimerTest.testTaskExpiration: delays 0-4, 10-99 twice each, 100-499; every
+    task runs once, none early."""
+    log = []
+    delays = [*range(5), *(d for d in range(10, 100) for _ in range(2)), *range(100, 500)]
+    tasks = [Recorder(d, log, i) for i, d in enumerate(delays)]
+    for t in tasks:
+        timer.add(t)
+    verify_wheel(timer)
+    drive(timer, lambda: len(log) == len(tasks))
+    assert sorted(tag for tag, _ in log) == list(range(len(tasks))), "each ran once"
+    for i, ran_ns in log:
+        assert ran_ns >= tasks[i].added_ns + delays[i] * 1_000_000, f"task {i} ran early"
+    assert timer.size == 0
+    verify_wheel(timer)
+
+
+def test_kafka_timer_task_list_moves_and_cancels():
+    """Kafka's TimerTaskListTest.testAll over three TimingWheels: adding a task's new entry
+    to another wheel moves it (the total count is unchanged), cancel empties them all."""
+    wheels = [TimingWheel(tick_ms=1, wheel_size=8, start_ms=0) for _ in range(3)]
+
+    def total():
+        return sum(w.size for w in wheels)
+
+    tasks = []
+    for i in range(10):
+        task = Recorder(0, [])
+        assert wheels[0].add(TimerTaskEntry(task, 10))
+        assert total() == i + 1
+        tasks.append(task)
+    for task in tasks[:4]:
+        assert wheels[1].add(TimerTaskEntry(task, 10)) and total() == 10
+    assert [w.size for w in wheels] == [6, 4, 0]
+    for task in tasks[4:]:
+        assert wheels[2].add(TimerTaskEntry(task, 10)) and total() == 10
+    assert [w.size for w in wheels] == [0, 4, 6]
+    for task in tasks:
+        task.cancel()
+    assert total() == 0
+    assert all(t.timer_task_entry is None for t in tasks)
+    for w in wheels:
+        assert w.advance_clock(100) == []
+        verify_wheel(w._wheel)
+
+
+def test_entries_exist_only_when_asked_for(timer):
+    """The hot path makes no entry; one made on request names the current binding, and a
+    new binding (adding again, cancelling) leaves it cancelled."""
+    task = Recorder(50, [])
+    assert task.timer_task_entry is None, "never added: no binding"
+    timer.add(task)
+    assert task._entry is None, "add made no TimerTaskEntry"
+    first = task.timer_task_entry
+    assert first is not None and not first.cancelled and first is task.timer_task_entry
+    assert first.expiration_ms >= timer.current_time_ms + 50
+    timer.add(task)
+    assert first.cancelled and task.timer_task_entry is not first
+    again = task.timer_task_entry
+    first.remove()  # a stale entry's remove leaves the current binding alone
+    assert timer.size == 1 and not again.cancelled
+    again.remove()  # Kafka's remove: off the wheel, binding kept
+    assert timer.size == 0 and not again.cancelled
+    task.cancel()
+    assert again.cancelled and task.timer_task_entry is None
+
+
+def test_bad_tasks_and_delays_are_refused(timer):
+    with pytest.raises(TypeError, match="delay_ms must be an int"):
+        Recorder(1.5, [])
+    with pytest.raises(TypeError, match="delay_ms must be an int"):
+        Recorder(True, [])
+    with pytest.raises(OverflowError):
+        Recorder(2**64, [])
+    task = Recorder(1, [])
+    with pytest.raises(TypeError, match="delay_ms must be an int"):
+        task.delay_ms = "5"
+    with pytest.raises(TypeError, match="TimerTask"):
+        timer.add(object())
+    task.delay_ms = 2**62  # far beyond the wheel's ~70 years
+    with pytest.raises(ValueError, match="beyond the wheel's range"):
+        timer.add(task)
+    assert timer.size == 0 and not task._pending
+
+
+def test_the_wheel_grows_under_the_tasks(timer):
+    """Past its first 1024 slots the wheel's array and its task table grow; every task keeps
+    its slot and fires."""
+    log = []
+    tasks = [Recorder(5 + i % 50, log, i) for i in range(5000)]
+    for t in tasks:
+        timer.add(t)
+    assert timer.size == 5000 and timer._capacity >= 5000
+    for t in tasks[::3]:
+        t.cancel()
+    verify_wheel(timer)
+    drive(timer, lambda: len(log) == len(tasks) - len(tasks[::3]))
+    assert sorted(tag for tag, _ in log) == [i for i in range(5000) if i % 3]

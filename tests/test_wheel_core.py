@@ -300,3 +300,25 @@ def test_concepts_worked_example():
     c.advance(24)
     assert c.cascade_step(100) == 1 and _level_of(c, cc) == (0, 30 % 8)
     assert list(c.advance(29)) == [] and list(c.advance(30)) == [C.handle_slot(cc)]
+
+
+def test_per_call_insert_and_cancel_refuse_bad_arguments():
+    """insert and cancel are one native call each (the array borrowed once, when bound);
+    what they are given is still checked."""
+    c = WheelCore(1, 8, 0, 4, growable=False)
+    with pytest.raises(TypeError, match="deadline must be an int"):
+        c.insert(1.5)
+    with pytest.raises(OverflowError, match="deadline does not fit"):
+        c.insert(2**64)
+    with pytest.raises(TypeError, match="handle must be an int"):
+        c.cancel("1")
+    assert not c.cancel(-5) and not c.cancel(2**40 + 3), "unknown handles cancel nothing"
+    hs = [c.insert(10 + i) for i in range(4)]
+    with pytest.raises(Full):
+        c.insert(50)
+    assert c.cancel(hs[0]) and c.insert(50) >= 0, "a freed slot is reused at once"
+    c.verify()
+    frozen = WheelCore.attach(np.frombuffer(c.mem.tobytes(), dtype=np.int64))
+    frozen.verify()  # a read-only copy can be attached and checked, not changed
+    with pytest.raises(TypeError, match="read-only"):
+        frozen.cancel(hs[1])

@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             "goals": verdicts,
             "summary": {
                 "goals": len(verdicts),
-                "met": sum(g["met"] for g in verdicts),
-                "missed": [g["goal"] for g in verdicts if not g["met"]],
+                "met": sum(1 for g in verdicts if g["met"]),
+                "missed": [g["goal"] for g in verdicts if g["met"] is False],
                 "strict": args.strict,
                 "exit_status": status,
                 "text": last,

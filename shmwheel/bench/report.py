@@ -259,13 +259,15 @@ def table(selected: list[Workload]) -> str:
 
 def goal_verdicts(selected: list[Workload]) -> list[dict[str, Any]]:
     """One verdict per goal of the selected workloads: the goal, its figure's median, met
-    or not, and what the goal is for (`why`) and what a miss means (`miss`)."""
+    or not, and what the goal is for (`why`) and what a miss means (`miss`). A figure the
+    run does not have (a recorded run from before the goal's workload measured it) is
+    neither: value and met are None, and the report says it was not measured."""
     out = []
     for w in selected:
         med = w.median()
         for g in (Goal(*x) for x in w.goals):
-            v = med[g.figure]
-            met = v >= g.target if g.op == ">=" else v <= g.target
+            v = med.get(g.figure)
+            met = None if v is None else v >= g.target if g.op == ">=" else v <= g.target
             out.append(
                 {
                     "goal": g.what,
@@ -274,7 +276,7 @@ def goal_verdicts(selected: list[Workload]) -> list[dict[str, Any]]:
                     "target": g.target,
                     "value": v,
                     "unit": w.unit if not g.figure.startswith(("early", "ratio")) else "",
-                    "met": bool(met),
+                    "met": None if met is None else bool(met),
                     "workload": w.key,
                     "w": w.wid,
                     "why": g.why,
@@ -300,10 +302,12 @@ def goals_text(verdicts: list[dict[str, Any]], quick: bool = False, busy: str = 
     line is separate)."""
     if not verdicts:
         return ""
-    missed = [g for g in verdicts if not g["met"]]
+    missed = [g for g in verdicts if g["met"] is False]
+    unmeasured = [g for g in verdicts if g["met"] is None]
     out = [
         f"Goals: {len(verdicts)} checked against the medians above: "
-        f"{len(verdicts) - len(missed)} met, {len(missed)} MISSED"
+        f"{len(verdicts) - len(missed) - len(unmeasured)} met, {len(missed)} MISSED"
+        + (f", {len(unmeasured)} not measured" if unmeasured else "")
     ]
     if quick:
         out.append(
@@ -318,6 +322,10 @@ def goals_text(verdicts: list[dict[str, Any]], quick: bool = False, busy: str = 
         out.append(wrap(f"({busy})", "  "))
     for g in verdicts:
         v, t = g["value"], g["target"]
+        if v is None:
+            head = f"n/a     {g['w'] + ' ' if g['w'] else ''}{g['goal']}: not measured in this run"
+            out.append(wrap(head, "  ", " " * 10))
+            continue
         how = "" if t == 0 else f" ({v / t:.3g}x the {'goal' if g['op'] == '>=' else 'limit'})"
         head = (
             f"{'met' if g['met'] else 'MISSED':<7} {g['w'] + ' ' if g['w'] else ''}"
@@ -339,7 +347,7 @@ def summary(verdicts: list[dict[str, Any]], strict: bool, leaked: list[str]) -> 
     """The run's last line and its exit status: 1 if a service left files in /dev/shm (a
     fault of the run), else STRICT_STATUS under --strict if a goal was missed, else 0 (a
     missed goal is a finding of the measurement, reported here, not a failed run)."""
-    missed = [g for g in verdicts if not g["met"]]
+    missed = [g for g in verdicts if g["met"] is False]
     names = ", ".join(f"{g['w'] + ' ' if g['w'] else ''}{g['goal']}" for g in missed)
     if leaked:
         status = 1
@@ -347,10 +355,14 @@ def summary(verdicts: list[dict[str, Any]], strict: bool, leaked: list[str]) -> 
         status = STRICT_STATUS
     else:
         status = 0
+    unmeasured = sum(g["met"] is None for g in verdicts)
+    gap = f"; {unmeasured} not measured in this run" if unmeasured else ""
     if not verdicts:
         text = "Summary: no goal applies to the selected workloads."
     elif missed:
-        text = f"Summary: {len(missed)} of {len(verdicts)} goals MISSED ({names})."
+        text = f"Summary: {len(missed)} of {len(verdicts)} goals MISSED ({names}){gap}."
+    elif unmeasured:
+        text = f"Summary: {len(verdicts) - unmeasured} of {len(verdicts)} goals met{gap}."
     else:
         text = f"Summary: all {len(verdicts)} goals met."
     if leaked:

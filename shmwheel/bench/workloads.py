@@ -89,11 +89,15 @@ def core_cancel(n: int) -> Figures:
         for e in entries:
             e[2] = None
 
-    return {
+    fig = {
         "shmwheel core cancel_many": _rate(n, lambda: batch.cancel_many(hb)),
         "shmwheel core cancel": _rate(n, wheel_one),
         "heapq lazy cancel": _rate(n, lazy),
     }
+    fig["ratio: core cancel / heapq lazy cancel"] = (
+        fig["shmwheel core cancel"] / fig["heapq lazy cancel"]
+    )
+    return fig
 
 
 def core_expire(n: int) -> Figures:
@@ -212,6 +216,12 @@ def timer_schedule_cancel(n: int) -> Figures:
         timer.shutdown()
         loop.close()
         ht.stop()
+    for op, peer in (
+        ("add", "asyncio call_later"),
+        ("add", "heapq+thread"),
+        ("cancel", "asyncio call_later"),
+    ):
+        fig[f"ratio: {op} / {peer}"] = fig[f"{op}: shmwheel SystemTimer"] / fig[f"{op}: {peer}"]
     return fig
 
 
@@ -269,7 +279,24 @@ def timer_fire(n: int) -> Figures:
         while hcount[0] < n:
             time.sleep(0.0005)
         fig["heapq+thread"] = n / (time.monotonic() - t0)
+    fig["ratio: fire->run / asyncio"] = fig["shmwheel SystemTimer"] / fig["asyncio call_later"]
     return fig
+
+
+def purgatory_call(n: int) -> Figures:
+    """Kafka's DelayedOperationPurgatory in process (its reaper running) against asyncio
+    futures with call_later timeouts, per call: n times { watch one operation on its own
+    key; check_and_complete that key }, until every completion ran (W10's peers, by the
+    same functions)."""
+    from .purgatory_workloads import _asyncio, _inprocess
+
+    inproc = _inprocess(n, 1, False)
+    aio = _asyncio(n, 1, False)
+    return {
+        "in-process purgatory watch + complete, per call": inproc,
+        "asyncio watch + complete, per call": aio,
+        "ratio: in-process purgatory / asyncio, per call": inproc / aio,
+    }
 
 
 def cascade_stall(n: int) -> Figures:

@@ -57,8 +57,8 @@ class MockTimer(SystemTimer):
         """Move the clock forward by ``timeout_ms``; run what came due. True if any ran."""
         self.clock.advance(timeout_ms)
         with self._cond:
-            due = self._wheel.advance_clock(self.clock.ms)
-            while self._wheel.cascade_step(1 << 30):
+            due = self._advance(self.clock.ms)
+            while self._cascade(1 << 30):
                 pass
         before = self._inline_runs
         self._run_due(due)

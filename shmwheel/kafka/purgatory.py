@@ -1,25 +1,35 @@
 """Kafka's DelayedOperation and DelayedOperationPurgatory.
 
 Invariants:
-* ``force_complete`` succeeds for exactly one caller (a compare-and-set), so
+* ``force_complete`` succeeds for exactly one caller (a compare-and-set in the core), so
   ``on_complete`` runs exactly once whether the operation completes or expires.
+* ``on_complete`` never runs concurrently with ``try_complete`` (KAFKA-19312): completion
+  by a check runs inside try_complete under the operation's lock, and expiry (``run``)
+  takes the same lock before it completes.
 * No missed wake-up: ``try_complete_else_watch`` checks, watches every key, and checks
   again while holding the operation's lock; ``check_and_complete`` takes the same lock
   before it checks. A change signalled at any moment is seen by one of the two checks.
+  ``maybe_try_complete`` (KAFKA-6653) never blocks and never loses a signal either.
 * Completed operations are purged from watch lists once the estimated number of
   operations exceeds the pending ones by more than ``purge_interval``.
+
+Ground rules (what protects what): the watch lists and the two entry points are the
+core's (``Watchers``: shmwheel/native/inproc_purgatory.c, whose header says how each step
+on a key's list is atomic; the Python path: one lock); an operation's ``lock`` (the
+user's, as in Kafka) is held around each try_complete; its completion and
+tryCompletePending flags and its timer binding are the core's (shmwheel/native/inproc.h).
+No lock is taken per operation beyond the operation's own, which Kafka takes too.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from ._backend import Operation, Watchers
 from .system_timer import SystemTimer
 from .timing_wheel import TimerTask
-
-SHARDS = 512  # Kafka's watcher-list shard count
 
 
 class LockLike(Protocol):
@@ -32,19 +42,18 @@ class LockLike(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-class DelayedOperation(TimerTask):
+class DelayedOperation(TimerTask, Operation):
     """An operation that completes when ``try_complete`` says so, or expires after delay_ms.
 
+    ``DelayedOperation(delay_ms, lock=None)``: ``lock`` (a LockLike; a new
+    ``threading.Lock`` by default) is held around every try_complete and by expiry.
     Override ``try_complete`` (call ``force_complete`` when the condition holds),
-    ``on_complete`` and ``on_expiration``."""
+    ``on_complete`` and ``on_expiration``. ``force_complete()`` (from the core) cancels
+    the timeout and runs on_complete; it returns True only for the one caller that
+    completed the operation; ``is_completed`` says whether one has;
+    ``safe_try_complete()`` is try_complete under the lock unless already completed."""
 
-    def __init__(self, delay_ms: int, lock: LockLike | None = None) -> None:
-        super().__init__(delay_ms)
-        self.lock = lock if lock is not None else threading.Lock()
-        self._completed = False
-        self._cas = threading.Lock()
-        self._try_complete_pending = False
-        self._pending_lock = threading.Lock()
+    lock: LockLike
 
     # -- to override ----------------------------------------------------------------
     def try_complete(self) -> bool:  # pragma: no cover - abstract
@@ -61,74 +70,49 @@ class DelayedOperation(TimerTask):
         raise NotImplementedError("override DelayedOperation.on_expiration()")
 
     # -- Kafka's machinery ----------------------------------------------------------
-    def force_complete(self) -> bool:
-        """Complete now: cancel the timeout and run on_complete. True only for the one
-        caller that completed it."""
-        with self._cas:
-            if self._completed:
-                return False
-            self._completed = True
-        self.cancel()
-        self.on_complete()
-        return True
-
-    @property
-    def is_completed(self) -> bool:
-        return self._completed
-
     def run(self) -> None:
-        """Expiry: complete, then on_expiration (only if the expiry won)."""
-        if self.force_complete():
-            self.on_expiration()
-
-    def safe_try_complete(self) -> bool:
-        """try_complete under the operation's lock (Kafka since KAFKA-8334)."""
+        """Expiry: under the operation's lock (so on_complete never overlaps a
+        try_complete, KAFKA-19312), complete, then on_expiration if the expiry won."""
         with self.lock:
-            return self.try_complete()
+            if self.force_complete():
+                self.on_expiration()
 
-    def safe_try_complete_or_else(self, f: Callable[[], None]) -> bool:
-        """Under the lock: try_complete; if not done, run f (watch the keys) and try again."""
+    def safe_try_complete_or_else(self, f: Callable[..., object], *args: Any) -> bool:
+        """Under the lock: try_complete; if not done, run ``f(*args)`` (watch the keys) and
+        try again."""
         with self.lock:
             if self.try_complete():
                 return True
-            f()
+            f(*args)
             return self.try_complete()
 
     def maybe_try_complete(self) -> bool:
-        """Kafka's tryCompletePending: if another thread holds the lock, leave it a note to
-        retry instead of blocking; whoever holds the lock retries until no note is left."""
+        """Kafka's tryCompletePending (KAFKA-6653): if another thread holds the lock, leave
+        it a note to retry instead of blocking; whoever holds the lock retries until no
+        note is left. The note is swapped atomically by the core."""
         done = False
         while True:
             if self.lock.acquire(blocking=False):
                 try:
-                    with self._pending_lock:
-                        self._try_complete_pending = False
+                    self._pending_swap(False)
                     done = self.try_complete()
                 finally:
                     self.lock.release()
-                with self._pending_lock:
-                    retry = self._try_complete_pending
+                retry = self._try_pending
             else:
-                with self._pending_lock:
-                    retry = not self._try_complete_pending
-                    self._try_complete_pending = True
+                retry = not self._pending_swap(True)
             if self.is_completed or not retry:
                 return done
 
 
-class _WatcherList:
-    """One shard: each key's watching operations, in arrival order, under one lock."""
-
-    __slots__ = ("lock", "by_key")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_key: dict[Hashable, list[DelayedOperation]] = {}
-
-
-class DelayedOperationPurgatory:
+class DelayedOperationPurgatory(Watchers):
     """Kafka's purgatory: operations watched by keys, completed by key checks or expired by
-    the timer, whose expiry thread (Kafka's ExpiredOperationReaper) loops ``advance_clock(200)``."""
+    the timer, whose expiry thread (Kafka's ExpiredOperationReaper) loops ``advance_clock(200)``.
+
+    From the core (``Watchers``): ``try_complete_else_watch(operation, watch_keys)`` (True
+    iff this call completed it; otherwise it is watched on every key and added to the
+    timer), ``check_and_complete(key)`` (how many it completed), ``cancel_for_key(key)``,
+    ``purge_completed()`` and ``watched()``."""
 
     def __init__(
         self,
@@ -138,13 +122,11 @@ class DelayedOperationPurgatory:
         reaper_enabled: bool = True,
         timer_enabled: bool = True,
     ) -> None:
+        super().__init__()
         self.name = name
         self.timeout_timer = timer if timer is not None else SystemTimer(name)
         self.purge_interval = purge_interval
         self.timer_enabled = timer_enabled
-        self._shards = [_WatcherList() for _ in range(SHARDS)]
-        self._estimated = 0
-        self._estimated_lock = threading.Lock()
         self._shutdown = threading.Event()
         self._expiry_thread: threading.Thread | None = None
         if reaper_enabled:
@@ -153,125 +135,32 @@ class DelayedOperationPurgatory:
             )
             self._expiry_thread.start()
 
-    def _shard(self, key: Hashable) -> _WatcherList:
-        return self._shards[hash(key) % SHARDS]
-
-    # -- the two entry points --------------------------------------------------------
-    def try_complete_else_watch(
-        self, operation: DelayedOperation, watch_keys: Sequence[Hashable]
-    ) -> bool:
-        """Complete the operation now if it can; otherwise watch it on every key and add it
-        to the timer. True iff this call completed it."""
-        if not watch_keys:
-            raise ValueError("the watch key list can't be empty")
-
-        def watch_all() -> None:
-            for key in watch_keys:
-                self._watch(key, operation)
-            with self._estimated_lock:
-                self._estimated += 1
-
-        if operation.safe_try_complete_or_else(watch_all):
-            return True
-        if not operation.is_completed:
-            if self.timer_enabled:
-                self.timeout_timer.add(operation)
-            if operation.is_completed:
-                operation.cancel()  # completed meanwhile: take it off the timer
-        return False
-
-    def check_and_complete(self, key: Hashable) -> int:
-        """Try to complete every operation watching ``key``; returns how many completed."""
-        wl = self._shard(key)
-        with wl.lock:
-            watchers = wl.by_key.get(key)
-            ops = list(watchers) if watchers else []
-        if not ops:
-            return 0
-        done: set[int] = set()
-        completed = 0
-        for op in ops:
-            if op.is_completed:
-                done.add(id(op))
-            elif op.safe_try_complete():
-                done.add(id(op))
-                completed += 1
-        self._drop(key, watchers, done)
-        return completed
-
-    # -- watch lists -----------------------------------------------------------------
-    def _watch(self, key: Hashable, operation: DelayedOperation) -> None:
-        wl = self._shard(key)
-        with wl.lock:
-            wl.by_key.setdefault(key, []).append(operation)
-
-    def _drop(self, key: Hashable, watchers: list[DelayedOperation] | None, ids: set[int]) -> int:
-        """Remove the given operations from a key's list; forget the key once it is empty."""
-        if watchers is None or not ids:
-            return 0
-        wl = self._shard(key)
-        with wl.lock:
-            before = len(watchers)
-            watchers[:] = [o for o in watchers if id(o) not in ids]
-            if not watchers and wl.by_key.get(key) is watchers:
-                del wl.by_key[key]
-            return before - len(watchers)
-
-    def watched(self) -> int:
-        """Operations in watch lists, counted once per key (Kafka's PurgatorySize)."""
-        total = 0
-        for wl in self._shards:
-            with wl.lock:
-                total += sum(len(w) for w in wl.by_key.values())
-        return total
-
     def delayed(self) -> int:
         """Operations pending in the timer (Kafka's NumDelayedOperations)."""
-        return self.timeout_timer.size
+        return self.timeout_timer.size  # type: ignore[no-any-return]
 
-    purgatory_size = property(watched)
-    num_delayed_operations = property(delayed)
+    @property
+    def purgatory_size(self) -> int:
+        """Kafka's PurgatorySize: ``watched()``."""
+        return self.watched()
 
-    def cancel_for_key(self, key: Hashable) -> list[DelayedOperation]:
-        """Stop watching ``key``: cancel the timeout of each operation watching it and return
-        them (they are not completed; other keys may still watch them)."""
-        wl = self._shard(key)
-        with wl.lock:
-            watchers = wl.by_key.pop(key, None)
-        if watchers is None:
-            return []
-        for op in watchers:
-            op.cancel()
-        return watchers
-
-    def purge_completed(self) -> int:
-        """Remove completed operations from every watch list; returns how many."""
-        purged = 0
-        for wl in self._shards:
-            with wl.lock:
-                for key, watchers in list(wl.by_key.items()):
-                    before = len(watchers)
-                    watchers[:] = [o for o in watchers if not o.is_completed]
-                    purged += before - len(watchers)
-                    if not watchers:
-                        del wl.by_key[key]
-        return purged
+    @property
+    def num_delayed_operations(self) -> int:
+        """Kafka's NumDelayedOperations: ``delayed()``."""
+        return self.delayed()
 
     @property
     def estimated_operations(self) -> int:
-        return self._estimated
+        """Kafka's estimatedTotalOperations: operations watched, reset to the pending ones
+        by each purge."""
+        return self._estimate()
 
     # -- expiry ----------------------------------------------------------------------
     def advance_clock(self, timeout_ms: int) -> None:
         """Advance the timer, then purge watch lists if the estimate of completed-but-still-
         watched operations exceeds ``purge_interval``."""
         self.timeout_timer.advance_clock(timeout_ms)
-        delayed = self.delayed()
-        with self._estimated_lock:
-            purge = self._estimated - delayed > self.purge_interval
-            if purge:
-                self._estimated = delayed
-        if purge:
+        if self._purge_due(self.delayed(), self.purge_interval):
             self.purge_completed()
 
     def _expire_loop(self) -> None:

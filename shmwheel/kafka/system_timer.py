@@ -1,12 +1,21 @@
 """Kafka's SystemTimer: a thread-safe timing wheel with a task-runner thread (Kafka's
 single-thread executor; named so as not to collide with the service's executor processes).
 
-Invariants: ``add`` may be called from any number of threads; clock advance is exclusive
-(one lock guards the wheel, and task objects are touched outside it, so no lock-order
-cycle exists). A task never runs before its deadline: the expiration is the exact
-nanosecond deadline rounded *up* to a millisecond, and the wheel's clock only moves to
-milliseconds that have fully passed. Every exception a task raises is logged and
-counted in ``task_errors`` (Kafka's executor drops them silently).
+A SystemTimer *is* its wheel: a ``TaskWheel`` (the native core, or the Python path), whose
+``add`` and whose fire loop (``_advance``) do the per-timer work. Ground rules (what
+protects what; the full argument is in shmwheel/native/inproc.h):
+
+* ``add`` (any thread), ``TimerTask.cancel`` (any thread) and the wheel's own steps are
+  each atomic under the GIL (the Python path: under one lock of ``_pure``); no lock is
+  taken per task.
+* ``_cond`` serialises clock advance (Kafka's write lock) and is what the advancing thread
+  sleeps on; an ``add`` expiring before its wake-up target takes ``_cond`` only to wake it.
+* the runner's queue has its own Condition, taken once per batch of due tasks.
+
+A task never runs before its deadline: the expiration is the exact nanosecond deadline
+rounded *up* to a millisecond, and the wheel's clock only moves to milliseconds that have
+fully passed. Every exception a task raises is logged and counted in ``task_errors``
+(Kafka's executor drops them silently).
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from ..errors import ShmwheelError
-from .timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
+from ..wheel.core import formatted_wheel
+from ._backend import TaskWheel
+from .timing_wheel import TimerTask
 
 log = logging.getLogger("shmwheel.timer")
 
@@ -72,8 +83,12 @@ class TaskRunner:
             self._thread.join()
 
 
-class SystemTimer:
-    """Kafka's SystemTimer over the array wheel; see the module docstring for invariants."""
+class SystemTimer(TaskWheel):
+    """Kafka's SystemTimer over the array wheel; see the module docstring for invariants.
+
+    ``add(task)`` (inherited from the wheel core) schedules ``task`` ``task.delay_ms`` from
+    now; an already-expired task is handed to the runner at once; adding a task again
+    reschedules it. It may be called from any thread."""
 
     def __init__(
         self,
@@ -88,11 +103,11 @@ class SystemTimer:
         self.name = name
         self._clock_ns = clock_ns
         start = self._now_ms() if start_ms is None else start_ms
-        self._wheel = TimingWheel(tick_ms, wheel_size, start)
+        # the wheel reads CLOCK_MONOTONIC itself unless given another clock
+        clock = None if clock_ns is time.monotonic_ns else clock_ns
+        super().__init__(formatted_wheel(tick_ms, wheel_size, start, 1024), clock)
         self._cond = threading.Condition(threading.Lock())
-        self._wait_target: int | None = None  # ms the advancing thread sleeps until
         self._cascade_budget = cascade_budget
-        self._closed = False
         self._runner = self._make_runner()
 
     # -- hooks MockTimer overrides ----------------------------------------------------
@@ -103,33 +118,18 @@ class SystemTimer:
         assert self._runner is not None
         self._runner.submit_many(tasks)
 
+    # -- hooks the wheel core calls from add ------------------------------------------
+    def _wake(self) -> None:
+        """A task expiring before the advancing thread's wake-up was added: wake it."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _refuse(self) -> None:
+        raise ShmwheelError(f"timer {self.name!r} is shut down")
+
     # -- public API -------------------------------------------------------------------
     def _now_ms(self) -> int:
         return self._clock_ns() // _NS_PER_MS
-
-    def add(self, task: TimerTask) -> None:
-        """Schedule ``task`` to run ``task.delay_ms`` from now; an already-expired task is
-        handed to the executor at once. Adding a task again reschedules it."""
-        if self._closed:
-            raise ShmwheelError(f"timer {self.name!r} is shut down")
-        deadline_ns = self._clock_ns() + task.delay_ms * _NS_PER_MS
-        entry = TimerTaskEntry(task, -(-deadline_ns // _NS_PER_MS))
-        self._add_entry(entry)
-
-    def _add_entry(self, entry: TimerTaskEntry) -> None:
-        with self._cond:
-            added = self._wheel.add(entry)
-            if added:
-                entry._remover = self._remove
-                target = self._wait_target
-                if target is not None and entry.expiration_ms < target:
-                    self._cond.notify_all()
-        if not added and not entry.cancelled:
-            self._submit([entry.timer_task])
-
-    def _remove(self, entry: TimerTaskEntry) -> None:
-        with self._cond:
-            self._wheel.remove(entry)
 
     def advance_clock(self, timeout_ms: int) -> bool:
         """Wait up to ``timeout_ms`` for the wheel to have work (an expired bucket, or a
@@ -139,39 +139,34 @@ class SystemTimer:
         with self._cond:
             while True:
                 now_ns = self._clock_ns()
-                wake = self._wheel.next_wakeup_ms()
-                if wake is not None and wake * _NS_PER_MS <= now_ns:
-                    break
-                remaining = give_up - time.monotonic_ns()
-                if remaining <= 0 or self._closed:
-                    return False
-                if wake is not None:
-                    remaining = min(remaining, wake * _NS_PER_MS - now_ns)
-                self._wait_target = wake if wake is not None else 2**62
-                self._cond.wait(remaining / 1e9)
-                self._wait_target = None
-            due = self._wheel.advance_clock(now_ns // _NS_PER_MS)
-            self._wheel.cascade_step(self._cascade_budget)
+                wake = self._arm()  # the next wake-up, and adds before it now wake us
+                try:
+                    if wake is not None and wake * _NS_PER_MS <= now_ns:
+                        break
+                    remaining = give_up - time.monotonic_ns()
+                    if remaining <= 0 or self.closed:
+                        return False
+                    if wake is not None:
+                        remaining = min(remaining, wake * _NS_PER_MS - now_ns)
+                    self._cond.wait(remaining / 1e9)
+                finally:
+                    self._disarm()
+            due = self._advance(now_ns // _NS_PER_MS)
+            self._cascade(self._cascade_budget)
         self._run_due(due)
         return True
 
-    def _run_due(self, due: list[TimerTaskEntry]) -> None:
-        tasks = [e.timer_task for e in due if not e.cancelled]
+    def _run_due(self, tasks: list[TimerTask]) -> None:
         if not tasks:
             return
         try:
             self._submit(tasks)
         except ShmwheelError:
-            if not self._closed:
+            if not self.closed:
                 raise
             # an advance that raced shutdown(): its runner takes nothing more (as Kafka's
             # executor rejects after shutdown); say so rather than raise in a reaper thread
             log.debug("timer %s: %d tasks fell due during shutdown, not run", self.name, len(tasks))
-
-    @property
-    def size(self) -> int:
-        """Tasks pending in the wheel."""
-        return self._wheel.size
 
     @property
     def task_errors(self) -> int:
@@ -182,18 +177,10 @@ class SystemTimer:
     def tasks_run(self) -> int:
         return self._runner.tasks_run if self._runner else 0
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def current_time_ms(self) -> int:
-        return self._wheel.current_time_ms
-
     def shutdown(self) -> None:
         """Stop accepting tasks, wake any advancing thread, run what was already submitted."""
         with self._cond:
-            self._closed = True
+            self._close()
             self._cond.notify_all()
         if self._runner is not None:
             self._runner.shutdown()

@@ -1,77 +1,66 @@
 """Kafka's TimerTask, TimerTaskEntry and TimingWheel over the array wheel core.
 
-A ``TimerTask`` is bound to at most one live ``TimerTaskEntry``: making a new entry for
-a task cancels the old one (Kafka's ``setTimerTaskEntry``), so adding a task again
-reschedules it. A ``TimingWheel`` keeps entries in a ``WheelCore`` and maps each slot
-back to its entry object; that Python object belongs to the caller's task, not to the
-wheel's storage. Like Kafka's, ``TimingWheel`` is not thread-safe (``SystemTimer`` is).
+A ``TimerTask`` carries its own place in a wheel: the wheel's slot references the task
+itself, so adding, cancelling and firing allocate nothing per timer. Kafka's
+``TimerTaskEntry`` (a task's binding to one expiration) is made only when a caller asks
+for one (``TimerTaskEntry(task, ms)``, ``task.timer_task_entry``): a new binding of the
+task (making an entry, or adding the task again) cancels the old one, which then reports
+``cancelled``. Like Kafka's, ``TimingWheel`` is not thread-safe (``SystemTimer`` is).
 """
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING
-
-from ..wheel.core import DEFAULT_RANGE, WheelCore
-
-if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
+from ..wheel.core import DEFAULT_RANGE, formatted_wheel
+from ._backend import Task, TaskWheel
 
 
-class TimerTask:
-    """A task to run once its delay has passed. Subclass and override ``run()``."""
+class TimerTask(Task):
+    """A task to run once its delay has passed. Subclass and override ``run()``.
 
-    def __init__(self, delay_ms: int) -> None:
-        if not isinstance(delay_ms, int) or isinstance(delay_ms, bool):
-            raise TypeError(f"delay_ms must be an int, got {type(delay_ms).__name__}")
-        self.delay_ms = delay_ms
-        self._entry: TimerTaskEntry | None = None
-        self._entry_lock = threading.Lock()
+    ``TimerTask(delay_ms)``: ``delay_ms`` must be an int (TypeError otherwise)."""
 
     def run(self) -> None:  # pragma: no cover - abstract
         """What the task does when its delay has passed (override)."""
         raise NotImplementedError("override TimerTask.run()")
 
-    def cancel(self) -> None:
-        """Remove the task from its timer if it is still pending."""
-        with self._entry_lock:
-            entry, self._entry = self._entry, None
-        if entry is not None:
-            entry.remove()
-
-    def _set_entry(self, entry: TimerTaskEntry) -> None:
-        """Bind a new entry; an older live entry is removed (it now counts as cancelled)."""
-        with self._entry_lock:
-            old, self._entry = self._entry, entry
-        if old is not None and old is not entry:
-            old.remove()
-
-    def _entry_or_none(self) -> TimerTaskEntry | None:
-        return self._entry
+    @property
+    def timer_task_entry(self) -> TimerTaskEntry | None:
+        """The task's current binding to an expiration (Kafka's getTimerTaskEntry), made on
+        first request; None if the task was never added or was cancelled since."""
+        entry = self._entry
+        if entry is not None or not self._bound:
+            return entry  # type: ignore[no-any-return]
+        return self._adopt_entry(TimerTaskEntry._view(self))  # type: ignore[no-any-return]
 
 
 class TimerTaskEntry:
-    """A task's place in a timing wheel: the task, its expiration, and its wheel handle."""
+    """A task's binding to one expiration (Kafka's TimerTaskEntry). Making one binds the
+    task to it; the task's previous binding is cancelled (and taken off its wheel)."""
 
-    __slots__ = ("timer_task", "expiration_ms", "_remover", "_handle", "__weakref__")
+    __slots__ = ("timer_task", "expiration_ms", "__weakref__")
 
     def __init__(self, task: TimerTask, expiration_ms: int) -> None:
         self.timer_task = task
         self.expiration_ms = int(expiration_ms)
-        self._remover: Callable[[TimerTaskEntry], None] | None = None
-        self._handle = -1
-        task._set_entry(self)
+        task._bind_entry(self, self.expiration_ms)
+
+    @classmethod
+    def _view(cls, task: TimerTask) -> TimerTaskEntry:
+        """An entry for the task's current binding, without rebinding it."""
+        entry = cls.__new__(cls)
+        entry.timer_task = task
+        entry.expiration_ms = task._expiration_ms
+        return entry
 
     @property
     def cancelled(self) -> bool:
         """True once the task was cancelled or bound to a newer entry."""
-        return self.timer_task._entry_or_none() is not self
+        return self.timer_task._entry is not self
 
     def remove(self) -> None:
-        """Unlink from the wheel if linked (O(1)); a no-op otherwise."""
-        remover = self._remover
-        if remover is not None:
-            remover(self)
+        """Take the task off its wheel in O(1) if this is its current, pending binding (the
+        binding stays: Kafka's TimerTaskEntry.remove); a no-op otherwise."""
+        self.timer_task._unlink(self)
 
     def __repr__(self) -> str:
         return (
@@ -87,7 +76,7 @@ class TimingWheel:
     expired (``expiration_ms <= current_time_ms``); ``advance_clock`` moves the clock and
     returns the entries that came due, in expiration order of their buckets. Unlike
     Kafka's, levels are preallocated to span ``max_range_ms``; a later expiration raises
-    ValueError.
+    ValueError. It is the same wheel a SystemTimer is (a ``TaskWheel``).
     """
 
     def __init__(
@@ -99,68 +88,45 @@ class TimingWheel:
         capacity: int = 1024,
         max_range_ms: int | None = None,
     ) -> None:
-        self.core = WheelCore(
-            tick_ms,
-            wheel_size,
-            start_ms,
-            capacity,
-            max_range=DEFAULT_RANGE if max_range_ms is None else max_range_ms,
-        )
+        rng = DEFAULT_RANGE if max_range_ms is None else max_range_ms
+        self._wheel = TaskWheel(formatted_wheel(tick_ms, wheel_size, start_ms, capacity, rng))
         self.tick_ms = tick_ms
         self.wheel_size = wheel_size
-        self.start_ms = self.core.current_time
-        self._owners: list[TimerTaskEntry | None] = [None] * self.core.capacity
+        self.start_ms = self._wheel.current_time_ms
 
     @property
     def current_time_ms(self) -> int:
-        return self.core.current_time
+        return self._wheel.current_time_ms
 
     @property
     def size(self) -> int:
-        return self.core.size
+        return self._wheel.size
 
     def add(self, entry: TimerTaskEntry) -> bool:
-        """Link the entry into its bucket; False if it is cancelled or already expired."""
+        """Link the entry's task at its expiration; False if it is cancelled or already
+        expired."""
         if entry.cancelled:
             return False
-        handle = self.core.insert(entry.expiration_ms)
-        if handle < 0:
-            return False
-        slot = WheelCore.slot_of(handle)
-        if slot >= len(self._owners):
-            self._owners.extend([None] * (self.core.capacity - len(self._owners)))
-        self._owners[slot] = entry
-        entry._handle = handle
-        entry._remover = self.remove
-        return True
+        return self._wheel._link(entry.timer_task, entry.expiration_ms)
 
     def remove(self, entry: TimerTaskEntry) -> None:
         """Unlink an entry in O(1); its slot is free at once."""
-        handle = entry._handle
-        if handle >= 0 and self.core.cancel(handle):
-            self._owners[WheelCore.slot_of(handle)] = None
-        entry._handle = -1
-        entry._remover = None
+        entry.remove()
 
     def advance_clock(self, time_ms: int) -> list[TimerTaskEntry]:
         """Move the clock to ``time_ms`` and return the entries that expired (Kafka returns
         nothing here and flushes buckets from its DelayQueue; the wheel core does both)."""
-        slots = self.core.advance(time_ms)
-        owners = self._owners
         due = []
-        for s in slots.tolist():
-            entry = owners[s]
-            owners[s] = None
+        for task in self._wheel._advance(time_ms):
+            entry = task.timer_task_entry
             if entry is not None:
-                entry._handle = -1
-                entry._remover = None
                 due.append(entry)
         return due
 
     def cascade_step(self, budget: int = 4096) -> int:
         """Pre-cascade up to ``budget`` entries (see shmwheel/native/wheel.c)."""
-        return self.core.cascade_step(budget)
+        return self._wheel._cascade(budget)
 
     def next_wakeup_ms(self) -> int | None:
         """When the wheel next has work: a bucket to fire or to pre-cascade; None if empty."""
-        return self.core.next_wakeup()
+        return self._wheel._next_wakeup()

@@ -15,6 +15,7 @@ extern PyMethodDef shmwheel_state_methods[];
 int shmwheel_add_state_tables(PyObject *m);
 int shmwheel_add_types(PyObject *m);
 int shmwheel_add_journal_type(PyObject *m);
+int shmwheel_add_inproc_types(PyObject *m); /* inproc_wheel.c: the in-process timer */
 
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "shmwheel._native",
@@ -37,6 +38,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (shmwheel_add_state_tables(m) < 0) goto fail;
     if (shmwheel_add_types(m) < 0) goto fail;
     if (shmwheel_add_journal_type(m) < 0) goto fail;
+    if (shmwheel_add_inproc_types(m) < 0) goto fail;
     EXPORT(H_MAGIC); EXPORT(H_VERSION); EXPORT(H_CAPACITY); EXPORT(H_LEVELS);
     EXPORT(H_WHEEL); EXPORT(H_SLOTS); EXPORT(H_WORDS); EXPORT(H_TICK); EXPORT(H_NOW);
     EXPORT(H_FREE); EXPORT(H_PENDING); EXPORT(H_OFF_TICKS); EXPORT(H_OFF_BEXP);

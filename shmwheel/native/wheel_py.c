@@ -86,6 +86,8 @@ static int header_ok(const i64 *m, Py_ssize_t n) {
     return 1;
 }
 
+int shmwheel_wheel_header_ok(const i64 *m, Py_ssize_t n) { return header_ok(m, n); }
+
 /* Borrow argument 0 as the wheel: writable int64, formatted. */
 static int borrow_wheel(PyObject *o, I64Buf *b, const char *fn) {
     if (borrow(o, b, 1, fn, "mem") < 0) return -1;

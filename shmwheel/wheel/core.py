@@ -155,25 +155,34 @@ def _read_geometry(mem: np.ndarray) -> WheelGeometry:
     return g
 
 
+def formatted_wheel(
+    tick: int, wheel_size: int, start_time: int, capacity: int, max_range: int = DEFAULT_RANGE
+) -> np.ndarray:
+    """A new empty wheel array in process memory: the fewest levels spanning ``max_range``,
+    ``capacity`` entry slots, the clock at ``start_time`` (rounded down to the tick)."""
+    g = WheelGeometry.spanning(tick, wheel_size, capacity, max_range)
+    mem = np.zeros(words_needed(g), dtype=np.int64)
+    WheelCore.format(mem, g, start_time)
+    return mem
+
+
 # the native calls of the hot paths, bound once
-_insert = N.wheel_insert
 _insert_many = N.wheel_insert_many
-_cancel = N.wheel_cancel
 _cancel_many = N.wheel_cancel_many
 _advance = N.wheel_advance
 _cascade_step = N.wheel_cascade_step
 _next_wakeup = N.wheel_next_wakeup
 _release = N.wheel_release
 _NO_SLOT = N.INS_NO_SLOT
-_OUT_OF_RANGE = N.INS_OUT_OF_RANGE
 _NEVER = N.NEVER
 _SLOT_MASK = N.HANDLE_SLOT_MASK
 _GEN_BITS = N.GS_GEN_MASK << N.GS_GEN_SHIFT
 
 
-class WheelCore:
+class WheelCore(N.BoundWheel):
     """A hierarchical timing wheel over one int64 array; see ``shmwheel/native/wheel.c`` for
-    the theory.
+    the theory. Its per-call ``insert`` and ``cancel`` are the native base's
+    (``shmwheel/native/wheel_bound.c``), which borrows the array once, when it is bound.
 
     Not thread-safe: callers serialise access (SystemTimer with a lock, the service by
     giving the wheel to one process). ``growable`` cores (process memory) double their
@@ -190,10 +199,8 @@ class WheelCore:
         max_range: int = DEFAULT_RANGE,
         growable: bool = True,
     ) -> None:
-        g = WheelGeometry.spanning(tick, wheel_size, capacity, max_range)
-        mem = np.zeros(words_needed(g), dtype=np.int64)
-        self.format(mem, g, start_time)
-        self._bind(mem, g, growable)
+        mem = formatted_wheel(tick, wheel_size, start_time, capacity, max_range)
+        self._bind(mem, _read_geometry(mem), growable)
 
     @staticmethod
     def format(mem: np.ndarray, g: WheelGeometry, start_time: int) -> None:
@@ -211,17 +218,19 @@ class WheelCore:
         N.wheel_reset(mem)
 
     @classmethod
-    def attach(cls, mem: np.ndarray) -> WheelCore:
-        """A core over an already formatted array (e.g. a shared segment); checks the header."""
+    def attach(cls, mem: np.ndarray, growable: bool = False) -> WheelCore:
+        """A core over an already formatted array (e.g. a shared segment); checks the header.
+        ``growable`` only for process memory: growing replaces the array."""
         core = cls.__new__(cls)
-        core._bind(mem, _read_geometry(mem), growable=False)
+        core._bind(mem, _read_geometry(mem), growable)
         return core
 
     def _bind(self, mem: np.ndarray, g: WheelGeometry, growable: bool) -> None:
+        self._hold(mem)  # the native base checks the header and keeps the array borrowed
         self.mem = mem
         self.geometry = g
         self.growable = growable
-        # what the native calls borrow: a memoryview of the array, cheaper to borrow than it
+        # what the batch calls borrow: a memoryview of the array, cheaper to borrow than it
         self._buf = mem.data
 
     # -- properties ---------------------------------------------------------------
@@ -248,25 +257,11 @@ class WheelCore:
         top = g.tick * int(g.wheel_size ** (g.levels - 1))  # int ** int is Any to mypy
         return (self.current_time // top) * top + g.span - g.tick + 1
 
-    # -- single operations --------------------------------------------------------
-    def insert(self, deadline: int) -> int:
-        """Insert one deadline. Returns a handle (>= 0) or ALREADY_DUE (-1) if
-        ``deadline <= current_time`` (nothing inserted). Raises ValueError beyond range."""
-        h = _insert(self._buf, deadline)
-        if h < 0:
-            if h == _NO_SLOT:
-                self._make_room(1)
-                h = _insert(self._buf, deadline)
-            if h == _OUT_OF_RANGE:
-                raise ValueError(
-                    f"deadline {deadline} is beyond the wheel's range "
-                    f"(must be < {self.max_deadline()})"
-                )
-        return h
-
-    def cancel(self, handle: int) -> bool:
-        """Unlink and free a pending entry in O(1); False for a stale or unknown handle."""
-        return _cancel(self._buf, handle)
+    # -- single operations: insert(deadline) and cancel(handle) are the native base's --
+    def _out_of_range(self, deadline: int) -> None:
+        raise ValueError(
+            f"deadline {deadline} is beyond the wheel's range (must be < {self.max_deadline()})"
+        )
 
     # -- batch operations ---------------------------------------------------------
     def insert_many(self, deadlines: np.ndarray) -> np.ndarray:
