@@ -21,7 +21,7 @@ import numpy as np
 
 from ..segment import contract as C
 from . import format as F
-from .operations import PendingOps
+from .recovery_ops import PendingOps
 from .reader import Reject, Segment
 
 

@@ -107,7 +107,7 @@ def check_architecture() -> None:
     """Refuse to run a service anywhere but x86-64. The native core's cross-process
     protocols are shown data-race-free in the C11 model (tests/tsan/), so they do not rest
     on x86's memory order; some of the Python side's plain accesses to shared words still
-    do, and nothing has run elsewhere (docs/operations.md, "Memory ordering and
+    do, and nothing has run elsewhere (docs/operating.md, "Memory ordering and
     platforms")."""
     machine = platform.machine().lower()
     if machine not in ("x86_64", "amd64"):
@@ -116,7 +116,7 @@ def check_architecture() -> None:
             f"Its native core's protocols are data-race-free by the C11 memory model "
             f"(tests/tsan/), but a few of its Python-side reads and writes of shared words "
             f"still rely on x86's store and load order, and it has not run on another "
-            f"architecture (docs/operations.md, 'Memory ordering and platforms')"
+            f"architecture (docs/operating.md, 'Memory ordering and platforms')"
         )
 
 
