@@ -81,7 +81,8 @@ def rules(b: Bounds) -> list[tuple[str, Column, Column]]:
             ~no_next & b.overdue(f.col("last_next_deadline_ms"))
         )
     )
-    ids = f.format_string("%s id %d", typ, f.col("id"))
+    # ids in hex, as the rest of shmwheel prints them (a handle: slot and generation)
+    ids = f.format_string("%s %#x", typ, f.col("id"))
     return [
         (
             "two outcomes",
@@ -110,7 +111,7 @@ def rules(b: Bounds) -> list[tuple[str, Column, Column]]:
             "fired without a schedule",
             typ == "unscheduled",
             f.format_string(
-                "id %d: %d runs fired, %d cancels, no scheduled or watched record",
+                "id %#x: %d runs fired, %d cancels, no scheduled or watched record",
                 "id",
                 "runs_fired",
                 "n_cancelled",
