@@ -252,6 +252,7 @@ def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spar
     assert rep["n"] == n["repeating"] and rep["runs"] >= n["repeating_runs"] > 0
     tasks = {t["task"]: t for t in s["per_task"]}
     assert tasks["fail"]["error"] == n["failing"] and tasks["fail"]["error_rate"] == 1.0
+    assert [t["task"] for t in s["task_failures"]] == ["fail"]  # named beside the verdict
     assert tasks["noop"]["error"] == 0
     assert s["lateness_ms"]["fires"] > 0 and s["lateness_ms"]["min_ms"] >= 0
     for table in job.TABLES:
@@ -259,6 +260,8 @@ def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spar
     rep_dir = tmp_path / "out" / "report"
     assert json.loads((rep_dir / "summary.json").read_text())["clean"] is True
     index = (rep_dir / "index.md").read_text()
+    assert index.startswith("# Journal audit: CLEAN, with task failures")
+    assert f"`fail` 100.0 % of {n['failing']:,} runs" in index
     for png in ("lateness.png", "lateness_cdf.png", "throughput.png"):
         assert (rep_dir / png).stat().st_size > 1000 and f"]({png})" in index
     producers = pq.read_table(tmp_path / "out" / "per_producer").to_pylist()
@@ -277,6 +280,10 @@ def test_audit_finds_exactly_the_planted_faults(spark, tmp_path):
     s = _audit(spark, str(tmp_path / "j"), tmp_path / "out")
     assert _violations(tmp_path / "out") == FAULTS
     assert not s["clean"] and s["violations"] == len(FAULTS)
+    # ids in hex, as the rest of shmwheel prints them
+    details = {v["id"]: v["detail"] for v in s["violation_sample"]}
+    assert details[50].startswith("one-shot 0x32: 1 runs fired before their deadline")
+    assert details[54].startswith("id 0x36: 1 runs fired")
     rejects = pq.read_table(tmp_path / "out" / "rejects").to_pylist()
     got = {(r["file"], r["offset"], r["reason"].split(":")[0]) for r in rejects}
     assert got == {

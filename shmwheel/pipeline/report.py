@@ -26,8 +26,8 @@ PLOTS = {
     "throughput.png": "Throughput over time (records per second)",
     "services.png": "Each service: fires per second and p99 lateness per second",
 }
-_QUANTILE_LINES = (("p50_ms", "-"), ("p90_ms", "--"), ("p99_ms", "-."), ("p999_ms", ":"),
-                   ("max_ms", "-"))  # fmt: skip
+_QUANTILE_LINES = (("p50_ms", "-", "p50"), ("p90_ms", "--", "p90"), ("p99_ms", "-.", "p99"),
+                   ("p999_ms", ":", "p99.9"), ("max_ms", "-", "max"))  # fmt: skip
 _LINEAR_BELOW_MS = 1e-3  # the journal's resolution (1 µs): symlog's linear range
 _MAX_EPOCH_LINES = 12
 
@@ -69,43 +69,48 @@ def _plots(rep: str, s: dict[str, Any], small: dict[str, Any], cdf: list) -> lis
     drawn = []
     starts = _epoch_starts(s)
     lat = gapped(small["lateness"])
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     if len(lat):
-        t = lat["window"]
+        t = _mid(lat["window"])
         ax.fill_between(t, lat["p50_ms"], lat["p99_ms"], alpha=0.2, label="p50 to p99")
-        for col, style in _QUANTILE_LINES:
-            ax.plot(t, lat[col], style, marker=".", markersize=3, label=col[:-3])
+        for col, style, label in _QUANTILE_LINES:
+            ax.plot(t, lat[col], style, marker=".", markersize=3, label=label)
     _log_y(ax)
     _epochs(ax, starts)
-    ax.set(title=PLOTS["lateness.png"], xlabel="time (UTC)", ylabel="ms after the deadline")
-    ax.legend(loc="upper left", fontsize="small", ncol=3)
+    ax.set(title=PLOTS["lateness.png"], xlabel="time (UTC; each second's figure at its middle)",
+           ylabel="ms after the deadline")  # fmt: skip
+    _legend_below(ax)
     drawn.append(_save(fig, rep, "lateness.png"))
 
     drawn.append(_cdf_plot(plt, rep, cdf, s["lateness_ms"]))
 
     thr = gapped(small["throughput"])
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     for col in ("scheduled", "fired", "cancelled", "completed", "expired", "task_failures"):
         if len(thr) and thr[col].sum() > 0:
-            ax.plot(thr["window"], thr[col], marker=".", markersize=3, label=col)
+            ax.plot(_mid(thr["window"]), thr[col], marker=".", markersize=3, label=col)
+    ax.set_yscale("symlog", linthresh=1)  # a burst of schedules beside a few failures
+    ax.grid(alpha=0.3)
     _epochs(ax, starts)
-    ax.set(title=PLOTS["throughput.png"], xlabel="time (UTC)", ylabel="records per second")
-    ax.legend(loc="upper left", fontsize="small", ncol=3)
+    ax.set(title=PLOTS["throughput.png"], xlabel="time (UTC; each second's count at its "
+           "middle)", ylabel="records per second (log)")  # fmt: skip
+    _legend_below(ax)
     drawn.append(_save(fig, rep, "throughput.png"))
 
     if small.get("services"):
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
         for svc, (thr_s, lat_s) in small["services"].items():
             g = gapped(thr_s)
-            top.plot(g["window"], g["fired"], marker=".", markersize=3, label=svc)
+            top.plot(_mid(g["window"]), g["fired"], marker=".", markersize=3, label=svc)
             g = gapped(lat_s)
-            bottom.plot(g["window"], g["p99_ms"], marker=".", markersize=3, label=svc)
+            bottom.plot(_mid(g["window"]), g["p99_ms"], marker=".", markersize=3, label=svc)
         _log_y(bottom)
         for ax in (top, bottom):
             _epochs(ax, starts)
         top.set(title=PLOTS["services.png"], ylabel="fires per second")
+        top.grid(alpha=0.3)
         bottom.set(xlabel="time (UTC)", ylabel="p99 ms after the deadline")
-        top.legend(loc="upper left", fontsize="small", ncol=2)
+        _legend_below(bottom)
         drawn.append(_save(fig, rep, "services.png"))
     plt.close("all")
     return drawn
@@ -124,8 +129,14 @@ def _cdf_plot(plt: Any, rep: str, cdf: list, lat: dict[str, Any]) -> str:
         tail.append((top, 1 / fires))  # the greatest: one fire of all
         right.plot([v for v, _ in tail], [f for _, f in tail], "-", marker=".", markersize=3)
         right.set_yscale("log")
+        low = min(xs)
         for ax in (left, right):
-            ax.set_xscale("symlog", linthresh=_LINEAR_BELOW_MS)
+            if low > 0:  # no fire on time or early: a plain log axis
+                ax.set_xscale("log")
+                ax.set_xlim(low / 1.5, top * 1.5)
+            else:
+                ax.set_xscale("symlog", linthresh=_LINEAR_BELOW_MS)
+                ax.set_xlim(low, top * 1.5)
             ax.axvline(top, color="grey", linestyle=":", linewidth=1)
     left.set(title="Lateness CDF (every fire)", xlabel="ms after the deadline (log)",
              ylabel="fraction of fires at most x")  # fmt: skip
@@ -134,6 +145,19 @@ def _cdf_plot(plt: Any, rep: str, cdf: list, lat: dict[str, Any]) -> str:
     for ax in (left, right):
         ax.grid(alpha=0.3, which="both")
     return _save(fig, rep, "lateness_cdf.png", dates=False)
+
+
+def _mid(window: Any) -> Any:
+    """Each second's window start moved to its middle (where its figure belongs beside an
+    epoch's start)."""
+    import pandas as pd
+
+    return window + pd.Timedelta(milliseconds=500)
+
+
+def _legend_below(ax: Any) -> None:
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize="small", ncol=6,
+              frameon=False)  # fmt: skip
 
 
 def _log_y(ax: Any) -> None:
@@ -187,7 +211,7 @@ def verdict(s: dict[str, Any]) -> tuple[str, list[str]]:
         worst = ", ".join(_failure(t) for t in failing[:5])
         more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
         lines.append(f"{len(failing)} task(s) failed in their runs: {worst}{more} "
-                     "(Tasks, below)")  # fmt: skip
+                     "(the report's Tasks table)")  # fmt: skip
     return head, lines
 
 
