@@ -74,7 +74,7 @@ def from_spark(f: Any) -> Pred | None:
         child = from_spark(f.child)
         return None if child is None else ("not", child)
     op = _BINARY.get(name) or _UNARY.get(name)
-    path = getattr(f, "attribute", ())
+    path: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
     if op is None or len(path) != 1 or path[0] not in _TYPES:
         return None
     column = path[0]

@@ -32,7 +32,9 @@ _LINEAR_BELOW_MS = 1e-3  # the journal's resolution (1 µs): symlog's linear ran
 _MAX_EPOCH_LINES = 12
 
 
-def write_report(out: str, summary: dict[str, Any], small: dict[str, Any], cdf: list) -> None:
+def write_report(
+    out: str, summary: dict[str, Any], small: dict[str, Any], cdf: list[list[float]]
+) -> None:
     """Write summary.json, the plots and index.md under OUT/report."""
     rep = os.path.join(out, "report")
     os.makedirs(rep, exist_ok=True)
@@ -60,7 +62,9 @@ def gapped(df: Any, every_s: float = 1.0) -> Any:
     return pd.concat([df, holes], ignore_index=True).sort_values("window", kind="stable")
 
 
-def _plots(rep: str, s: dict[str, Any], small: dict[str, Any], cdf: list) -> list[str]:
+def _plots(
+    rep: str, s: dict[str, Any], small: dict[str, Any], cdf: list[list[float]]
+) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,12 +120,12 @@ def _plots(rep: str, s: dict[str, Any], small: dict[str, Any], cdf: list) -> lis
     return drawn
 
 
-def _cdf_plot(plt: Any, rep: str, cdf: list, lat: dict[str, Any]) -> str:
+def _cdf_plot(plt: Any, rep: str, cdf: list[list[float]], lat: dict[str, Any]) -> str:
     """The CDF of every fire's lateness on a log axis, to the greatest, and its tail (the
     fraction later than x, on log axes) down to one fire of all."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     fires, top = lat.get("fires") or 0, lat.get("max_ms")
-    if cdf and fires:
+    if cdf and fires and top is not None:
         xs = [v for _, v in cdf] + [top]
         qs = [q for q, _ in cdf] + [1.0]
         left.plot(xs, qs, "-", drawstyle="steps-post")
