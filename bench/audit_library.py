@@ -102,7 +102,7 @@ def main() -> int:
         # 2. the per-timer table's figures
         bounds = {s: P.Bounds.of(x, A.DEFAULT_GRACE_MS) for s, x in secs_of.items() if s}
         tdir = os.path.join(work, "timers")
-        _, figs_of = timed(t, "   (the per-timer table itself, for scale)",
+        _, figs_of, _ = timed(t, "   (the per-timer table itself, for scale)",
                                 lambda: T.per_timer(spark, ev, bounds, tdir))  # fmt: skip
         timed(t, "2a per-producer, per-task, operations from the per-bucket figures",
               lambda: (lambda fg: (fg.per_producer(), fg.per_task(), fg.operations_summary()))(

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as f
 
@@ -67,6 +68,10 @@ COLUMNS = (
     "reason",
 )
 DEFAULT_GRACE_MS = 10_000
+#: violations/ (``fleet_violations``)
+VIOLATIONS_SCHEMA = pa.schema([("service", pa.string()), ("rule", pa.string()),
+                               ("id", pa.int64()), ("type", pa.string()),
+                               ("detail", pa.string())])  # fmt: skip
 
 
 @dataclass(frozen=True)

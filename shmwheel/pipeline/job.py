@@ -179,25 +179,27 @@ def run(
                   f"{records:,} records, {secs.rejects:,} rejects; {len(groups)} "
                   f"service(s), {len(gaps)} gap(s) in their chains")  # fmt: skip
 
-    timers, figs_of = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
+    timers, figs_of, counted = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
     figs = TimerFigures.merge(figs_of.values())
     tally = figs.tally
     stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
-    A.fleet_violations(timers, bounds).write.mode(mode).parquet(os.path.join(out, "violations"))
-    viol = spark.read.parquet(os.path.join(out, "violations"))
-    by_service_rule = [
-        (r["service"], r["rule"], int(r["n"]))
-        for r in viol.groupBy("service", "rule").agg(f.count("*").alias("n")).collect()
-    ]
+    # the per-timer tasks evaluated the rules already (audit.count_violations): Spark
+    # writes violations/ with each one's detail only when there is one to write
+    by_service_rule = sorted((svc, rule, n) for svc, c in counted.items() for rule, n in c.items())
+    viol_dir = os.path.join(out, "violations")
+    sample: list[dict[str, Any]] = []
+    if by_service_rule:
+        A.fleet_violations(timers, bounds).write.mode(mode).parquet(viol_dir)
+        viol = spark.read.parquet(viol_dir)
+        sample = [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
+    else:
+        parts.write(
+            A.VIOLATIONS_SCHEMA.empty_table(), parts.prepare(viol_dir), "part-00000.parquet"
+        )
     by_rule: dict[str, int] = {}
     for _, rule, n in by_service_rule:
         by_rule[rule] = by_rule.get(rule, 0) + n
-    sample = (
-        [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
-        if by_rule
-        else []
-    )
     stage("rules", f"{sum(by_rule.values()):,} violations")
 
     # the small tables (a row per second, producer or task) are written from the driver

@@ -25,6 +25,7 @@ buckets grows with the journal (``buckets_for``): about ``ROWS_PER_TASK`` record
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
+from . import audit as A
 from . import buckets, parts
 from . import pertimer as P
 from .figures import TimerFigures
@@ -67,12 +69,15 @@ def per_timer(
     events_dir: str,
     bounds: P.Bounds | dict[str, P.Bounds],
     directory: str,
-) -> tuple[DataFrame, dict[str, TimerFigures]]:
+) -> tuple[DataFrame, dict[str, TimerFigures], dict[str, dict[str, int]]]:
     """The per-timer table (``SERVICE`` then ``pertimer.OUTPUT``) of the bucketed events
-    under `events_dir`, written as Parquet under `directory` (emptied first), read back,
-    and its figures per service (``figures.TimerFigures``). A timer is a (service, id):
-    each service's records are judged apart, against its own `bounds` (its journal's end
-    and last epoch; one ``Bounds``: the same for every service). One task per bucket
+    under `events_dir`, written as Parquet under `directory` (emptied first), read back;
+    its figures per service (``figures.TimerFigures``); and per service, the timers
+    breaking each rule (``audit.count_violations``: the rules' conditions evaluated by
+    the tasks with pyarrow, so a clean journal needs no Spark job for its rules). A timer
+    is a (service, id): each service's records are judged apart, against its own
+    `bounds` (its journal's end and last epoch; one ``Bounds``: the same for every
+    service). One task per bucket
     reads it, computes its rows with numpy, writes them itself with pyarrow
     (``parts.py``) as ``part-NNNNN.parquet`` and adds them up.
     Both directories are local or shared paths, or URIs pyarrow opens (hdfs://, s3://)."""
@@ -82,10 +87,14 @@ def per_timer(
     task = functools.partial(_bucket_task, files=files, n=n, bounds=bounds, directory=directory)
     rows = spark.range(0, n, 1, n).mapInArrow(task, _TASK_OUT).collect()
     by_service: dict[str, list[TimerFigures]] = {}
+    broken: dict[str, dict[str, int]] = {}
     for r in rows:
         by_service.setdefault(r["service"], []).append(TimerFigures.from_json(r["figures"]))
+        mine = broken.setdefault(r["service"], {})
+        for rule, k in json.loads(r["violations"]).items():
+            mine[rule] = mine.get(rule, 0) + k
     figures = {svc: TimerFigures.merge(fs) for svc, fs in sorted(by_service.items())}
-    return spark.read.parquet(directory), figures
+    return spark.read.parquet(directory), figures, broken
 
 
 def event_files(events_dir: str) -> list[str]:
@@ -119,7 +128,8 @@ def _bucket_task(
                 tables.append(table)
                 yield pa.RecordBatch.from_pydict(
                     {"bucket": [k], "service": [svc], "timers": [table.num_rows],
-                     "figures": [TimerFigures.of_table(table, b).to_json()]},
+                     "figures": [TimerFigures.of_table(table, b).to_json()],
+                     "violations": [json.dumps(A.count_violations(table, b))]},
                     schema=_TASK_SCHEMA,
                 )  # fmt: skip
             empty = P.empty()
@@ -129,8 +139,8 @@ def _bucket_task(
 
 
 SERVICE = "service"
-_TASK_OUT = "bucket bigint, service string, timers bigint, figures string"
+_TASK_OUT = "bucket bigint, service string, timers bigint, figures string, violations string"
 _TASK_SCHEMA = pa.schema(
     [("bucket", pa.int64()), ("service", pa.string()), ("timers", pa.int64()),
-     ("figures", pa.string())]
+     ("figures", pa.string()), ("violations", pa.string())]
 )  # fmt: skip
