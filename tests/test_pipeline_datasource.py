@@ -161,7 +161,6 @@ def pushdown(spark):
 
 
 WHERE = [
-    "kind = 'fired'",
     "epoch = 2 AND kind IN ('fired', 'outcome')",
     "role = 'reaper' AND t_us >= {late}",
     "wall_us > {late_wall} OR id < 5",  # an OR: Spark keeps it
