@@ -13,6 +13,11 @@ side pays Spark's first-job cost alone):
    a hidden name moved onto its own (parts.py) / the data source's rows written by Spark
    (its commit protocol), which moves every row through the JVM.
 
+and, in this process on the journal's largest segment, what the decoding task's own parts
+cost beside pyarrow's: its per-second figures (``Seconds.of_events``) / pyarrow's
+group_by(second) count by kind and hash_tdigest; the bucketing (``buckets.order``, the
+gather, one row group per bucket) / the same table written unordered in one row group.
+
     python bench/audit_library.py --journal DIR
 """
 
@@ -50,6 +55,56 @@ def timed(out: dict[str, float], label: str, fn: Callable[[], Any]) -> Any:
     return got
 
 
+def one_segment(journal: str, work: str, t: dict[str, float]) -> None:
+    """The decoding task's parts on the largest segment, in this process, twice each (the
+    second time counts)."""
+    import dataclasses
+
+    from shmwheel.journal import read_segment, segment_files
+    from shmwheel.pipeline import buckets
+    from shmwheel.pipeline import events as E
+    from shmwheel.pipeline.seconds import Seconds
+
+    path = max(segment_files(journal), key=os.path.getsize)
+    seg = read_segment(path)
+    cols = list(A.COLUMNS)
+    table = pa.Table.from_batches([E.segment_batch(seg, cols, dictionary=True)])
+    n = 14
+
+    def arrow_seconds() -> Any:
+        kind = table.column("kind").cast(pa.string())
+        second = pc.divide(table.column("wall_us"), 1_000_000)
+        keyed = pa.table({"s": second, "k": kind})
+        counts = keyed.group_by(["s", "k"]).aggregate([("k", "count")])
+        fired = pc.equal(kind, "fired")
+        late = pc.subtract(table.column("t_us"), pc.multiply(table.column("deadline_ms"), 1000))
+        lat = pa.table({"s": second, "late": late}).filter(fired)
+        q = lat.group_by("s").aggregate([("late", "tdigest", pc.TDigestOptions(q=list(QUANTILES))),
+                                         ("late", "max")])  # fmt: skip
+        return counts, q
+
+    def bucketed() -> None:
+        perm, sizes = buckets.order(E.record_ids(seg), n, tail=len(seg.rejects))
+        ordered = dataclasses.replace(seg, rows=seg.rows[perm])
+        tab = pa.Table.from_batches([E.segment_batch(ordered, cols, dictionary=True)])
+        buckets.write(tab, work, "bucketed.parquet", n, sizes)
+
+    def plain() -> None:
+        tab = pa.Table.from_batches([E.segment_batch(seg, cols, dictionary=True)])
+        pq.write_table(tab, os.path.join(work, "plain.parquet"))
+
+    rows = f"{len(seg.rows):,} records"
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        (f"0a one segment ({rows}): Seconds.of_events", lambda: Seconds.of_events(table)),
+        ("0b the same with pyarrow: group_by count by kind, hash_tdigest", arrow_seconds),
+        ("0c the segment's table built, bucketed (14), written", bucketed),
+        ("0d the same built unordered, written in one row group", plain),
+    ]
+    for label, fn in steps:
+        fn()
+        timed(t, label, fn)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--journal", required=True)
@@ -60,6 +115,7 @@ def main() -> int:
         figures: dict[str, Any] = {"journal": args.journal, "loadavg_before": fh.read().strip()}
     t: dict[str, float] = {}
     work = tempfile.mkdtemp(prefix="shmwheel-audit-library-")
+    one_segment(args.journal, work, t)
     spark = spark_session(args.master)
     try:
         ev = os.path.join(work, "events")

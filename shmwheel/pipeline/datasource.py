@@ -20,12 +20,13 @@
 Both give the table of ``events.COLUMNS``, rejects included as rows of kind "reject".
 The audit's decoding job (``decode.py``) opens segments the same two ways.
 
-Registration: ``shmwheel.pipeline.session.spark_session`` registers the source; so does
-any SparkSession whose driver Python has shmwheel installed, through Spark's own lookup of
-top-level ``pyspark_*`` modules (``pyspark_shmwheel``, shipped with the package). Filter
-pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (Spark's default is
-false; ``spark_session`` sets it): without it the source reads whole segments and Spark
-filters the rows.
+Registration: ``shmwheel.pipeline.session.spark_session`` registers the source
+(``register``); so does Spark's own lookup of top-level ``pyspark_*`` modules
+(``pyspark_shmwheel``, shipped with the package) in any SparkSession whose driver Python
+has shmwheel installed. Filter pushdown needs ``spark.sql.python.filterPushdown.enabled``
+(Spark's default is false, and ``spark_session`` leaves it: Spark 4.3 reuses a
+pushed-down read for the next unfiltered query of the same DataFrame, docs/pipeline.md);
+without it the source reads whole segments and Spark filters the rows.
 """
 
 from __future__ import annotations

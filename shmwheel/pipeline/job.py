@@ -1,12 +1,17 @@
 """The audit job's stages: decode the journal once, check it, write the tables and report.
 
-    read     the journal through one of the two entry points, written as events/
-             (Parquet) by the decoding tasks themselves (``write_events``), which also
-             reduce their segments to per-second figures (``seconds.py``): the
-             throughput, the lateness, the journal's extent and task names; rejects/
+    read     the journal's segments, opened by path or handed over by binaryFile
+             (``decode.py``), written as events/ (Parquet) by the decoding tasks
+             themselves, which also reduce their segments to per-second figures
+             (``seconds.py``: the throughput, the lateness, the journal's extent and
+             task names) and judge each file by the journal's rules
+             (``fleet.segment_report``); on the driver, each service's chains
+             (``fleet.completeness``); rejects/
     timers   the per-timer table (timers.py: a task per bucket of events/, numpy)
-             written as timers/, and what it adds up to (``figures.py``)
-    rules    violations/ (Spark: a filter of timers/)
+             written as timers/, what it adds up to (``figures.py``) and how many
+             timers break each rule (``audit.count_violations``)
+    rules    violations/: Spark's filter of timers/, with each violation's detail, when
+             the tasks counted any; else written empty
     figures  lateness/, throughput/, per_producer/, per_task/, the operations, from
              what the tasks added up
     report   report/summary.json, the plots, report/index.md

@@ -30,10 +30,11 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
+from . import asnumpy as AN
 from . import audit as A
 from . import buckets, parts
 from . import pertimer as P
@@ -116,15 +117,13 @@ def _bucket_task(
         for k in batch.column(0).to_pylist():
             events = buckets.read(files, k, n, (*P.EVENT_COLUMNS, SERVICE))
             tables = []
-            service = events.column(SERVICE).cast(pa.string())
-            if isinstance(bounds, dict):
-                each = dict(bounds)
-            else:
-                each = {str(v): bounds for v in pc.unique(service.drop_null()).to_pylist()}
-            for svc, b in sorted(each.items()):
-                mine = events.filter(pc.equal(service, svc))
+            for svc, mine in _by_service(events, bounds):
+                b = bounds[svc] if isinstance(bounds, dict) else bounds
                 table = P.per_timer_of(mine.drop_columns([SERVICE]), b)
-                table = table.add_column(0, SERVICE, pa.array([svc] * table.num_rows, pa.string()))
+                name = pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(table.num_rows, np.int32)), pa.array([svc], pa.string())
+                )
+                table = table.add_column(0, SERVICE, name.cast(pa.string()))
                 tables.append(table)
                 yield pa.RecordBatch.from_pydict(
                     {"bucket": [k], "service": [svc], "timers": [table.num_rows],
@@ -136,6 +135,25 @@ def _bucket_task(
             empty = empty.add_column(0, SERVICE, pa.array([], pa.string()))
             out = pa.concat_tables(tables) if tables else empty
             parts.write(out, directory, f"part-{k:05d}.parquet")
+
+
+def _by_service(
+    events: pa.Table, bounds: P.Bounds | dict[str, P.Bounds]
+) -> Iterator[tuple[str, pa.Table]]:
+    """Each service's rows of a bucket (the services of `bounds` if it names them, else
+    every one present; rows of no service left out), by name: slices of one copy ordered
+    by service, or the bucket itself when it holds one service's rows only."""
+    service = events.column(SERVICE)
+    names = sorted(bounds) if isinstance(bounds, dict) else sorted(AN.strings(service))
+    code = AN.index_in(service, names)
+    if len(names) == 1 and (code == 0).all():
+        yield names[0], events
+        return
+    order = np.argsort(code, kind="stable")
+    ordered = events.take(pa.array(order))
+    at = np.searchsorted(code[order], np.arange(len(names) + 1))
+    for i, svc in enumerate(names):
+        yield svc, ordered.slice(int(at[i]), int(at[i + 1] - at[i]))
 
 
 SERVICE = "service"
