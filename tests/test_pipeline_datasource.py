@@ -244,6 +244,8 @@ def test_paths_lists_globs_and_file_uris(spark, chained, tmp_path):
     assert read().option("paths", json.dumps([chained, str(other)])).load().count() == n + m
     pattern = os.path.join(os.path.dirname(os.path.dirname(chained)), "*", "journal")
     assert read().load(pattern).count() == n
+    # the binaryFile entry point reads what Hadoop's filesystems reach: file:// here
+    assert D.binaryfile_events(spark, f"file://{chained}", ["id"]).count() == n
     with pytest.raises(Exception, match="--reader binaryfile"):
         spark.read.format(D.NAME).load("hdfs://namenode/journal").count()
     with pytest.raises(Exception, match="no journal directory matches"):
