@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -190,9 +191,15 @@ def _string_form(col: pa.Array, typ: pa.DataType, dictionary: bool) -> pa.Array:
 
 def _per_file(seg: Segment) -> dict[str, object]:
     """The columns every row of a segment shares (its records' and its rejects')."""
-    hdr = seg.header or {}
+    return per_file(seg.path, seg.header)
+
+
+def per_file(path: str, header: dict[str, Any] | None) -> dict[str, object]:
+    """The values of the columns every row of the segment at `path` with `header` shares
+    (its records' and its rejects'; None where it has no header)."""
+    hdr = header or {}
     return {
-        "file": seg.path,
+        "file": path,
         "epoch": hdr.get("epoch"),
         "role": F.ROLES.get(hdr.get("role", 0)),
         "writer_pid": hdr.get("pid"),
