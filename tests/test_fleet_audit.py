@@ -17,6 +17,9 @@ from shmwheel.journal import format as F
 from shmwheel.pipeline import cli, fleet, job
 from shmwheel.pipeline.demo import write_demo_journal
 
+# every Spark test runs in one xdist worker, which starts one JVM for them all
+pytestmark = pytest.mark.xdist_group("spark")
+
 SEGMENT_BYTES = 1 << 16  # the least: a few thousand records make chains of 3+ segments
 
 

@@ -24,6 +24,9 @@ from shmwheel.pipeline.demo import write_demo_journal
 from shmwheel.pipeline.seconds import COLUMNS as SECONDS_COLUMNS
 from shmwheel.pipeline.seconds import Seconds
 
+# every Spark test runs in one xdist worker, which starts one JVM for them all
+pytestmark = pytest.mark.xdist_group("spark")
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, int]]:

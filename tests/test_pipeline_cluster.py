@@ -22,6 +22,9 @@ import pytest
 from shmwheel.pipeline import cli, ship
 from shmwheel.pipeline.demo import write_demo_journal
 
+# every Spark test runs in one xdist worker, which starts one JVM for them all
+pytestmark = pytest.mark.xdist_group("spark")
+
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 LOOPBACK = "127.0.0.1"
 START_S = 90  # the master and worker must be up within this

@@ -26,6 +26,9 @@ from shmwheel.pipeline import events as E
 from shmwheel.pipeline import filters as FL
 from shmwheel.pipeline.demo import write_demo_journal
 
+# every Spark test runs in one xdist worker, which starts one JVM for them all
+pytestmark = pytest.mark.xdist_group("spark")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -237,6 +240,7 @@ def test_paths_lists_globs_and_file_uris(spark, chained, tmp_path):
     other = tmp_path / "other" / "journal"
     write_demo_journal(str(other), one_shots=50, repeating=0, operations=2)
     m = sum(len(s.rows) for s in J.read(other))
+
     def read():  # type: ignore[no-untyped-def]
         return spark.read.format(D.NAME)
 
