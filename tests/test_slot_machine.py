@@ -278,7 +278,7 @@ class SlotMachine(RuleBasedStateMachine):
             self.deadline[t] = min(self.deadline[t], d)
         self._drain(c)
         with self.mem.locked():
-            self.tables.reclaim(c)
+            self.tables.reclaim(c, int(self.mem.ring_table[c, L.RT_PID]))
         self.mem.ring_table[c, L.RT_STATE] = L.RING_FREE
         self._drop(self.clients[c])
         if reconnect:

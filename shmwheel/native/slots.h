@@ -171,7 +171,9 @@ void slot_journal_fired(Seg *s, i64 handle);
 void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res);
 /* Apply n executor outcomes (with an OUTCOME record each). res: [0] freed, [1] re-armed. */
 void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res);
-i64 slot_reclaim(Seg *s, i64 ring);           /* a dead or closed client's slots and blocks */
+/* a dead or closed client's slots and blocks; `producer` is its pid (the ring table's
+ * RT_PID), the producer field of what the reclaim journals */
+i64 slot_reclaim(Seg *s, i64 ring, i64 producer);
 i64 slot_rebuild(Seg *s);                     /* crash repair: the states are the truth;
                                                  cancelled slots are relinked, not freed */
 /* A recovery, before any process attaches (slots_repair.c): every slot FREE at generation

@@ -140,11 +140,11 @@ static PyObject *tables_settle(Tables *self, PyObject *const *args, Py_ssize_t n
 }
 
 static PyObject *tables_reclaim(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
-    i64 ring;
+    i64 ring, producer;
     OPEN(self);
-    NARGS(1, "reclaim");
-    if (arg_i64(args[0], &ring) < 0) return NULL;
-    return PyLong_FromLongLong(slot_reclaim(&self->seg, ring));
+    NARGS(2, "reclaim");
+    if (arg_i64(args[0], &ring) < 0 || arg_i64(args[1], &producer) < 0) return NULL;
+    return PyLong_FromLongLong(slot_reclaim(&self->seg, ring, producer));
 }
 
 /* _reset_hold(h, deadline, ring) -> (code, held) and _reset_put_back(h, ring, held) ->
@@ -361,7 +361,8 @@ static PyMethodDef tables_methods[] = {
     {"settle", (PyCFunction)(void (*)(void))tables_settle, METH_FASTCALL,
      "settle(results, n, res): apply n executor outcomes (see slots.h)."},
     {"reclaim", (PyCFunction)(void (*)(void))tables_reclaim, METH_FASTCALL,
-     "reclaim(ring) -> slots freed of a dead or closed client (and its cached blocks)."},
+     "reclaim(ring, pid) -> slots freed of a dead or closed client (and its cached blocks); "
+     "pid, its process, is the producer of what it journals."},
     {"_reset_hold", (PyCFunction)(void (*)(void))tables_reset_hold, METH_FASTCALL,
      "_reset_hold(h, deadline, ring) -> (code, held): a reset's first half (tests)."},
     {"_reset_put_back", (PyCFunction)(void (*)(void))tables_reset_put_back, METH_FASTCALL,

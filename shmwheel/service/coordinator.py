@@ -98,8 +98,8 @@ class Coordinator(ServiceProcess):
                 continue
             while self.drain(r):
                 pass
-            with mem.locked():
-                freed = self.tables.reclaim(r)
+            with mem.locked():  # (what it journals names the client's pid: docs/journal.md)
+                freed = self.tables.reclaim(r, int(table[r, L.RT_PID]))
                 table[r, L.RT_PID] = 0
                 table[r, L.RT_STATE] = L.RING_FREE
             if self.journal is not None:  # cancelled slots whose records the ring lost
