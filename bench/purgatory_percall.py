@@ -1,6 +1,6 @@
 """The client-side cost of one Client.watch and one Client.check_and_complete: the native
 path (shmwheel/native/watch.c) beside the Python path it hands unusual calls to
-(shmwheel/service/operations.py), in one process against a running service. Each key is
+(shmwheel/service/purgatory.py), in one process against a running service. Each key is
 new, so each signal completes one operation; medians of 3 repetitions.
 
     python bench/purgatory_percall.py [--n 20000]
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from shmwheel import TimerService
-from shmwheel.service import operations as ops
+from shmwheel.service import purgatory as ops
 
 
 def main() -> None:

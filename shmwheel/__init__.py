@@ -9,7 +9,7 @@ The public API, all importable from here:
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
-* errors: ShmwheelError, Full, LayoutError, JournalError, RecoveryError.
+* errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError.
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -17,7 +17,14 @@ processes) is private: its names may change between releases.
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import Full, JournalError, LayoutError, RecoveryError, ShmwheelError
+from .errors import (
+    Full,
+    JournalError,
+    JournalInUse,
+    LayoutError,
+    RecoveryError,
+    ShmwheelError,
+)
 
 # Each public name is imported from its module on first use (PEP 562), so `import
 # shmwheel` costs almost nothing and a process pays only for the layer it uses (the
@@ -35,7 +42,7 @@ _WHERE = {
     "connect": ".service.client",
     "TimerHandle": ".service.handles",
     "TimerHandles": ".service.handles",
-    "Operation": ".service.operations",
+    "Operation": ".service.purgatory",
     "FireContext": ".service.context",
     "context": ".service.context",
     "TimerService": ".service.supervisor",
@@ -50,7 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .service.client import Client, connect
     from .service.context import FireContext, context
     from .service.handles import TimerHandle, TimerHandles
-    from .service.operations import Operation
+    from .service.purgatory import Operation
     from .service.supervisor import TimerService
     from .wheel.core import WheelCore
 
@@ -77,6 +84,7 @@ __all__ = [
     "FireContext",
     "Full",
     "JournalError",
+    "JournalInUse",
     "LayoutError",
     "ManualClock",
     "MockTimer",

@@ -26,7 +26,7 @@ from shmwheel.segment import states as S
 from shmwheel.segment.verify import firing_nowhere, verify
 from shmwheel.service import client as client_mod
 from shmwheel.service import context as ctx
-from shmwheel.service import operations as operations_mod
+from shmwheel.service import purgatory as purgatory_mod
 from shmwheel.service.client import Client, now_ms
 from shmwheel.service.executor import recover_rings
 
@@ -62,7 +62,7 @@ class SlotMachine(RuleBasedStateMachine):
         # The machine's only clock is the wheel's: a deadline read from the real clock
         # would make which rules are enabled depend on how fast this machine runs (and
         # hypothesis refuses a strategy that is not a function of its draws).
-        operations_mod.time = types.SimpleNamespace(
+        purgatory_mod.time = types.SimpleNamespace(
             monotonic_ns=lambda: self.now() * 1_000_000, monotonic=time.monotonic
         )
         cfg = L.ServiceConfig(
@@ -123,7 +123,7 @@ class SlotMachine(RuleBasedStateMachine):
         client._closed = True
 
     def teardown(self) -> None:
-        operations_mod.time = time  # type: ignore[assignment]
+        purgatory_mod.time = time  # type: ignore[assignment]
         if not hasattr(self, "mem"):
             return
         if self.held is not None:

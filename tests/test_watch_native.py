@@ -19,7 +19,7 @@ from shmwheel import TimerService
 from shmwheel import _native as N
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from shmwheel.service import operations as ops
+from shmwheel.service import purgatory as ops
 from shmwheel.service.client import Client, now_ms
 from tests.test_slot_machine import QuietClient
 

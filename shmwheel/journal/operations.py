@@ -63,7 +63,7 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
     are `taken`) and watch them on their keys; returns their handles. Raises
     RecoveryError (recovery.py) when this service cannot hold them."""
     from ..errors import RecoveryError
-    from ..service.operations import key_id
+    from ..service.purgatory import key_id
     from .recovery import NO_RING, store_block
 
     ops = pending.pending()

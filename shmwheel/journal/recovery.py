@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RecoveryError
+from ..errors import RecoveryError as RecoveryError  # (errors.py; this path stays)
 from ..segment import contract as C
 from ..segment import layout as L
 from . import format as F

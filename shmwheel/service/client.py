@@ -30,11 +30,11 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
 from . import batch as _batch
-from . import operations as _ops
+from . import purgatory as _ops
 from . import times as _times
 from .handles import TimerHandle, TimerHandles, check_owner
-from .operations import Operation
 from .outcomes import Outcomes
+from .purgatory import Operation
 from .stats import read_stats
 
 log = logging.getLogger("shmwheel.client")
