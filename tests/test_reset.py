@@ -375,7 +375,7 @@ def test_reset_is_refused_while_the_journal_cannot_keep_it(tmp_path):
     lasts, through the writers' fault seam (journal/disk.py)."""
     with TimerService(tasks=TASKS, capacity=64, executors=1, journal=tmp_path / "j") as s:
         with s.client() as c:
-            h = c.schedule("record", None, delay_ms=60_000)
+            h = c.schedule("record", rec(tmp_path / "log", "h"), delay_ms=60_000)
             s.mem.header[L.W_JINJECT] = disk.inject(errno.ENOSPC)
             try:
                 c.schedule("record", None, delay_ms=60_000)  # a write that meets the fault
