@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from shmwheel import TimerService
-from shmwheel.service import purgatory as ops
 
 
 def main() -> None:
@@ -32,8 +31,8 @@ def main() -> None:
                 lambda k: c.check_and_complete(k),
             ),
             "python": (
-                lambda k: ops.watch(c, [k], 60_000, "noop", None, None, 1),
-                lambda k: ops.check_and_complete(c, k, 1),
+                lambda k: c._watch_slow([k], 60_000, on_complete="noop"),
+                lambda k: c._check_and_complete_slow(k, 1),
             ),
         }
         us: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -77,9 +77,70 @@ class Handle:
         at: datetime | None = None,
     ) -> bool: ...
 
+class ProducerHooks(Protocol):
+    """The methods of a Client's Python half that its native half (Producer) calls back,
+    by name, and nothing else of it: PRODUCER_HOOKS in producer.h, which N.PRODUCER_HOOKS
+    lists (tests/test_client_interface.py checks the three lists are one). service/
+    client.py checks with mypy that Client has them. The *_slow / *_checked ones get the
+    caller's arguments as given, so their signatures are the public methods'."""
+
+    def _schedule_slow(
+        self,
+        task: str,
+        payload: Any,
+        delay_ms: float | None,
+        deadline_ms: int | None,
+        key: Any,
+        every_ms: float | None,
+        at: datetime | None = None,
+    ) -> Handle: ...
+    def _schedule_checked(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        delay_ms: float | None = None,
+        deadline_ms: int | None = None,
+        key: str | bytes | int | None = None,
+        every_ms: float | None = None,
+        at: datetime | None = None,
+    ) -> Handle: ...
+    def _reset_slow(
+        self,
+        handle: Any,
+        delay_ms: float | None = None,
+        *,
+        deadline_ms: int | None = None,
+        at: datetime | None = None,
+    ) -> bool: ...
+    def _watch_slow(
+        self,
+        keys: Sequence[str | bytes | int],
+        timeout_ms: float,
+        *,
+        on_complete: str | None = None,
+        on_expire: str | None = None,
+        payload: Any = None,
+        required: int = 1,
+    ) -> Handle: ...
+    def _check_and_complete_slow(self, key: str | bytes | int, amount: int = 1) -> int: ...
+    def _restock(self) -> None: ...
+    def _bell(self) -> None: ...
+    def _wake_reaper(self) -> None: ...
+    def _check(self) -> None: ...
+    def _refuse_foreign(self, handle: Handle) -> None: ...
+    def _wait_push(self, h: int, check: int) -> None: ...
+    def _wait_room(self) -> None: ...
+
+PRODUCER_HOOKS: tuple[str, ...]  # the names ProducerHooks declares, as the C side has them
+
+def due_ms(now_ns: int, delay_ms: float) -> int: ...
+def due_ms_many(now_ns: int, delays_ms: _Buf, out: _Buf) -> None: ...
+
 class Producer:
     _closed: bool
     _forked: bool
+    _fast_paths: bool
     _instance: int
     def schedule(
         self,

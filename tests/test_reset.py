@@ -24,7 +24,6 @@ from shmwheel.journal import format as F
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment.verify import verify
-from shmwheel.service import client as client_mod
 from shmwheel.service.client import Client, now_ms
 
 UTC = dt.UTC
@@ -183,7 +182,7 @@ def test_schedule_and_reset_at_a_wall_clock_time(svc, tmp_path):
 def test_a_full_ring_refuses_the_reset_and_changes_nothing(monkeypatch):
     """No coordinator drains this segment's ring: once it is full, a reset waits
     RING_WAIT_S for room, then raises Full with the timer's deadline unchanged."""
-    monkeypatch.setattr(client_mod, "RING_WAIT_S", 0.05)
+    monkeypatch.setattr(Client, "RING_WAIT_S", 0.05)
     cfg = L.ServiceConfig(
         capacity=64,
         tick_ms=1,

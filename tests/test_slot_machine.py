@@ -24,7 +24,6 @@ from shmwheel.segment import layout as L
 from shmwheel.segment import payload as P
 from shmwheel.segment import states as S
 from shmwheel.segment.verify import firing_nowhere, verify
-from shmwheel.service import client as client_mod
 from shmwheel.service import context as ctx
 from shmwheel.service import purgatory as purgatory_mod
 from shmwheel.service.client import Client, now_ms
@@ -56,9 +55,9 @@ class SlotMachine(RuleBasedStateMachine):
     @initialize(align=st.integers(0, (1 << 20) - 1))
     def setup(self, align: int) -> None:
         RUNS.clear()
-        self.waits = client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S
+        self.waits = Client.RING_WAIT_S, Client.FREE_WAIT_S
         # no coordinator runs here: a full ring or wheel refuses at once
-        client_mod.RING_WAIT_S = client_mod.FREE_WAIT_S = 0.0
+        Client.RING_WAIT_S = Client.FREE_WAIT_S = 0.0
         # The machine's only clock is the wheel's: a deadline read from the real clock
         # would make which rules are enabled depend on how fast this machine runs (and
         # hypothesis refuses a strategy that is not a function of its draws).
@@ -156,7 +155,7 @@ class SlotMachine(RuleBasedStateMachine):
             self._drop(c)
         self.exec.close()
         self.mem.close()
-        client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S = self.waits
+        Client.RING_WAIT_S, Client.FREE_WAIT_S = self.waits
 
     # -- clients ------------------------------------------------------------------------
     @rule(

@@ -40,7 +40,6 @@
 #define MAX_AMOUNT 0xFFFFFFFFLL              /* an operation's count saturates here */
 
 static PyObject *s_on_complete, *s_on_expire, *s_payload, *s_required, *s_amount;
-static PyObject *s_watch_slow, *s_cac_slow, *s_wake_reaper;
 static PyObject *s_acquire, *s_release;
 
 /* ---- keys ---------------------------------------------------------------------------- */
@@ -182,7 +181,7 @@ static void seglock_drop(Producer *p) {
 static Seg *ops_seg(Producer *p) { return &((Tables *)p->tables)->seg; }
 
 static int fast_ok(Producer *p) {
-    return p->tables && ((Tables *)p->tables)->seg.watch && producer_ready(p);
+    return p->fast && p->tables && ((Tables *)p->tables)->seg.watch && producer_ready(p);
 }
 
 /* an int in [1, MAX_AMOUNT], else 0 */
@@ -326,7 +325,7 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     return producer_new_handle(p, p->op_type, h, due);
 
 slow:
-    return producer_pass_on(p, s_watch_slow, args, nargs, kwnames);
+    return producer_hook(p, HOOK_WATCH_SLOW, args, nargs, kwnames);
 }
 
 /* ---- check_and_complete --------------------------------------------------------------- */
@@ -356,13 +355,13 @@ PyObject *producer_check_and_complete(Producer *p, PyObject *const *args, Py_ssi
                       relaxed_load(&p->counters[C_OPS_COMPLETED]) + done);
         /* they are due now: wake the reaper if it sleeps past its hot step (reaper.py) */
         if (relaxed_load(&p->header[p->w_reaper_wake_at]) > producer_now_ns() / 1000000 + 1 &&
-                producer_call0(p, s_wake_reaper) < 0)
+                producer_hook0(p, HOOK_WAKE_REAPER) < 0)
             return NULL;
     }
     return PyLong_FromLongLong(done);
 
 slow:
-    return producer_pass_on(p, s_cac_slow, args, nargs, kwnames);
+    return producer_hook(p, HOOK_CAC_SLOW, args, nargs, kwnames);
 }
 
 /* _bind_ops(tables, lock_fd, thread_lock, w_dirty, w_reaper_wake_at, op_type) */
@@ -395,8 +394,6 @@ int producer_ops_init(void) {
     struct { PyObject **s; const char *v; } names[] = {
         {&s_on_complete, "on_complete"}, {&s_on_expire, "on_expire"},
         {&s_payload, "payload"}, {&s_required, "required"}, {&s_amount, "amount"},
-        {&s_watch_slow, "_watch_slow"}, {&s_cac_slow, "_check_and_complete_slow"},
-        {&s_wake_reaper, "_wake_reaper"},
         {&s_acquire, "acquire"}, {&s_release, "release"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

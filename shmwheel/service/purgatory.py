@@ -1,5 +1,6 @@
-"""Kafka's purgatory across processes, the client's half: the Python path of
-``Client.watch`` and ``Client.check_and_complete``. Their common case runs natively
+"""Kafka's purgatory across processes, the client's half: ``Operation`` and the Python path
+of ``Client.watch`` and ``Client.check_and_complete`` (``PurgatoryCalls``, a part of
+``Client``: service/client.py joins it with the others). Their common case runs natively
 (shmwheel/native/watch.c); every other case comes here with the arguments as given, and
 this path validates them and raises what the API promises. The shared-memory side is
 shmwheel/native/purgatory.c, whose header explains the design.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -27,10 +28,8 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
 from . import times as T
+from .client_base import ClientBase
 from .handles import _FutureLike
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
 
 
 def now_ms() -> int:
@@ -68,14 +67,6 @@ def key_id(key: object) -> int:
     return N.key_id(key)  # type: ignore[arg-type]
 
 
-def _task_or_none(client: Client, name: str | None, what: str) -> int:
-    if name is None:
-        return int(C.TASK_NONE)
-    if not isinstance(name, str):
-        raise TypeError(f"{what} must be a task name (str) or None, got {type(name).__name__}")
-    return client._task_id(name)
-
-
 def _count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int, got {type(value).__name__}")
@@ -85,84 +76,90 @@ def _count(value: object, what: str) -> int:
     return v
 
 
-def watch(
-    client: Client,
-    keys: Sequence[str | bytes | int],
-    timeout_ms: float,
-    on_complete: str | None,
-    on_expire: str | None,
-    payload: Any,
-    required: int,
-) -> Operation:
-    """Client.watch (see its docstring)."""
-    client._check_accepting()
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
-        raise TypeError("keys must be a sequence of keys (a list or tuple), not a single key")
-    unique = list(dict.fromkeys(keys))  # a key named twice counts once
-    if not unique:
-        raise ValueError("an operation needs at least one key to be completed through")
-    if len(unique) > MAX_KEYS:
-        raise ValueError(f"an operation may watch at most {MAX_KEYS} keys, got {len(unique)}")
-    ids = sorted({key_id(k) for k in unique})  # distinct keys with one id count once
-    required = _count(required, "required")
-    on_complete_id = _task_or_none(client, on_complete, "on_complete")
-    on_expire_id = _task_or_none(client, on_expire, "on_expire")
-    deadline = T.timeout_deadline(timeout_ms, client._max_delay)
-    try:
-        blob: bytes = msgpack.packb([unique, payload])
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TypeError(f"payload cannot be encoded with msgpack: {e}") from None
-    P.decodable(blob)  # what the executor could not decode is refused here
-    if len(blob) + C.OP_HEADER > C.MAX_PAYLOAD:
-        raise ValueError(
-            f"an operation's keys and payload encode to {len(blob)} bytes; at most "
-            f"{C.MAX_PAYLOAD - C.OP_HEADER} fit: use fewer or shorter keys, or a smaller "
-            f"payload"
-        )
-    header = C.op_header(required, on_complete_id, len(unique))
-    data = _OP_HEADER.pack(header, 0) + blob
-    mem = client._mem
-    h = client._take_one()
-    with mem.locked():
-        # the entries, then the block; on a refusal the slot is retired (its generation
-        # moves on), which leaves entries already added dead for the next purge
-        where = mem.bind_tables().op_store(h, data, ids)
+class PurgatoryCalls(ClientBase):
+    """The Python paths of ``Client.watch`` and ``Client.check_and_complete`` (the native
+    paths, watch.c, call them with the arguments as given; their docstrings are there)."""
+
+    def _watch_slow(
+        self,
+        keys: Sequence[str | bytes | int],
+        timeout_ms: float,
+        *,
+        on_complete: str | None = None,
+        on_expire: str | None = None,
+        payload: Any = None,
+        required: int = 1,
+    ) -> Operation:
+        self._check_accepting()
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+            raise TypeError("keys must be a sequence of keys (a list or tuple), not a single key")
+        unique = list(dict.fromkeys(keys))  # a key named twice counts once
+        if not unique:
+            raise ValueError("an operation needs at least one key to be completed through")
+        if len(unique) > MAX_KEYS:
+            raise ValueError(f"an operation may watch at most {MAX_KEYS} keys, got {len(unique)}")
+        ids = sorted({key_id(k) for k in unique})  # distinct keys with one id count once
+        required = _count(required, "required")
+        on_complete_id = self._task_or_none(on_complete, "on_complete")
+        on_expire_id = self._task_or_none(on_expire, "on_expire")
+        deadline = T.timeout_deadline(timeout_ms, self._max_delay)
+        try:
+            blob: bytes = msgpack.packb([unique, payload])
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TypeError(f"payload cannot be encoded with msgpack: {e}") from None
+        P.decodable(blob)  # what the executor could not decode is refused here
+        if len(blob) + C.OP_HEADER > C.MAX_PAYLOAD:
+            raise ValueError(
+                f"an operation's keys and payload encode to {len(blob)} bytes; at most "
+                f"{C.MAX_PAYLOAD - C.OP_HEADER} fit: use fewer or shorter keys, or a smaller "
+                f"payload"
+            )
+        header = C.op_header(required, on_complete_id, len(unique))
+        data = _OP_HEADER.pack(header, 0) + blob
+        mem = self._mem
+        h = self._take_one()
+        with mem.locked():
+            # the entries, then the block; on a refusal the slot is retired (its generation
+            # moves on), which leaves entries already added dead for the next purge
+            where = self._tables().op_store(h, data, ids)
+            if where < 0:
+                self._tables().retire(C.handle_slot(h))
+        if where == -1:
+            raise Full(
+                f"the watch lists of service {self.name!r} are full "
+                f"({mem.config.watch_capacity} entries, one per key of each live "
+                f"operation): complete or cancel operations, or start the service with a "
+                f"larger watch_capacity"
+            )
         if where < 0:
-            mem.bind_tables().retire(C.handle_slot(h))
-    if where == -1:
-        raise Full(
-            f"the watch lists of service {client.name!r} are full "
-            f"({mem.config.watch_capacity} entries, one per key of each live "
-            f"operation): complete or cancel operations, or start the service with a "
-            f"larger watch_capacity"
-        )
-    if where < 0:
-        raise Full(
-            f"the payload arena has no free block for {len(data)} bytes: use smaller "
-            f"payloads or start the service with a larger arena_bytes"
-        )
-    cls, block = where >> 32, where & 0xFFFFFFFF
-    meta = C.meta_make(on_expire_id, C.FLAG_OP | C.FLAG_ARENA, cls, len(blob), client.ring)
-    if not client._submit(h, meta, block, deadline):
-        client._wait_push(h, C.CHECK_SUBMIT)
-    client._row[C.C_OPS_WATCHED] += 1
-    if mem.header[L.W_COORD_SLEEPING]:
-        client._bell()
-    return Operation(client, h, deadline)
+            raise Full(
+                f"the payload arena has no free block for {len(data)} bytes: use smaller "
+                f"payloads or start the service with a larger arena_bytes"
+            )
+        cls, block = where >> 32, where & 0xFFFFFFFF
+        meta = C.meta_make(on_expire_id, C.FLAG_OP | C.FLAG_ARENA, cls, len(blob), self.ring)
+        self._publish_one(h, meta, block, deadline)
+        self._row[C.C_OPS_WATCHED] += 1
+        return Operation(self, h, deadline)
 
+    def _check_and_complete_slow(self, key: str | bytes | int, amount: int = 1) -> int:
+        self._check()
+        kid = key_id(key)
+        amount = _count(amount, "amount")
+        mem = self._mem
+        with mem.locked():
+            done = int(self._tables().watch_signal(kid, amount))
+        if done:
+            self._row[C.C_OPS_COMPLETED] += done
+            # they are due now: wake the reaper if it sleeps longer than its hot step (it
+            # says when it wakes; reaper.py, HOT_S)
+            if mem.header[L.W_REAPER_WAKE_AT] > now_ms() + 1:
+                self._wake_reaper()
+        return done
 
-def check_and_complete(client: Client, key: str | bytes | int, amount: int) -> int:
-    """Client.check_and_complete (see its docstring)."""
-    client._check()
-    kid = key_id(key)
-    amount = _count(amount, "amount")
-    mem = client._mem
-    with mem.locked():
-        done = int(mem.bind_tables().watch_signal(kid, amount))
-    if done:
-        client._row[C.C_OPS_COMPLETED] += done
-        # they are due now: wake the reaper if it sleeps longer than its hot step (it says
-        # when it wakes; reaper.py, HOT_S)
-        if mem.header[L.W_REAPER_WAKE_AT] > now_ms() + 1:
-            client._wake_reaper()
-    return done
+    def _task_or_none(self, name: str | None, what: str) -> int:
+        if name is None:
+            return int(C.TASK_NONE)
+        if not isinstance(name, str):
+            raise TypeError(f"{what} must be a task name (str) or None, got {type(name).__name__}")
+        return self._task_id(name)
