@@ -8,7 +8,10 @@ import numpy as np
 
 _Buf = np.ndarray | memoryview
 
-def __getattr__(name: str) -> int: ...  # the contract.h constants
+# every constant of contract.h and journal.h (module.c): name -> value, in the lists' order,
+# and (list, its names); segment/constants.py makes them attributes, typed by its stub
+CONTRACT: dict[str, int]
+CONTRACT_LISTS: tuple[tuple[str, tuple[str, ...]], ...]
 
 class Tables:
     def __init__(self, wheel: _Buf, side: _Buf, arena: _Buf, adata: _Buf) -> None: ...

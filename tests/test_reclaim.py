@@ -54,7 +54,7 @@ def test_the_reclaim_of_a_dead_reset_journals_its_clients_pid():
         recs = np.empty((8, C.PRODUCER_RECORD), np.int64)
         _, n = mem.producer[ring].peek(recs)
         with mem.locked():
-            tables.link_records(recs, n, ring, np.zeros(5, np.int64))
+            tables.link_records(recs, n, ring, np.zeros(C.LINK_RESULT_WORDS, np.int64))
         mem.producer[ring].consume(n)
         code, _held = tables._reset_hold(h.id, t0 + 2, ring)  # and its process dies
         assert code == C.RESET_WON

@@ -240,7 +240,7 @@ def _advance_past_a_held_timer(q) -> None:  # (a child process: a hang must not 
     h = c.schedule("record", None, deadline_ms=t0 + 3)
     recs = np.empty((8, C.PRODUCER_RECORD), np.int64)
     _, n = mem.producer[0].peek(recs)
-    res = np.zeros(5, np.int64)
+    res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
     with mem.locked():
         tables.link_records(recs, n, 0, res)
     mem.producer[0].consume(n)
@@ -301,7 +301,7 @@ def test_a_cascade_places_a_moved_timer_by_its_deadline_not_its_old_bucket():
     def drain(r: int) -> None:
         recs = np.empty((8, C.PRODUCER_RECORD), np.int64)
         _, n = mem.producer[r].peek(recs)
-        res = np.zeros(5, np.int64)
+        res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
         with mem.locked():
             tables.link_records(recs, n, r, res)
         mem.producer[r].consume(n)

@@ -250,13 +250,13 @@ class SlotMachine(RuleBasedStateMachine):
         ring = self.mem.producer[r]
         recs = np.empty((ring.capacity, C.PRODUCER_RECORD), np.int64)
         _, n = ring.peek(recs)
-        res = np.zeros(5, np.int64)
-        res[3] = np.iinfo(np.int64).max
+        res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
+        res[C.LR_EARLIEST] = C.NEVER
         with self.mem.locked():
             self.tables.link_records(recs, n, r, res)
         ring.consume(n)
-        self.mem.counters[L.ROW_COORDINATOR, C.C_RETIRED] += res[4]
-        assert res[2] == 0, "a well-behaved client's record was taken for garbage"
+        self.mem.counters[L.ROW_COORDINATOR, C.C_RETIRED] += res[C.LR_RETIRED]
+        assert res[C.LR_GARBAGE] == 0, "a well-behaved client's record was taken for garbage"
 
     def drain_all(self) -> None:
         for r in range(CLIENTS):
@@ -332,11 +332,11 @@ class SlotMachine(RuleBasedStateMachine):
         ring = self.mem.results[0]
         buf = np.empty((ring.capacity, C.RESULT_RECORD), np.int64)
         _, n = ring.peek(buf)
-        res = np.zeros(2, np.int64)
+        res = np.zeros(C.SETTLE_RESULT_WORDS, np.int64)
         with self.mem.locked():
             self.tables.settle(buf, n, res)
         ring.consume(n)
-        for h, outcome in buf[:n, :2].tolist():
+        for h, outcome in buf[:n, [C.RR_HANDLE, C.RR_OUTCOME]].tolist():
             if outcome == C.OUTCOME_CRASHED:
                 self.crashed.add(h)
         for h in self.every:  # a re-armed timer's next deadline
@@ -362,7 +362,7 @@ class SlotMachine(RuleBasedStateMachine):
         """The executor died while running the first record of its ring (its task may or
         may not have had effects): the replacement reports it crashed, runs none twice."""
         ring, results = self.mem.dispatch[0], self.mem.results[0]
-        last = int(results.record_at(results.head - 1)[2]) if results.head else -1
+        last = int(results.record_at(results.head - 1)[C.RR_SEQ]) if results.head else -1
         self.mem.exec_table[0, L.X_STARTED] = max(ring.tail, last + 1)
         if max(ring.tail, last + 1) >= ring.head:
             return

@@ -13,8 +13,6 @@
 #include "slot_record.h"
 #include "slots.h"
 
-#define CACHE_MAX 256
-
 typedef struct {
     PyObject_HEAD
     Seg seg;

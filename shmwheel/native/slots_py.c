@@ -121,7 +121,8 @@ static PyObject *tables_apply(Tables *self, PyObject *const *args, Py_ssize_t na
     if (i64buf_get(args[0], &recs, 0) < 0) return NULL;
     if (i64buf_get(args[link ? 3 : 2], &res, 1) < 0) { i64buf_release(&recs); return NULL; }
     i64 width = link ? PRODUCER_RECORD : RESULT_RECORD;
-    int ok = n >= 0 && n * width <= recs.n && res.n >= (link ? 5 : 2);
+    int ok = n >= 0 && n * width <= recs.n &&
+             res.n >= (link ? LINK_RESULT_WORDS : SETTLE_RESULT_WORDS);
     if (!ok) PyErr_SetString(PyExc_ValueError, "record count or result array out of range");
     else if (link) slot_link_records(&self->seg, recs.p, n, ring, res.p);
     else slot_settle(&self->seg, recs.p, n, res.p);

@@ -37,7 +37,6 @@
 
 #define FAST_KEYS 16                         /* more keys: the Python path */
 #define BLOB_MAX (MAX_PAYLOAD - OP_HEADER)   /* msgpack [keys, payload] in one block */
-#define MAX_AMOUNT 0xFFFFFFFFLL              /* an operation's count saturates here */
 
 static PyObject *s_on_complete, *s_on_expire, *s_payload, *s_required, *s_amount;
 static PyObject *s_acquire, *s_release;
@@ -184,12 +183,12 @@ static int fast_ok(Producer *p) {
     return p->fast && p->tables && ((Tables *)p->tables)->seg.watch && producer_ready(p);
 }
 
-/* an int in [1, MAX_AMOUNT], else 0 */
+/* an int in [1, OP_MAX_AMOUNT], else 0 */
 static i64 amount_of(PyObject *o) {
     if (!PyLong_CheckExact(o)) return 0;
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    return (!overflow && v >= 1 && v <= MAX_AMOUNT) ? v : 0;
+    return (!overflow && v >= 1 && v <= OP_MAX_AMOUNT) ? v : 0;
 }
 
 /* a task's id, TASK_NONE for None; -1 if the Python path must judge it */
@@ -292,8 +291,7 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     memcpy(o, kb, (size_t)kn);
     memcpy(o + kn, pb, (size_t)pn);
     Py_XDECREF(blob);
-    i64 head[2] = {OPH_MAKE(need, done_task, nkeys), 0};   /* little-endian, as "<qq" */
-    memcpy(data, head, sizeof head);
+    op_block_header(data, need, done_task, nkeys);
 
     /* a slot (refilled under the Python lock, before this takes it), then the lock */
     if (!p->ncache && (producer_restock(p) < 0 || !p->ncache)) {
@@ -314,9 +312,9 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     seglock_drop(p);
     if (where < 0) goto slow;   /* the Python path tries again, and raises Full */
 
-    i64 meta = META_MAKE(expire_task, FLAG_OP | FLAG_ARENA, where >> 32, blob_len,
+    i64 meta = META_MAKE(expire_task, FLAG_OP | FLAG_ARENA, BLOCK_REF_CLASS(where), blob_len,
                          p->ring_index);
-    if (producer_submit(p, h, meta, where & 0xFFFFFFFFLL, due) < 0) return NULL;
+    if (producer_submit(p, h, meta, BLOCK_REF_INDEX(where), due) < 0) return NULL;
     relaxed_store(&p->counters[C_OPS_WATCHED], relaxed_load(&p->counters[C_OPS_WATCHED]) + 1);
     /* a sleeping coordinator links the operation only when it wakes: a signal that
      * completes it meanwhile would wait for that (seq_cst fence, as for a schedule) */

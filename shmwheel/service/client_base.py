@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 import weakref
 from typing import Any
@@ -73,7 +72,7 @@ class ClientBase(N.Producer):
         row = L.FIXED_ROWS + cfg.executors + ring
         self._row = mem.counters[row]  # this client's counters (the native side's too)
         self._outcomes: Outcomes | None = None  # made when an outcome is first asked for
-        batch = max(1, min(256, cfg.capacity // (4 * cfg.max_clients)))
+        batch = max(1, min(C.CACHE_MAX, cfg.capacity // (4 * cfg.max_clients)))
         self._bind(
             mem.wheel,
             mem.side,
@@ -314,7 +313,7 @@ class ClientBase(N.Producer):
         """(payload word, arena class, flag bits) for a blob stored in an arena block; a
         repeating timer's block starts with its period and run count. The caller holds
         the segment lock."""
-        data = struct.pack("<qq", every, 1) + blob if every else blob
+        data = C.repeat_header(every) + blob if every else blob
         tables = self._tables()
         for c in range(P.size_class(len(data)), C.ARENA_CLASSES):  # a larger block if need be
             b = tables.arena_alloc(c, slot)

@@ -14,7 +14,6 @@ a schedule, so a signal that arrives before the coordinator links it is still co
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,9 +35,8 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-MAX_KEYS = 0x7FFF
-_OP_HEADER = struct.Struct("<qq")  # contract.h's OP_HEADER: the header word, a spare
-MAX_AMOUNT = 0xFFFFFFFF  # an operation's count saturates here
+MAX_KEYS = C.OP_MAX_KEYS  # keys of one operation
+MAX_AMOUNT = C.OP_MAX_AMOUNT  # an operation's count saturates here
 
 
 class Operation(_FutureLike):
@@ -114,8 +112,7 @@ class PurgatoryCalls(ClientBase):
                 f"{C.MAX_PAYLOAD - C.OP_HEADER} fit: use fewer or shorter keys, or a smaller "
                 f"payload"
             )
-        header = C.op_header(required, on_complete_id, len(unique))
-        data = _OP_HEADER.pack(header, 0) + blob
+        data = C.op_header_bytes(required, on_complete_id, len(unique)) + blob
         mem = self._mem
         h = self._take_one()
         with mem.locked():
@@ -136,7 +133,7 @@ class PurgatoryCalls(ClientBase):
                 f"the payload arena has no free block for {len(data)} bytes: use smaller "
                 f"payloads or start the service with a larger arena_bytes"
             )
-        cls, block = where >> 32, where & 0xFFFFFFFF
+        cls, block = C.block_ref_class(where), C.block_ref_index(where)
         meta = C.meta_make(on_expire_id, C.FLAG_OP | C.FLAG_ARENA, cls, len(blob), self.ring)
         self._publish_one(h, meta, block, deadline)
         self._row[C.C_OPS_WATCHED] += 1
