@@ -9,7 +9,9 @@ The public API, all importable from here:
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
-* errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError.
+* errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
+  TaskError (what a handle's ``exception()`` gives when its task raised) and
+  RemoteTraceback (its cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -23,7 +25,9 @@ from .errors import (
     JournalInUse,
     LayoutError,
     RecoveryError,
+    RemoteTraceback,
     ShmwheelError,
+    TaskError,
 )
 
 # Each public name is imported from its module on first use (PEP 562), so `import
@@ -90,8 +94,10 @@ __all__ = [
     "MockTimer",
     "Operation",
     "RecoveryError",
+    "RemoteTraceback",
     "ShmwheelError",
     "SystemTimer",
+    "TaskError",
     "TimerHandle",
     "TimerHandles",
     "TimerService",

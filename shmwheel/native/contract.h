@@ -455,6 +455,7 @@ CONTRACT_INT(COUNTERS)
     X(HIST_PER_OCTAVE, 8)
 CONTRACT_INT(WINDOWS)
 
+
 /* Every list above, for the extension's export (module.c) and Python */
 #define CONTRACT_LISTS(L)                                                                  \
     L(WHEEL_HEADER) L(NODE_FIELDS) L(STATE_WORD) L(SLOT_RULES) L(HANDLES) L(WIDE_WORDS)    \

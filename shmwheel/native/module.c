@@ -1,10 +1,11 @@
 /* module.c: shmwheel._native, the native core. It gathers the method tables and types
- * of the other files and exports every constant of contract.h and journal.h, so that
- * Python takes the encodings from the one definition (segment/constants.py). */
+ * of the other files and exports every constant of contract.h, journal.h and errlog.h,
+ * so that Python takes the encodings from the one definition (segment/constants.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "contract.h"
+#include "errlog.h"
 #include "journal.h"
 
 extern PyMethodDef shmwheel_wheel_methods[];
@@ -25,9 +26,9 @@ static struct PyModuleDef native_module = {
 };
 
 /* ---- the contract's constants: every row of every list, in one loop ------------------
- * contract.h and journal.h write each constant once, as a row of a list; here each list
- * becomes a table of (name, value), and CONTRACT (a dict, name -> value, in the lists'
- * order) and CONTRACT_LISTS ((list, names) pairs) are what Python takes
+ * contract.h, journal.h and errlog.h write each constant once, as a row of a list; here
+ * each list becomes a table of (name, value), and CONTRACT (a dict, name -> value, in the
+ * lists' order) and CONTRACT_LISTS ((list, names) pairs) are what Python takes
  * (segment/constants.py). The slot states (SLOT_STATES) come as ST_<name>, with ST_COUNT
  * and TR_COUNT. */
 typedef struct {
@@ -38,6 +39,7 @@ typedef struct {
 #define ROWS_(list) static const Row list##_rows[] = {list(ROW_)};
 CONTRACT_LISTS(ROWS_)
 JOURNAL_LISTS(ROWS_)
+ERRLOG_LISTS(ROWS_)
 #define STATE_ROW_(name, value, doc) {"ST_" #name, ST_##name},
 static const Row SLOT_STATES_rows[] = {
     SLOT_STATES(STATE_ROW_) {"ST_COUNT", ST_COUNT}, {"TR_COUNT", TR_COUNT},
@@ -48,7 +50,7 @@ static const struct {
     size_t n;
 } lists[] = {
 #define LIST_(list) {#list, list##_rows, sizeof list##_rows / sizeof(Row)},
-    CONTRACT_LISTS(LIST_) JOURNAL_LISTS(LIST_) LIST_(SLOT_STATES)
+    CONTRACT_LISTS(LIST_) JOURNAL_LISTS(LIST_) ERRLOG_LISTS(LIST_) LIST_(SLOT_STATES)
 };
 
 static int add_contract(PyObject *m) {

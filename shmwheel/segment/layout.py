@@ -7,7 +7,7 @@ The segment is a sequence of int64 regions, each at an offset computed from the
     ring table | executor table | producer rings | dispatch rings | result rings |
     wheel (contract.h's wheel array) | side table | arena meta | arena data |
     [journal: anchors | live] | operation counts | out words | notify words |
-    watch lists | outcome rings
+    watch lists | outcome rings | error logs
 
 This module owns the segment header's words (``W_*``), the ring and executor tables and
 the order of the regions; the encodings inside the regions (records, state words, rings)
@@ -39,7 +39,7 @@ from .verify import verify
 log = logging.getLogger("shmwheel.segment")
 
 MAGIC = 0x5348575356433036  # "SHWSVC06"
-LAYOUT_VERSION = 6
+LAYOUT_VERSION = 7
 OUTQ_CAPACITY = 8192  # records of each client's outcome ring: waiters notified exactly at once
 HEADER_WORDS = 64
 META_BYTES = 16384
@@ -107,7 +107,7 @@ def check_architecture() -> None:
     """Refuse to run a service anywhere but x86-64. The native core's cross-process
     protocols are shown data-race-free in the C11 model (tests/tsan/), so they do not rest
     on x86's memory order; some of the Python side's plain accesses to shared words still
-    do, and nothing has run elsewhere (docs/operations.md, "Memory ordering and
+    do, and nothing has run elsewhere (docs/operating.md, "Memory ordering and
     platforms")."""
     machine = platform.machine().lower()
     if machine not in ("x86_64", "amd64"):
@@ -116,7 +116,7 @@ def check_architecture() -> None:
             f"Its native core's protocols are data-race-free by the C11 memory model "
             f"(tests/tsan/), but a few of its Python-side reads and writes of shared words "
             f"still rely on x86's store and load order, and it has not run on another "
-            f"architecture (docs/operations.md, 'Memory ordering and platforms')"
+            f"architecture (docs/operating.md, 'Memory ordering and platforms')"
         )
 
 
@@ -176,6 +176,12 @@ def watch_words(cfg: ServiceConfig) -> int:
     return C.WT_HEADER + watch_buckets(cfg) + cfg.watch_capacity * C.WE_WORDS
 
 
+def error_words(cfg: ServiceConfig) -> int:
+    """The failed tasks' records (errlog.h, "task error records"): a header, then a log
+    of C.ERR_RECORDS records per executor."""
+    return int(C.ERR_REGION_HEADER + cfg.executors * C.ERR_LOG_WORDS)
+
+
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
     """Word offset of each region of a service segment, and 'total' (words)."""
     arena_data = (
@@ -203,6 +209,8 @@ def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
         ("notify", cfg.capacity),
         ("watch", watch_words(cfg)),
         ("outq", cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)),
+        # failed tasks' exceptions: a log per executor (errlog.c)
+        ("errors", error_words(cfg)),
     ]
     off, at = {}, HEADER_WORDS
     for name, n in sizes:
@@ -249,7 +257,10 @@ class ServiceMemory:
         self.out = v(off["out"], cfg.capacity)
         self.notify = v(off["notify"], cfg.capacity)
         self.watch = v(off["watch"], watch_words(cfg))
-        self.outq_words = v(off["outq"], off["total"] - off["outq"])
+        self.outq_words = v(
+            off["outq"], cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)
+        )
+        self.errors = v(off["errors"], error_words(cfg))
         self.outq = self._rings(off["outq"], cfg.max_clients, OUTQ_CAPACITY, C.OUTQ_RECORD)
         self.producer = self._rings(
             off["producer"], cfg.max_clients, cfg.ring_capacity, C.PRODUCER_RECORD
@@ -416,6 +427,7 @@ class ServiceMemory:
         self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
         self.arena_words = self.anchors = self.live = None  # type: ignore[assignment]
         self.opc = self.out = self.notify = self.watch = self.outq_words = None  # type: ignore[assignment]
+        self.errors = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------

@@ -18,7 +18,6 @@ same handle last: a slot's notify word names one client) or its ring overflowed.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 
@@ -29,6 +28,8 @@ from ..errors import ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment.ring import Ring
+from . import tracebacks
+from .tracebacks import Outcome
 
 log = logging.getLogger("shmwheel.outcomes")
 
@@ -75,7 +76,7 @@ class Outcomes:
         self._ring = ring
         self._words = mem.outq[ring].words
         self._lock = threading.Lock()
-        self._waiting: dict[int, tuple[concurrent.futures.Future[str], bool]] = {}
+        self._waiting: dict[int, tuple[Outcome, bool]] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
         self._buf = np.empty((256, C.OUTQ_RECORD), np.int64)
@@ -103,7 +104,7 @@ class Outcomes:
     def _stopped(self) -> bool:
         return int(self._mem.header[L.W_STOPPING]) == STOPPED
 
-    def future(self, h: int, operation: bool) -> concurrent.futures.Future[str]:
+    def future(self, h: int, operation: bool) -> Outcome:
         """The future of handle h's outcome (one per handle in this client)."""
         with self._lock:
             if self._closed:
@@ -111,7 +112,7 @@ class Outcomes:
             entry = self._waiting.get(h)
             if entry is not None:
                 return entry[0]
-            fut: concurrent.futures.Future[str] = concurrent.futures.Future()
+            fut = Outcome()
             self._waiting[h] = (fut, operation)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -196,19 +197,21 @@ class Outcomes:
             return
         if what == "":
             self._fail(h)
-        else:
-            self._finish(h, what)
+        else:  # the code, if the out word is this use's (a task that raised: its error)
+            self._finish(h, what, C.out_code(out) if C.out_gen(out) == C.handle_gen(h) else 0)
 
     def _resolve(self, h: int, code: int) -> None:
         with self._lock:
             entry = self._waiting.get(h)
         if entry is not None:
-            self._finish(h, describe(code, entry[1]))
+            self._finish(h, describe(code, entry[1]), code)
 
-    def _finish(self, h: int, what: str) -> None:
+    def _finish(self, h: int, what: str, code: int = 0) -> None:
         with self._lock:
             entry = self._waiting.pop(h, None)
         if entry is not None and not entry[0].done():
+            if code & C.OC_TASK_MASK == C.OUTCOME_ERROR:  # read before anyone is woken
+                entry[0].task_error = tracebacks.task_error(self._mem, h)
             entry[0].set_result(what)
 
     def _fail(self, h: int) -> None:
