@@ -427,7 +427,7 @@ def test_segments_and_semaphores_are_private_to_the_user(service):
 
 
 def test_full_ring_waits_for_the_coordinator_then_raises(tmp_path, monkeypatch):
-    monkeypatch.setattr(client_mod, "RING_WAIT_S", 0.3)
+    monkeypatch.setattr(client_mod.Client, "RING_WAIT_S", 0.3)
     log = tmp_path / "log"
     with (
         TimerService(tasks=TASKS, capacity=100, executors=1, ring_capacity=8) as svc,

@@ -129,7 +129,7 @@ static int op_header(Seg *s, i64 slot, i64 *required, i64 *on_complete) {
     if (!(META_FIELD(*side_meta(s, slot), FLAGS) & FLAG_OP)) return 0;
     i64 b = slot_block(s, slot, &c);
     if (b < 0) return 0;
-    i64 w = arena_block(s, c, b)[0];
+    i64 w = arena_block(s, c, b)[OH_OPH];
     *required = OPH_REQUIRED(w);
     if (on_complete) *on_complete = OPH_TASK(w);
     return 1;
@@ -138,7 +138,7 @@ static int op_header(Seg *s, i64 slot, i64 *required, i64 *on_complete) {
 /* the amount signalled so far to this use of the slot */
 static inline i64 op_count(Seg *s, i64 slot, i64 gen) {
     i64 c = s->opc[slot];
-    return (c >> 32) == gen ? (c & 0xFFFFFFFFLL) : 0;
+    return OPC_GEN(c) == gen ? OPC_AMOUNT(c) : 0;
 }
 
 /* Complete a PENDING or SUBMITTED operation (state word `gs`): the CAS against a
@@ -195,7 +195,7 @@ i64 watch_add(Seg *s, i64 h, const i64 *keys, i64 n) {
     i64 *wt = s->watch;
     if (wt[WT_CAPACITY] - wt[WT_USED] < n) watch_purge(s, wt[WT_NBUCKETS]);
     if (wt[WT_CAPACITY] - wt[WT_USED] < n) return -1;
-    s->opc[HANDLE_SLOT(h)] = HANDLE_GEN(h) << 32;   /* nothing signalled yet */
+    s->opc[HANDLE_SLOT(h)] = OPC_MAKE(HANDLE_GEN(h), 0);   /* nothing signalled yet */
     for (i64 k = 0; k < n; k++) {
         i64 e = wt[WT_FREE], *E = wt_entry(s, e), *head = wt_head(s, keys[k]);
         wt[WT_FREE] = E[WE_NEXT];
@@ -216,7 +216,7 @@ i64 op_store(Seg *s, i64 h, const void *data, i64 len, const i64 *keys, i64 n) {
         i64 b = arena_alloc(s, c, slot);
         if (b < 0) continue;
         memcpy(arena_block(s, c, b), data, (size_t)len);
-        return (i64)c << 32 | b;
+        return BLOCK_REF_MAKE(c, b);
     }
     return -2;
 }
@@ -235,8 +235,8 @@ i64 watch_signal(Seg *s, i64 key, i64 amount) {
         if (E[WE_KEY] != key) continue;   /* another key in the same chain */
         i64 slot = HANDLE_SLOT(h), gen = HANDLE_GEN(h), required;
         i64 count = op_count(s, slot, gen) + amount;
-        if (count > 0xFFFFFFFFLL) count = 0xFFFFFFFFLL;
-        s->opc[slot] = gen << 32 | count;
+        if (count > OP_MAX_AMOUNT) count = OP_MAX_AMOUNT;
+        s->opc[slot] = OPC_MAKE(gen, count);
         i64 st = GS_STATE(gs);
         if ((st == ST_PENDING || st == ST_SUBMITTED) && op_header(s, slot, &required, NULL) &&
                 count >= required && complete(s, slot, gs))
@@ -271,7 +271,9 @@ static void outq_push(Seg *s, i64 ring, i64 h, i64 code) {
     if (!s->outq || ring < 0 || ring >= s->nrings) return;
     Ring r = {s->outq + ring * (RING_HEADER_WORDS + s->outq_cap * OUTQ_RECORD), s->outq_cap,
               OUTQ_RECORD};
-    i64 rec[OUTQ_RECORD] = {h, code};
+    i64 rec[OUTQ_RECORD];
+    rec[OQ_HANDLE] = h;
+    rec[OQ_CODE] = code;
     /* ring_push treats head as its own word: the freers all hold the segment lock */
     if (!ring_push(&r, rec, 1))
         relaxed_store(&r.w[OUTQ_DROPPED], relaxed_load(&r.w[OUTQ_DROPPED]) + 1);

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ..journal import format as F
 from ..journal.reader import Segment
+from ..segment.constants import TASK_NONE
 
 #: the event table: (column, Arrow type, Spark DDL type, what it holds). A column that does
 #: not apply to a row's kind is null.
@@ -81,7 +82,6 @@ _KINDS = np.array(
     [F.KIND_NAMES.get(k, "") for k in range(max(F.KIND_NAMES) + 1)] + [REJECT], dtype=object
 )
 _OUTCOMES = [F.OUTCOMES.get(k, "") for k in range(max(F.OUTCOMES) + 1)]
-_NO_TASK = 0xFFFF  # watched: on_complete / on_expire not given
 
 # where field k of a record is in a reader row (reader.Segment.rows): column 3 + k
 _BLOB_LEN = 12
@@ -156,7 +156,7 @@ def segment_batch(
             return _names(rows[:, _field(F.SCHEDULED, "task")], sched, tasks)
         if name in ("on_complete", "on_expire"):
             idx = rows[:, _field(F.WATCHED, name)]
-            return _names(idx, watched & (idx != _NO_TASK), tasks)
+            return _names(idx, watched & (idx != TASK_NONE), tasks)
         if name == "outcome":
             return _names(rows[:, _field(F.OUTCOME, "outcome")], outcome, _OUTCOMES)
         if name == "reason":

@@ -177,9 +177,9 @@ def watch_words(cfg: ServiceConfig) -> int:
 
 
 def error_words(cfg: ServiceConfig) -> int:
-    """The failed tasks' records (contract.h, "task error records"): a header, then a log
-    of N.ERR_RECORDS records per executor."""
-    return int(N.ERR_REGION_HEADER + cfg.executors * N.ERR_LOG_WORDS)
+    """The failed tasks' records (errlog.h, "task error records"): a header, then a log
+    of C.ERR_RECORDS records per executor."""
+    return int(C.ERR_REGION_HEADER + cfg.executors * C.ERR_LOG_WORDS)
 
 
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:

@@ -155,10 +155,11 @@ class Outcomes:
                 return total
             if n == 0:
                 return total
-            recs = self._buf[:n].tolist()
+            handles = self._buf[:n, C.OQ_HANDLE].tolist()
+            codes = self._buf[:n, C.OQ_CODE].tolist()
             ring.consume(n)
             total += n
-            for h, code in recs:
+            for h, code in zip(handles, codes, strict=True):
                 self._resolve(h, code)
 
     def _recheck(self) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import ShmwheelError
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
+from ..segment import contract as C
 from ..segment import layout as L
 from .client import Client, connect, now_ms
 from .outcomes import mark_stopped
@@ -97,8 +98,8 @@ class TimerService:
                 "tasks must be a non-empty mapping of task name -> "
                 "'module:function' or a module-level function"
             )
-        if len(tasks) > 0xFFFF:
-            raise ValueError("at most 65535 tasks can be registered")
+        if len(tasks) > C.MAX_TASKS:
+            raise ValueError(f"at most {C.MAX_TASKS} tasks can be registered")
         if arena_bytes is None:
             arena_bytes = DEFAULT_ARENA_BYTES
         for what, value, low in (
@@ -111,10 +112,10 @@ class TimerService:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
-        if capacity >= 1 << 31:
-            raise ValueError("capacity must be below 2**31")
-        if max_clients > 4096:
-            raise ValueError("max_clients must be at most 4096")
+        if capacity >= C.MAX_CAPACITY:
+            raise ValueError(f"capacity must be below 2**31 ({C.MAX_CAPACITY})")
+        if max_clients > C.MAX_CLIENTS:
+            raise ValueError(f"max_clients must be at most {C.MAX_CLIENTS}")
         n_exec = default_executors() if executors is None else executors
         if isinstance(n_exec, bool) or not isinstance(n_exec, int) or n_exec < 1:
             raise ValueError(f"executors must be an integer >= 1, got {executors!r}")
