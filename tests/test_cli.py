@@ -184,6 +184,7 @@ def _read_screen(fd: int, until, timeout: float) -> str:
     return ANSI.sub("", raw.decode("utf-8", "replace"))
 
 
+@pytest.mark.exclusive  # timed: run alone
 def test_top_on_a_pty_shows_the_figures_and_quits_on_q(served):
     name, run = served
     master, slave = pty.openpty()

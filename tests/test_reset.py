@@ -161,13 +161,16 @@ def test_a_reset_that_holds_the_slot_makes_another_wait_then_time_out(svc):
 def test_schedule_and_reset_at_a_wall_clock_time(svc, tmp_path):
     log = tmp_path / "log"
     with svc.client() as c:
+        # converted once at the call: the deadline is 150 ms after some instant between
+        # the clock readings on either side of the call (1 ms for the rounding)
+        before = now_ms()
         wall = dt.datetime.now(UTC)
         h = c.schedule("record", rec(log, "at"), at=wall + dt.timedelta(milliseconds=150))
-        expect = now_ms() + 150
-        assert abs(h.deadline_ms - expect) <= 2
+        assert before + 150 - 1 <= h.deadline_ms <= now_ms() + 150 + 1
         tz = dt.timezone(dt.timedelta(hours=-5))  # any aware zone names the same instant
+        before = now_ms()
         assert h.reset(at=dt.datetime.now(tz) + dt.timedelta(milliseconds=300))
-        assert abs(h.deadline_ms - (now_ms() + 300)) <= 2
+        assert before + 300 - 1 <= h.deadline_ms <= now_ms() + 300 + 1
         past = c.schedule("record", rec(log, "past"), at=wall - dt.timedelta(days=3))
         assert past.deadline_ms <= now_ms()  # long past: due at once
         assert h.result(timeout=5) == "ok" and past.result(timeout=5) == "ok"

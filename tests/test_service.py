@@ -153,6 +153,7 @@ def test_schedule_many_and_cancel_many(service, tmp_path):
     assert service.stats()["cancelled"] == 500
 
 
+@pytest.mark.exclusive  # timed: run alone
 def test_cancel_races_fire_with_one_winner(service, tmp_path):
     log = tmp_path / "log"
     n = 3000
@@ -259,6 +260,7 @@ def test_in_flight_counts_fired_runs_until_their_outcome(service):
     assert service.stats()["in_flight"] == 0
 
 
+@pytest.mark.exclusive  # timed: run alone
 def test_every_ms_repeats_until_cancelled(service, tmp_path):
     log = tmp_path / "log"
     with service.client() as c:

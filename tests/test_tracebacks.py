@@ -27,6 +27,9 @@ from shmwheel.segment import constants as K
 from shmwheel.service import client as client_mod
 from shmwheel.service import tracebacks as TB
 
+# run alone: kills land mid-write and repeating runs are counted by time
+pytestmark = pytest.mark.exclusive
+
 TASKS = {
     "boom": "tests.error_tasks:boom",
     "run_fails": "tests.error_tasks:run_fails",

@@ -28,6 +28,9 @@ from typing import NamedTuple
 
 import pytest
 
+# run alone: whether a planted race is caught depends on how the threads interleave
+pytestmark = pytest.mark.exclusive
+
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "tests" / "tsan"
 NATIVE = ROOT / "shmwheel" / "native"

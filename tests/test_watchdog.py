@@ -21,6 +21,9 @@ from shmwheel.segment import layout as L
 from shmwheel.segment import shm
 from shmwheel.service import watchdog as W
 
+# run alone (no other xdist worker's test meanwhile): stalls and restarts are timed
+pytestmark = pytest.mark.exclusive
+
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch):

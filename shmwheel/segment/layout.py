@@ -329,13 +329,17 @@ class ServiceMemory:
             raise shm.NameTaken(f"{e}: {describe(service)}") from e
         try:
             h = seg.words
-            h[W_MAGIC] = C.as_int64(MAGIC)
+            h[W_OWNER] = owner_pid
             h[W_VERSION] = LAYOUT_VERSION
             h[W_TOTAL] = off["total"] * 8
-            h[W_OWNER] = owner_pid
             h[W_META_LEN] = len(blob)
             h[W_INSTANCE] = secrets.randbits(62) | 1  # never 0 (an unbound client's)
             seg.bytes[off["meta"] * 8 : off["meta"] * 8 + len(blob)] = np.frombuffer(blob, np.uint8)
+            # the magic last: until it is there, another process's census reads the entry
+            # as damaged and leaves it alone; after, it finds the owner pid and the config
+            # (with the owner written after the magic, a sweep starting meanwhile read a
+            # service with owner 0 as stale and unlinked it)
+            h[W_MAGIC] = C.as_int64(MAGIC)
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)
             a = mem.arena
