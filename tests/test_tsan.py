@@ -211,8 +211,8 @@ PLANTS: dict[str, Plant] = {
     "cascade-behind-clock": Plant(
         "wheel.c",
         "link_due(mem, nd, node);   /* a reset made it due",
-        "link_tail(nd, (k - 1) * slots + fmodp(fdiv(r, tl), slots), node);"
-        " announce(mem, k - 1, fmodp(fdiv(r, tl), slots), fdiv(r, tl) * tl);   /*",
+        "link_tail(nd, (k - 1) * nbuckets + fmodp(fdiv(r, tl), nbuckets), node);"
+        " announce(mem, k - 1, fmodp(fdiv(r, tl), nbuckets), fdiv(r, tl) * tl);   /*",
         "reset",
         "STUCK",
         60000,

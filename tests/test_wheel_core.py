@@ -281,7 +281,7 @@ def _level_of(core, handle):
     node = g.sentinels + C.handle_slot(handle)
     while node >= g.sentinels:
         node = int(nodes[node, C.F_PREV])
-    return node // g.slots, node % g.slots
+    return node // g.buckets, node % g.buckets
 
 
 def test_concepts_worked_example():

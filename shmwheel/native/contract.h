@@ -37,7 +37,7 @@ typedef uint64_t u64;
     X(H_CAPACITY, 2)      /* entry slots */                                                \
     X(H_LEVELS, 3)                                                                         \
     X(H_WHEEL, 4)         /* Kafka's wheel_size W */                                       \
-    X(H_SLOTS, 5)         /* buckets stored per level: 2 W (room to pre-cascade) */        \
+    X(H_BUCKETS, 5)       /* buckets stored per level: 2 W (room to pre-cascade) */        \
     X(H_WORDS, 6)         /* 64-bit bitmap words per level */                              \
     X(H_TICK, 7)                                                                           \
     X(H_NOW, 8)           /* the wheel's clock; written under the segment lock only */     \

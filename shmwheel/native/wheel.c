@@ -20,8 +20,9 @@
  * occupied bitmaps, and the node table. A node is one 32-byte record (F_NEXT, F_PREV,
  * F_DEADLINE, F_GS = generation << 32 | state), so touching an entry costs one cache line.
  * A bucket is an intrusive circular doubly linked list whose sentinel is one of the first
- * B = levels * slots nodes; entry slot s is node B + s. A node is linked in a bucket iff
- * its F_PREV != -1: unlinking sets F_PREV and F_NEXT to -1. Free slots form a stack
+ * B = levels * nbuckets nodes (nbuckets = H_BUCKETS per level); entry slot s is node
+ * B + s. A node is linked in a bucket iff its F_PREV != -1: unlinking sets F_PREV and
+ * F_NEXT to -1. Free slots form a stack
  * threaded through F_NEXT (their F_PREV stays -1). A handle is generation << 32 | slot:
  * the generation is bumped whenever a slot is freed, so a stale handle never touches a
  * reused slot. No Python object exists per entry, so the same bytes can live in process
@@ -53,7 +54,7 @@
  * Tokio's wheel): the earliest bucket of a level is the first set bit scanning circularly
  * from the level's current bucket, found a 64-bucket word at a time with a
  * count-trailing-zeros (__builtin_ctzll). Empty buckets are never visited and never
- * ticked; finding the next expiry costs O(levels * slots / 64) word reads, independent of
+ * ticked; finding the next expiry costs O(levels * nbuckets / 64) word reads, independent of
  * how many entries are pending.
  *
  * Never early
@@ -69,7 +70,7 @@
  * -----------------------
  * Kafka flushes a higher-level bucket when its expiration arrives and re-inserts every
  * entry under the timer's write lock, so a big bucket stalls the reaper. Here every level
- * has slots = 2 W buckets, while Kafka's placement rule still uses the W-bucket interval.
+ * has nbuckets = 2 W buckets, while Kafka's placement rule still uses the W-bucket interval.
  * Level k can therefore hold virtual ids [c_k, c_k + 2W) without aliasing, which is room
  * for the *next* bucket of level k + 1 (virtual id c_{k+1} + 1) a whole tick_{k+1} before
  * it expires. wheel_cascade_step moves entries of those eligible buckets one level down
@@ -99,7 +100,7 @@
  * milliseconds away). Deadlines are compared with wheel_limit() before they are rounded
  * up, so a deadline near INT64_MAX is refused as out of range instead of overflowing, and
  * wheel_advance ignores a `now` behind the clock before rounding it. Whatever the values,
- * a bucket index is reduced modulo the slots, so no arithmetic result can index outside
+ * a bucket index is reduced modulo nbuckets, so no arithmetic result can index outside
  * the tables.
  */
 /* Hidden: calls from slots.c and the bindings are direct calls, not through the PLT. */
@@ -140,7 +141,7 @@ i64 wheel_relink(i64 *mem, i64 node) {
  * expires. */
 static i64 earliest(i64 *mem, int eligibility, i64 *bk, i64 *bi) {
     i64 best_t = NEVER, best_k = -1, best_i = -1;
-    i64 now = mem[H_NOW], slots = mem[H_SLOTS], levels = mem[H_LEVELS];
+    i64 now = mem[H_NOW], nbuckets = mem[H_BUCKETS], levels = mem[H_LEVELS];
     const i64 *ticks = mem + mem[H_OFF_TICKS];
     const i64 *bexp = mem + mem[H_OFF_BEXP];
     for (i64 k = 0; k < levels; k++) {
@@ -148,9 +149,9 @@ static i64 earliest(i64 *mem, int eligibility, i64 *bk, i64 *bi) {
         i64 c = fdiv(now, tk);
         /* level k holds nothing before (c_k + 1) * tick_k, and higher levels later */
         if (!eligibility && k > 0 && (c + 1) * tk > best_t) break;
-        i64 i = first_occupied(mem, k, fmodp(c, slots));
+        i64 i = first_occupied(mem, k, fmodp(c, nbuckets));
         if (i >= 0) {
-            i64 t = bexp[k * slots + i];
+            i64 t = bexp[k * nbuckets + i];
             if (eligibility && k > 0) t -= tk;
             if (t <= best_t) {
                 best_t = t;
@@ -179,7 +180,7 @@ static inline int retire_node(i64 *mem, i64 slot, wheel_retire_fn retire, void *
  * ones instead of moving them. Returns the count handled (moved or retired). */
 static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn retire,
                           void *ctx) {
-    i64 *nd = NODES(mem), slots = mem[H_SLOTS], tick = mem[H_TICK], nb = mem[H_SENTINELS];
+    i64 *nd = NODES(mem), nbuckets = mem[H_BUCKETS], tick = mem[H_TICK], nb = mem[H_SENTINELS];
     i64 tk = mem[mem[H_OFF_TICKS] + k], tl = mem[mem[H_OFF_TICKS] + k - 1], done = 0;
     i64 span = fdiv(mem[mem[H_OFF_BEXP] + b], tk);   /* the bucket's virtual id */
     while (done < budget) {
@@ -194,8 +195,8 @@ static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn re
         } else if ((r = ceil_to(dl_load(&DL(nd, node)), tick)) <= mem[H_NOW]) {
             link_due(mem, nd, node);   /* a reset made it due (tests/tsan: reset scenario) */
         } else if (fdiv(r, tk) == span) {   /* within the bucket: one level down, by index */
-            i64 v = fdiv(r, tl), idx = fmodp(v, slots);
-            link_tail(nd, (k - 1) * slots + idx, node);
+            i64 v = fdiv(r, tl), idx = fmodp(v, nbuckets);
+            link_tail(nd, (k - 1) * nbuckets + idx, node);
             announce(mem, k - 1, idx, v * tl);
         } else if (place(mem, nd, node, r) < 0) {
             /* a reset moved it out of this bucket's span (its record not drained yet): by
@@ -209,11 +210,11 @@ static i64 cascade_bucket(i64 *mem, i64 k, i64 b, i64 budget, wheel_retire_fn re
 
 i64 wheel_cascade_step(i64 *mem, i64 budget, wheel_retire_fn retire, void *ctx) {
     i64 done = 0;
-    i64 now = mem[H_NOW], slots = mem[H_SLOTS];
+    i64 now = mem[H_NOW], nbuckets = mem[H_BUCKETS];
     const i64 *ticks = mem + mem[H_OFF_TICKS];
     for (i64 k = mem[H_LEVELS] - 1; k > 0 && done < budget; k--) {
         i64 tk = ticks[k];
-        i64 b = k * slots + fmodp(fdiv(now, tk) + 1, slots); /* virtual id c_k + 1 */
+        i64 b = k * nbuckets + fmodp(fdiv(now, tk) + 1, nbuckets); /* virtual id c_k + 1 */
         done += cascade_bucket(mem, k, b, budget - done, retire, ctx);
     }
     return done;
@@ -228,7 +229,7 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
     if (now < mem[H_NOW]) return 0;
     i64 tick = mem[H_TICK];
     i64 target = now - fmodp(now, tick); /* >= H_NOW, a multiple of tick */
-    i64 slots = mem[H_SLOTS], nb = mem[H_SENTINELS], lim = limit_of(mem) - tick;
+    i64 nbuckets = mem[H_BUCKETS], nb = mem[H_SENTINELS], lim = limit_of(mem) - tick;
     i64 *nd = NODES(mem), count = 0;
     /* Nodes met RESETTING (a client's reset holds them) wait on this private list, threaded
      * through F_NEXT, until the walk is over: linked back into any bucket now, one could be
@@ -240,7 +241,7 @@ i64 wheel_advance(i64 *mem, i64 now, i64 *out, i64 cap, int release,
         i64 k, i;
         i64 t = earliest(mem, 0, &k, &i);
         if (k < 0 || t > target) break;
-        i64 b = k * slots + i;
+        i64 b = k * nbuckets + i;
         if (k > 0) { /* overload: a bucket expired before cascade_step emptied it */
             i64 floor_t = t - mem[mem[H_OFF_TICKS] + k];
             if (mem[H_NOW] < floor_t) relaxed_store(&mem[H_NOW], floor_t);

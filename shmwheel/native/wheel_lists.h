@@ -61,7 +61,7 @@ static i64 scan(const u64 *bm, i64 lo, i64 hi) {
 /* First occupied bucket index of `level` circularly from `start`, or -1. */
 static inline i64 first_occupied(i64 *mem, i64 level, i64 start) {
     const u64 *bm = level_bits(mem, level);
-    i64 i = scan(bm, start, mem[H_SLOTS]);
+    i64 i = scan(bm, start, mem[H_BUCKETS]);
     if (i < 0) i = scan(bm, 0, start);
     return i;
 }
@@ -69,7 +69,7 @@ static inline i64 first_occupied(i64 *mem, i64 level, i64 start) {
 /* Kafka's setExpiration: set bucket (level, idx)'s expiration; mark it occupied if that
  * changed. */
 static inline void announce(i64 *mem, i64 level, i64 idx, i64 expiration) {
-    i64 *e = &mem[mem[H_OFF_BEXP] + level * mem[H_SLOTS] + idx];
+    i64 *e = &mem[mem[H_OFF_BEXP] + level * mem[H_BUCKETS] + idx];
     if (*e != expiration) {
         *e = expiration;
         level_bits(mem, level)[idx >> 6] |= 1ULL << (idx & 63);
@@ -78,8 +78,8 @@ static inline void announce(i64 *mem, i64 level, i64 idx, i64 expiration) {
 
 /* An emptied bucket: expiration unset, occupied bit cleared (keeps bit <=> non-empty). */
 static inline void retire_bucket(i64 *mem, i64 b) {
-    i64 slots = mem[H_SLOTS];
-    i64 level = b / slots, idx = b - level * slots;
+    i64 nbuckets = mem[H_BUCKETS];
+    i64 level = b / nbuckets, idx = b - level * nbuckets;
     mem[mem[H_OFF_BEXP] + b] = NO_TIME;
     level_bits(mem, level)[idx >> 6] &= ~(1ULL << (idx & 63));
 }
@@ -105,7 +105,7 @@ static inline void unlink_node(i64 *mem, i64 *nd, i64 node) {
 }
 
 static inline i64 link_due(i64 *mem, i64 *nd, i64 node) {
-    i64 now = mem[H_NOW], idx = fmodp(fdiv(now, mem[H_TICK]), mem[H_SLOTS]);
+    i64 now = mem[H_NOW], idx = fmodp(fdiv(now, mem[H_TICK]), mem[H_BUCKETS]);
     link_tail(nd, idx, node);
     announce(mem, 0, idx, now);
     return 0;   /* its level: never a bucket behind the clock (earliest() finds it late) */
@@ -114,15 +114,15 @@ static inline i64 link_due(i64 *mem, i64 *nd, i64 node) {
 /* Kafka's add for a rounded expiration r > now: link into the lowest level that spans it.
  * Returns the level, or INS_OUT_OF_RANGE beyond the top level's interval. */
 static inline i64 place(i64 *mem, i64 *nd, i64 node, i64 r) {
-    i64 now = mem[H_NOW], wheel = mem[H_WHEEL], slots = mem[H_SLOTS];
+    i64 now = mem[H_NOW], wheel = mem[H_WHEEL], nbuckets = mem[H_BUCKETS];
     i64 levels = mem[H_LEVELS];
     const i64 *ticks = mem + mem[H_OFF_TICKS];
     for (i64 k = 0; k < levels; k++) {
         i64 tk = ticks[k];
         if (r < fdiv(now, tk) * tk + tk * wheel) {
             i64 v = fdiv(r, tk);
-            i64 idx = fmodp(v, slots);
-            link_tail(nd, k * slots + idx, node);
+            i64 idx = fmodp(v, nbuckets);
+            link_tail(nd, k * nbuckets + idx, node);
             announce(mem, k, idx, v * tk);
             return k;
         }

@@ -64,13 +64,13 @@ static int header_ok(const i64 *m, Py_ssize_t n) {
     if (n < WHEEL_HEADER_WORDS || m[H_MAGIC] != WHEEL_MAGIC ||
         m[H_VERSION] != WHEEL_LAYOUT_VERSION)
         return 0;
-    i64 total = m[H_TOTAL], levels = m[H_LEVELS], wheel = m[H_WHEEL], slots = m[H_SLOTS];
+    i64 total = m[H_TOTAL], levels = m[H_LEVELS], wheel = m[H_WHEEL], nbuckets = m[H_BUCKETS];
     i64 words = m[H_WORDS], cap = m[H_CAPACITY], nb = m[H_SENTINELS];
     if (total < WHEEL_HEADER_WORDS || total > (i64)n) return 0;
-    if (levels < 1 || levels > 64 || wheel < 2 || wheel > total || slots != 2 * wheel ||
-        words != (slots + 63) / 64 || m[H_TICK] < 1)
+    if (levels < 1 || levels > 64 || wheel < 2 || wheel > total || nbuckets != 2 * wheel ||
+        words != (nbuckets + 63) / 64 || m[H_TICK] < 1)
         return 0;
-    if (slots > total / levels || nb != levels * slots || cap < 0 || cap > total) return 0;
+    if (nbuckets > total / levels || nb != levels * nbuckets || cap < 0 || cap > total) return 0;
     if (m[H_FREE] < -1 || m[H_FREE] >= cap) return 0;
 #define TABLE_OK(off, len) \
     ((off) >= WHEEL_HEADER_WORDS && (off) <= total && (len) <= total - (off))

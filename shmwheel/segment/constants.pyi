@@ -9,7 +9,7 @@ H_VERSION: int
 H_CAPACITY: int
 H_LEVELS: int
 H_WHEEL: int
-H_SLOTS: int
+H_BUCKETS: int
 H_WORDS: int
 H_TICK: int
 H_NOW: int

@@ -56,17 +56,17 @@ class WheelGeometry:
         return cls(tick, wheel_size, levels, capacity)
 
     @property
-    def slots(self) -> int:
+    def buckets(self) -> int:
         """Buckets stored per level: twice Kafka's wheel_size, the room pre-cascading needs."""
         return 2 * self.wheel_size
 
     @property
     def words(self) -> int:
-        return (self.slots + 63) // 64
+        return (self.buckets + 63) // 64
 
     @property
     def sentinels(self) -> int:
-        return self.levels * self.slots
+        return self.levels * self.buckets
 
     @property
     def span(self) -> int:
@@ -102,7 +102,7 @@ def _write_header(mem: np.ndarray, g: WheelGeometry) -> None:
     mem[K.H_CAPACITY] = g.capacity
     mem[K.H_LEVELS] = g.levels
     mem[K.H_WHEEL] = g.wheel_size
-    mem[K.H_SLOTS] = g.slots
+    mem[K.H_BUCKETS] = g.buckets
     mem[K.H_WORDS] = g.words
     mem[K.H_TICK] = g.tick
     mem[K.H_OFF_TICKS] = off["ticks"]
@@ -146,7 +146,7 @@ def _read_geometry(mem: np.ndarray) -> WheelGeometry:
     if (
         mem[K.H_TOTAL] != off["total"]
         or len(mem) < off["total"]
-        or mem[K.H_SLOTS] != g.slots
+        or mem[K.H_BUCKETS] != g.buckets
         or mem[K.H_SENTINELS] != g.sentinels
         or mem[K.H_WORDS] != g.words
         or any(mem[h] != off[name] for h, name in _OFFSETS)
@@ -397,8 +397,8 @@ class WheelCore(N.BoundWheel):
         moved = set(moved)
         for k in range(g.levels):
             tk = g.tick * g.wheel_size**k
-            for i in range(g.slots):
-                b = k * g.slots + i
+            for i in range(g.buckets):
+                b = k * g.buckets + i
                 bit = bool((bits[k * g.words + i // 64] >> (i % 64)) & 1)
                 node, prev, n = nx[b], b, 0
                 while node != b:
@@ -414,7 +414,7 @@ class WheelCore(N.BoundWheel):
                         assert r > now or k == 0, f"slot {slot} overdue at level {k}"
                         # level 0: an entry linked already due (wheel_link) is in now's bucket
                         v = max(r, now) // tk if k == 0 else r // tk
-                        assert v % g.slots == i and v * tk == bexp[b], (
+                        assert v % g.buckets == i and v * tk == bexp[b], (
                             f"slot {slot} (r={r}) in level {k} bucket {i} expiring {bexp[b]}"
                         )
                         if k > 0:

@@ -25,7 +25,7 @@ void world_init(World *w, int nclients, int nexec, i64 seed) {
     w->nclients = nclients;
     w->nexec = nexec;
     w->seed = seed;
-    i64 slots = 2 * WHEEL, bwords = (slots + 63) / 64, sent = LEVELS * slots;
+    i64 per_level = 2 * WHEEL, bwords = (per_level + 63) / 64, sent = LEVELS * per_level;
     i64 wheel_words = WHEEL_HEADER_WORDS + LEVELS + sent + LEVELS * bwords +
                       (sent + CAPACITY) * NODE_WORDS;
     i64 meta_words = ARENA_CLASSES * A_CLASS_WORDS, data_words = 0;
@@ -54,7 +54,7 @@ void world_init(World *w, int nclients, int nexec, i64 seed) {
     mem[H_CAPACITY] = CAPACITY;
     mem[H_LEVELS] = LEVELS;
     mem[H_WHEEL] = WHEEL;
-    mem[H_SLOTS] = slots;
+    mem[H_BUCKETS] = per_level;
     mem[H_WORDS] = bwords;
     mem[H_TICK] = TICK;
     mem[H_OFF_TICKS] = WHEEL_HEADER_WORDS;
