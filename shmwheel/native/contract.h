@@ -221,8 +221,11 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 #define FLAG_COMPLETED 32 /* set by the reaper as it takes a COMPLETED operation: the task
                              is now its on_complete task */
 #define TASK_NONE 0xFFFF  /* an operation without an on_complete / on_expire task */
-/* An operation's block header: word 0 = required | on_complete << 32 | nkeys << 48 */
+/* An operation's block header: word 0 = required | on_complete << 32 | nkeys << 48;
+ * word OPH_COUNT = its count, the amount signalled to it so far (written under the
+ * segment lock only; 0 as op_store stores the block) */
 #define OP_HEADER 16
+#define OPH_COUNT 1
 #define OPH_REQUIRED_MASK 0xFFFFFFFFLL
 #define OPH_TASK_SHIFT 32
 #define OPH_NKEYS_SHIFT 48
@@ -283,10 +286,13 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 #define OUTCOME_ERROR 2
 #define OUTCOME_CRASHED 3
 
-/* ---- outcomes as a waiting client sees them (the "out" region, the outcome rings) ----
- * A slot's out word, written under the lock just before the slot is freed:
- * generation << 32 | code; code = OUTCOME_* or OC_CANCELLED, | OC_COMPLETED or
- * OC_EXPIRED for an operation. */
+/* ---- outcomes as a waiting client sees them (purgatory.c; waiters.c) ---------------
+ * An outcome: generation << 32 | code; code = OUTCOME_* or OC_CANCELLED, | OC_COMPLETED or
+ * OC_EXPIRED for an operation; OC_NONE for a use that ended without one (a dead client's
+ * slot reclaimed, a deadline refused). A FREE slot's payload word (S_PAYLOAD) holds the
+ * outcome of its last use, written by the freer before the free, until the slot is
+ * reserved again (then its next client writes its own payload there). */
+#define OC_NONE 0
 #define OC_CANCELLED 4
 #define OC_TASK_MASK 0xF
 #define OC_COMPLETED 0x10
@@ -294,12 +300,6 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 #define OUT_MAKE(gen, code) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(code))
 #define OUT_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
 #define OUT_CODE(w) ((w) & 0xFFLL)
-/* A slot's notify word: generation << 32 | (client ring + 1), stored by a client that waits
- * for this use of the slot (0: nobody). The freer pushes (handle, code) on that ring's
- * outcome ring. */
-#define NT_MAKE(gen, ring) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | ((i64)(ring) + 1))
-#define NT_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
-#define NT_RING(w) (((w) & 0xFFFFFFFFLL) - 1)
 /* outcome ring (freer -> waiting client): handle, code; its header's spare words: */
 #define OUTQ_RECORD 2
 #define OUTQ_DROPPED 2    /* records that did not fit (the client rechecks its waiters) */
@@ -317,10 +317,39 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 #define WT_USED 3
 #define WT_CURSOR 4       /* the next bucket the reaper's purge step looks at */
 #define WT_PURGED 5       /* entries of finished operations purged, ever */
-#define WE_WORDS 3
+#define WE_WORDS 4
 #define WE_KEY 0
 #define WE_HANDLE 1
 #define WE_NEXT 2
+#define WE_BLOCK 3        /* the operation's arena block: class << 32 | block (op_store) */
+
+/* ---- the waiter table (the "waiters" region; waiters.c) -------------------------------
+ * Who waits for which handle's outcome, found by handle: WAIT_HEADER words, then
+ * WA_NBUCKETS (a power of two) buckets; a bucket is WAIT_WAYS key words (one cache line),
+ * then WAIT_WAYS value words. A handle's entries are in one of its two buckets. An entry
+ * belongs to the client that claimed it (lock-free, by CAS of an empty key) until that
+ * client empties it again; the freer of the handle's slot only reads the key and, once,
+ * writes the outcome (value, then WK_DONE). A zeroed region is an empty table. */
+#define WAIT_HEADER 8
+#define WA_NBUCKETS 0
+#define WA_REFUSED 1      /* asks refused: both buckets full (an atomic add, any client) */
+#define WAIT_WAYS 8
+#define WAIT_BUCKET_WORDS (2 * WAIT_WAYS)
+#define WK_EMPTY 0LL
+#define WK_OF(h) ((i64)(h) + 1)          /* a client waits for handle h (h >= 0) */
+#define WK_DONE INT64_MIN                /* | WK_OF(h): h's outcome is in the value */
+/* claimed by the client of `ring`, which is writing the value (-2 - ring: no handle with
+ * a slot below 2^31 gives such a key, waiting or done) */
+#define WK_CLAIMED(ring) (-2 - (i64)(ring))
+#define WK_IS_CLAIMED(k) ((k) <= -2 && (k) >= -2 - 0xFFFFLL)
+#define WK_CLAIMED_RING(k) (-2 - (k))
+/* value: ring + 1 (bits 0..15) of the waiting client; once done, the outcome's code
+ * (bits 16..23) and the handle's generation (bits 32..62) */
+#define WV_MAKE(gen, code, ring) \
+    (OUT_MAKE(gen, ((i64)(code) & 0xFFLL) << 16) | (((i64)(ring) + 1) & 0xFFFFLL))
+#define WV_RING(v) (((v) & 0xFFFFLL) - 1)
+#define WV_CODE(v) (((v) >> 16) & 0xFFLL)
+#define WV_GEN(v) OUT_GEN(v)
 
 /* ---- per-writer counter rows (COUNTER_WORDS words; every word has one writer) -------- */
 #define COUNTER_WORDS 24

@@ -128,6 +128,11 @@ WT_HEADER, WT_NBUCKETS, WT_CAPACITY, WT_USED, WT_PURGED = (
     N.WT_PURGED,
 )
 WE_WORDS, WE_KEY, WE_HANDLE, WE_NEXT = N.WE_WORDS, N.WE_KEY, N.WE_HANDLE, N.WE_NEXT
+# the outcomes with nothing per slot (purgatory.c, waiters.c): OC_NONE, an operation's
+# count in its block header, the waiter table's shape
+OC_NONE, OPH_COUNT, WE_BLOCK = N.OC_NONE, N.OPH_COUNT, N.WE_BLOCK
+WAIT_HEADER, WA_NBUCKETS, WA_REFUSED = N.WAIT_HEADER, N.WA_NBUCKETS, N.WA_REFUSED
+WAIT_WAYS, WAIT_BUCKET_WORDS = N.WAIT_WAYS, N.WAIT_BUCKET_WORDS
 JOURNAL_WINDOW = N.JOURNAL_WINDOW
 HIST_BUCKETS, HIST_PER_OCTAVE = N.HIST_BUCKETS, N.HIST_PER_OCTAVE
 
@@ -230,13 +235,13 @@ def op_header(required: int, on_complete: int, nkeys: int) -> int:
 
 
 def out_gen(w: Words) -> Words:
-    """The generation of a slot's out word (its last outcome)."""
+    """The generation of an outcome word (OUT_MAKE: a free slot's last outcome)."""
     return (w >> _GEN_SHIFT) & _GEN_MASK
 
 
 def out_code(w: Words) -> Words:
-    """The outcome code of a slot's out word: OUTCOME_* or OC_CANCELLED, with OC_COMPLETED
-    or OC_EXPIRED for an operation."""
+    """The outcome code of an outcome word: OUTCOME_* or OC_CANCELLED, with OC_COMPLETED
+    or OC_EXPIRED for an operation; OC_NONE for a use that ended without one."""
     return w & 0xFF
 
 

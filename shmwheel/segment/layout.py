@@ -6,8 +6,13 @@ The segment is a sequence of int64 regions, each at an offset computed from the
     header | meta blob (config + task names, msgpack) | counters | lateness histograms |
     ring table | executor table | producer rings | dispatch rings | result rings |
     wheel (contract.h's wheel array) | side table | arena meta | arena data |
-    [journal: anchors | live] | operation counts | out words | notify words |
-    watch lists | outcome rings
+    [journal: anchors | live] | watch lists | outcome rings | waiter table
+
+A slot is its wheel node and side record, 48 bytes, and nothing more: the purgatory and
+the outcomes keep no word per slot (an operation's count is in its arena block, a freed
+slot's last outcome in its payload word, and who waits for what in the waiter table,
+sized by how many handles may be awaited at once: shmwheel/native/purgatory.c). The other
+regions are fixed by the config; ``fixed_regions`` lists them and their default sizes.
 
 This module owns the segment header's words (``W_*``), the ring and executor tables and
 the order of the regions; the encodings inside the regions (records, state words, rings)
@@ -38,9 +43,12 @@ from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433036  # "SHWSVC06"
-LAYOUT_VERSION = 6
-OUTQ_CAPACITY = 8192  # records of each client's outcome ring: waiters notified exactly at once
+MAGIC = 0x5348575356433037  # "SHWSVC07"
+MAGIC_FAMILY = MAGIC >> 16  # "SHWSVC": a service segment of any layout version
+LAYOUT_VERSION = 7  # 7: no purgatory words per slot; the waiter table (issue 26)
+# records of each client's outcome ring. A waiter's entry holds its outcome, so a full ring
+# only costs that client a recheck of its entries (shmwheel/native/waiters.c)
+OUTQ_CAPACITY = 1024
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -143,6 +151,8 @@ class ServiceConfig:
     journal_next_gen: int = 0  # every slot's first generation (above the journal's ids)
     # the purgatory: watch entries (one per key of a live operation), hash chains
     watch_capacity: int = 65536
+    # the waiter table: about how many handles may be awaited at once (waiter_buckets)
+    waiter_capacity: int = 65536
 
     def meta_blob(self) -> bytes:
         d = asdict(self)
@@ -176,6 +186,17 @@ def watch_words(cfg: ServiceConfig) -> int:
     return C.WT_HEADER + watch_buckets(cfg) + cfg.watch_capacity * C.WE_WORDS
 
 
+def waiter_buckets(cfg: ServiceConfig) -> int:
+    """Buckets of the waiter table: a power of two, WAIT_WAYS entries each, at least
+    waiter_capacity entries in all (a handle's entries go in one of its two buckets, so
+    an ask is refused when both are full: rarely before ~90% of the table is in use)."""
+    return 1 << max(1, (-(-max(cfg.waiter_capacity, 1) // C.WAIT_WAYS) - 1).bit_length())
+
+
+def waiter_words(cfg: ServiceConfig) -> int:
+    return C.WAIT_HEADER + waiter_buckets(cfg) * C.WAIT_BUCKET_WORDS
+
+
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
     """Word offset of each region of a service segment, and 'total' (words)."""
     arena_data = (
@@ -198,11 +219,9 @@ def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
         ("anchors", (cfg.capacity + 1) // 2 if cfg.journal_dir else 0),
         ("live", C.JOURNAL_WINDOW if cfg.journal_dir else 0),
         # the purgatory and the outcomes (shmwheel/native/purgatory.c)
-        ("opc", cfg.capacity),
-        ("out", cfg.capacity),
-        ("notify", cfg.capacity),
         ("watch", watch_words(cfg)),
         ("outq", cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)),
+        ("waiters", waiter_words(cfg)),
     ]
     off, at = {}, HEADER_WORDS
     for name, n in sizes:
@@ -244,12 +263,10 @@ class ServiceMemory:
         self.arena = v(off["arena_meta"], arena_meta_words(cfg))
         self.arena_words = v(off["arena_data"], off["anchors"] - off["arena_data"])
         self.anchors = v(off["anchors"], off["live"] - off["anchors"])  # int32 pairs
-        self.live = v(off["live"], off["opc"] - off["live"])
-        self.opc = v(off["opc"], cfg.capacity)
-        self.out = v(off["out"], cfg.capacity)
-        self.notify = v(off["notify"], cfg.capacity)
+        self.live = v(off["live"], off["watch"] - off["live"])
         self.watch = v(off["watch"], watch_words(cfg))
-        self.outq_words = v(off["outq"], off["total"] - off["outq"])
+        self.outq_words = v(off["outq"], off["waiters"] - off["outq"])
+        self.waiters = v(off["waiters"], waiter_words(cfg))
         self.outq = self._rings(off["outq"], cfg.max_clients, OUTQ_CAPACITY, C.OUTQ_RECORD)
         self.producer = self._rings(
             off["producer"], cfg.max_clients, cfg.ring_capacity, C.PRODUCER_RECORD
@@ -273,13 +290,7 @@ class ServiceMemory:
             if len(self.live):  # every attachment keeps the journal's live counts: any
                 self.tables.set_anchors(self.anchors, self.live)  # may free a slot
             self.tables.set_purgatory(
-                self.opc,
-                self.out,
-                self.notify,
-                self.watch,
-                self.outq_words,
-                OUTQ_CAPACITY,
-                self.config.max_clients,
+                self.watch, self.waiters, self.outq_words, OUTQ_CAPACITY, self.config.max_clients
             )
         return self.tables
 
@@ -341,6 +352,7 @@ class ServiceMemory:
             mem.anchors[:] = -1  # no slot anchored in a journal segment
             tables = mem.bind_tables()
             tables.watch_format(watch_buckets(cfg), cfg.watch_capacity)
+            tables.waiters_format(waiter_buckets(cfg))
             tables.rebuild()  # every block and slot free, the lists threaded
             for t in mem.exec_table:
                 t[X_STARTED] = -1
@@ -415,7 +427,7 @@ class ServiceMemory:
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
         self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
         self.arena_words = self.anchors = self.live = None  # type: ignore[assignment]
-        self.opc = self.out = self.notify = self.watch = self.outq_words = None  # type: ignore[assignment]
+        self.watch = self.outq_words = self.waiters = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------
@@ -445,15 +457,14 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
     h = seg.words
     if seg.size < HEADER_WORDS * 8 + META_BYTES:
         raise LayoutError(f"segment {seg.name} is too small to be a shmwheel service")
-    if h[W_MAGIC] != C.as_int64(MAGIC):
-        raise LayoutError(
-            f"segment {seg.name} is not a shmwheel service "
-            f"(magic {int(h[W_MAGIC]) & (2**64 - 1):#x})"
-        )
-    if h[W_VERSION] != LAYOUT_VERSION:
+    magic = int(h[W_MAGIC]) & (2**64 - 1)
+    if magic >> 16 != MAGIC_FAMILY:
+        raise LayoutError(f"segment {seg.name} is not a shmwheel service (magic {magic:#x})")
+    if h[W_VERSION] != LAYOUT_VERSION or magic != MAGIC:
         raise LayoutError(
             f"segment {seg.name} has layout version {int(h[W_VERSION])}; "
-            f"this shmwheel reads version {LAYOUT_VERSION}"
+            f"this shmwheel reads version {LAYOUT_VERSION} only: stop the service that made "
+            f"it (with the shmwheel it was started with) and start it again with this one"
         )
     n = int(h[W_META_LEN])
     if not 0 < n <= META_BYTES:
