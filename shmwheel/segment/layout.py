@@ -49,6 +49,8 @@ LAYOUT_VERSION = 7  # 7: no purgatory words per slot; the waiter table (issue 26
 # records of each client's outcome ring. A waiter's entry holds its outcome, so a full ring
 # only costs that client a recheck of its entries (shmwheel/native/waiters.c)
 OUTQ_CAPACITY = 1024
+MIB = 1 << 20
+DEFAULT_TABLE_CAPACITY = 16384  # watch entries; handles awaited at once (in all clients)
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -150,9 +152,9 @@ class ServiceConfig:
     journal_epoch: int = 0
     journal_next_gen: int = 0  # every slot's first generation (above the journal's ids)
     # the purgatory: watch entries (one per key of a live operation), hash chains
-    watch_capacity: int = 65536
+    watch_capacity: int = DEFAULT_TABLE_CAPACITY
     # the waiter table: about how many handles may be awaited at once (waiter_buckets)
-    waiter_capacity: int = 65536
+    waiter_capacity: int = DEFAULT_TABLE_CAPACITY
 
     def meta_blob(self) -> bytes:
         d = asdict(self)
@@ -170,6 +172,27 @@ class ServiceConfig:
 
     def geometry(self) -> wheel_core.WheelGeometry:
         return wheel_core.WheelGeometry.spanning(self.tick_ms, self.wheel_size, self.capacity)
+
+
+# -- Defaults ---------------------------------------------------------------------------
+# A timer of capacity is 48 bytes (its wheel node and side record). The other regions are
+# fixed by the config: the payload arena scales with capacity by default; the watch and
+# waiter tables are sized by use (live operations' keys, handles awaited at once), not by
+# capacity; the rings by max_clients and executors. At capacity 1 M with the defaults (32
+# clients, one executor) the segment is 63 bytes per timer of capacity:
+#   48.0 MB  wheel nodes and side records (48 B a timer)
+#    8.4 MB  producer rings, 32 x 16384 records of 16 B (a smaller ring slows schedule_many)
+#    0.5 MB  outcome rings, 32 x 1024 records of 16 B
+#    0.5 MB  per executor: a dispatch and a result ring of 8192 records (16 B + 40 B)
+#    4.8 MB  payload arena, 4 MiB (default_arena_bytes) and 16 B of bookkeeping per block
+#    0.6 MB  watch table, 16384 entries of 32 B and their chains
+#    0.3 MB  waiter table, 16384 entries of 16 B
+#  ~0.1 MB  header, config, counters, histograms, ring tables, the wheel's buckets
+def default_arena_bytes(capacity: int) -> int:
+    """The payload arena unless ``arena_bytes`` is given: 4 bytes per timer of capacity,
+    at least 4 MiB (so 4 MiB up to 1,048,576 timers: 32,768 payloads of 9-64 bytes, 4,096
+    of up to 256, 512 of up to 1 KiB and 128 of up to 4 KiB)."""
+    return max(4 * MIB, 4 * capacity)
 
 
 def arena_meta_words(cfg: ServiceConfig) -> int:
@@ -462,9 +485,11 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
         raise LayoutError(f"segment {seg.name} is not a shmwheel service (magic {magic:#x})")
     if h[W_VERSION] != LAYOUT_VERSION or magic != MAGIC:
         raise LayoutError(
-            f"segment {seg.name} has layout version {int(h[W_VERSION])}; "
-            f"this shmwheel reads version {LAYOUT_VERSION} only: stop the service that made "
-            f"it (with the shmwheel it was started with) and start it again with this one"
+            f"segment {seg.name} has layout version {int(h[W_VERSION])} (magic "
+            f"{magic.to_bytes(8, 'big').decode('ascii', 'replace')}); this shmwheel reads "
+            f"version {LAYOUT_VERSION} ({MAGIC.to_bytes(8, 'big').decode()}) only: stop the "
+            f"service that made it (with the shmwheel it was started with) and start it "
+            f"again with this one"
         )
     n = int(h[W_META_LEN])
     if not 0 < n <= META_BYTES:
