@@ -212,7 +212,9 @@ def watch_words(cfg: ServiceConfig) -> int:
 def waiter_buckets(cfg: ServiceConfig) -> int:
     """Buckets of the waiter table: a power of two, WAIT_WAYS entries each, at least
     waiter_capacity entries in all (a handle's entries go in one of its two buckets, so
-    an ask is refused when both are full: rarely before ~90% of the table is in use)."""
+    an ask is refused when both are full: with random handles the first refusal comes
+    once about three quarters of the table is in use, 70% at the least in 20 trials of
+    16384 entries)."""
     return 1 << max(1, (-(-max(cfg.waiter_capacity, 1) // C.WAIT_WAYS) - 1).bit_length())
 
 
