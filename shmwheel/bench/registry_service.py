@@ -243,7 +243,7 @@ def service_workloads(
                     "held for its whole life; 1 M timers of capacity should take <= 64 MB",
                     "the regions not sized by capacity grew: with the defaults (32 clients, one "
                     "executor) they are 15 MB at 1 M (producer rings 8.4 MB, payload arena "
-                    "4.8 MB, the rest under 2 MB; segment/layout.py, 'Defaults'); each further "
+                    "4.8 MB, the rest under 2 MB; segment/sizes.py); each further "
                     "executor adds 0.46 MB",
                 ),
                 Goal(

@@ -38,7 +38,7 @@ def svc_memory(n: int) -> Figures:
     tables alone (their layout sizes), and what one more timer of capacity adds to the
     segment (the layout for capacity + 1024, the other regions as they are, less the
     layout, over 1024). The segment also holds regions not sized by capacity by default
-    (segment/layout.py, "Defaults"): the rings, the watch and waiter tables, and the payload
+    (segment/sizes.py): the rings, the watch and waiter tables, and the payload
     arena (4 MiB up to about 1 M timers, then 4 bytes a timer). Peers: traced allocations of
     50k pending entries (heapq+thread entry; asyncio TimerHandle; sched event), and the
     resident-memory growth per entry of 100k entries built in a fresh process (measured

@@ -24,6 +24,7 @@ from ..errors import ShmwheelError
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import layout as L
+from ..segment import sizes as Z
 from .client import Client, connect, now_ms
 from .outcomes import mark_stopped
 from .stats import read_stats
@@ -66,8 +67,8 @@ class TimerService:
         journal_fsync_ms: int = 100,
         journal_segment_bytes: int = 64 << 20,
         journal_keep_hours: float = 0.0,
-        watch_capacity: int = L.DEFAULT_TABLE_CAPACITY,
-        waiter_capacity: int = L.DEFAULT_TABLE_CAPACITY,
+        watch_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
+        waiter_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         journal_on_damage: str = "refuse",
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
@@ -99,8 +100,8 @@ class TimerService:
             )
         if len(tasks) > 0xFFFF:
             raise ValueError("at most 65535 tasks can be registered")
-        if arena_bytes is None:  # scaled by capacity (layout.py, "Defaults")
-            arena_bytes = L.default_arena_bytes(capacity)
+        if arena_bytes is None:  # scaled by capacity (segment/sizes.py)
+            arena_bytes = Z.default_arena_bytes(capacity)
         for what, value, low in (
             ("capacity", capacity, 1),
             ("tick_ms", tick_ms, 1),
@@ -127,7 +128,7 @@ class TimerService:
             max_clients=max_clients,
             ring_capacity=_pow2(ring_capacity),
             dispatch_capacity=_pow2(dispatch_capacity),
-            arena_blocks=L.arena_blocks(arena_bytes),
+            arena_blocks=Z.arena_blocks(arena_bytes),
             tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
             watch_capacity=watch_capacity,
             waiter_capacity=waiter_capacity,
