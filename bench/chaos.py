@@ -1,14 +1,17 @@
-"""Chaos soak: schedule and cancel timers while SIGKILLing service processes at random, then
-prove every timer had exactly one outcome and none ran early.
+"""Chaos soak: schedule, reset and cancel timers while SIGKILLing service processes at
+random, then prove every timer had exactly one outcome and none ran early.
 
     python bench/chaos.py [--seconds 60] [--rate 20000] [--kill-every-ms 300] [--seed 1]
-                          [--roles coordinator,reaper,exec0]
+                          [--roles coordinator,reaper,exec0] [--reset-fraction 0.2]
 
 Timers run
 ``workers.tasks.append_line``, which writes one line per run; a cancel that returned True
 must have no line, every other timer exactly one — except a task whose executor was killed
 while running it (its outcome is "crashed": it may have written its line or not, and it
-never runs again). Prints the figures and exits 1 if any invariant broke. Bounded: the run
+never runs again). A share of the timers is reset once, at a random moment before its
+deadline, to a new delay: a timer runs with the deadline of its reset if that returned True,
+else with the one it was scheduled with, and never before it. Prints the figures and exits
+1 if any invariant broke. Bounded: the run
 takes --seconds plus at most 60 s to settle, and stops the service (no segment, no
 process left) whatever happens. The test suite runs small versions of each kill.
 """
@@ -62,6 +65,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=20_000, help="timers scheduled per second")
     ap.add_argument("--kill-every-ms", type=float, default=300.0)
     ap.add_argument("--cancel-fraction", type=float, default=0.1)
+    ap.add_argument("--reset-fraction", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
         "--roles", help="kill only these roles, e.g. coordinator,exec0 (default: every one)"
@@ -82,6 +86,9 @@ def main() -> int:
     stop = threading.Event()
     cancelled: set[int] = set()
     not_cancelled: set[int] = set()
+    deadline_of: dict[int, int] = {}  # tag -> the deadline it must run with
+    resets = Counter[str]()
+    refused = 0  # batches the watchdog refused (a role restarting faster than it allows)
     scheduled = 0
     t0 = time.monotonic()
     options = {"journal": args.journal, "journal_keep_hours": 1e6} if args.journal else {}
@@ -99,6 +106,7 @@ def main() -> int:
             thread.start()
             batch = max(1, int(args.rate / 20))
             pending_cancels: list[tuple[float, int, int]] = []
+            pending_resets: list[tuple[float, int, shmwheel.TimerHandle, float]] = []
             while time.monotonic() - t0 < args.seconds:
                 tick = time.monotonic()
                 tags = range(scheduled, scheduled + batch)
@@ -108,8 +116,15 @@ def main() -> int:
                     handles = client.schedule_many("rec", delays, payloads)
                 except shmwheel.Full as e:  # a stuck ring while the coordinator restarts
                     handles = e.accepted if e.accepted is not None else []
+                except shmwheel.ShmwheelError:  # the watchdog refuses new timers while a
+                    handles = []  # role restarts too often: none of this batch is accepted
+                    refused += 1
                 id_batches.append(np.asarray(getattr(handles, "ids", []), np.int64))
                 for tag, h, d in zip(tags, handles, delays, strict=False):  # accepted: a prefix
+                    deadline_of[tag] = h.deadline_ms
+                    if rng.random() < args.reset_fraction:
+                        at = tick + d / 1000 * rng.random()
+                        pending_resets.append((at, tag, h, rng.uniform(0, 500)))
                     if rng.random() < args.cancel_fraction:
                         pending_cancels.append((tick + d / 1000 * rng.random(), tag, h))
                     else:
@@ -120,6 +135,16 @@ def main() -> int:
                 pending_cancels = [c for c in pending_cancels if c[0] > now]
                 for _, tag, h in due:
                     (cancelled if h.cancel() else not_cancelled).add(tag)
+                moved = [r for r in pending_resets if r[0] <= now]
+                pending_resets = [r for r in pending_resets if r[0] > now]
+                for _, tag, h, delay in moved:
+                    try:
+                        won = h.reset(delay)
+                    except shmwheel.ShmwheelError:  # Full (a stuck ring while the
+                        won = False  # coordinator restarts) or the watchdog's refusal
+                    resets["won" if won else "lost"] += 1
+                    if won:
+                        deadline_of[tag] = h.deadline_ms
                 print(
                     f"\r{now - t0:5.1f} s  scheduled {scheduled}  kills {sum(kills.values())}",
                     end="",
@@ -145,6 +170,7 @@ def main() -> int:
     runs: Counter[int] = Counter()
     early = 0
     torn = 0
+    wrong_deadline = 0  # ran with a deadline that is not its last won reset's (or its own)
     with open(log) as f:
         for line in f:
             fields = line.split()
@@ -154,18 +180,21 @@ def main() -> int:
             _hid, deadline, run_ns, _attempt, tag, _key = fields
             runs[int(tag)] += 1
             early += int(run_ns) < int(deadline) * 1_000_000
+            wrong_deadline += int(deadline) != deadline_of.get(int(tag), int(deadline))
     os.unlink(log)
     twice = [t for t, c in runs.items() if c > 1]
     ran_cancelled = [t for t in cancelled if runs[t]]
     missing = [t for t in not_cancelled if not runs[t]]
     print(
         f"{args.seconds:.0f} s, seed {args.seed}: scheduled {scheduled}, cancelled (True) "
-        f"{len(cancelled)}, ran {len(runs)}; kills {dict(sorted(kills.items()))}; "
-        f"restarts {st['restarts']}; lock repairs {st['repairs']}"
+        f"{len(cancelled)}, resets won {resets['won']} / lost {resets['lost']}, ran "
+        f"{len(runs)}; kills {dict(sorted(kills.items()))}; "
+        f"restarts {st['restarts']}; lock repairs {st['repairs']}; batches refused {refused}"
     )
     print(
         f"ran twice {len(twice)}; ran after a True cancel {len(ran_cancelled)}; ran early "
-        f"{early}; never ran {len(missing)} (executor crashes recorded: {st['crashed']}); "
+        f"{early}; ran at a deadline no reset won {wrong_deadline}; never ran {len(missing)} "
+        f"(executor crashes recorded: {st['crashed']}); "
         f"pending at the end {st['pending']}, in flight {st['in_flight']}; task errors "
         f"{st['task_errors']}; ring garbage {st['ring_garbage']}; torn log lines {torn}"
     )
@@ -173,6 +202,7 @@ def main() -> int:
         not twice
         and not ran_cancelled
         and not early
+        and not wrong_deadline
         and len(missing) <= st["crashed"]
         and st["pending"] == 0
         and st["in_flight"] == 0

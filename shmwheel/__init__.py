@@ -9,7 +9,8 @@ The public API, all importable from here:
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
-* errors: ShmwheelError, Full, LayoutError, JournalError, RecoveryError.
+* errors: ShmwheelError, Full, LayoutError, JournalError, RecoveryError, TaskError (what a
+  handle's ``exception()`` gives when its task raised) and RemoteTraceback (its cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -17,7 +18,15 @@ processes) is private: its names may change between releases.
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import Full, JournalError, LayoutError, RecoveryError, ShmwheelError
+from .errors import (
+    Full,
+    JournalError,
+    LayoutError,
+    RecoveryError,
+    RemoteTraceback,
+    ShmwheelError,
+    TaskError,
+)
 
 # Each public name is imported from its module on first use (PEP 562), so `import
 # shmwheel` costs almost nothing and a process pays only for the layer it uses (the
@@ -82,8 +91,10 @@ __all__ = [
     "MockTimer",
     "Operation",
     "RecoveryError",
+    "RemoteTraceback",
     "ShmwheelError",
     "SystemTimer",
+    "TaskError",
     "TimerHandle",
     "TimerHandles",
     "TimerService",

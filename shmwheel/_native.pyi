@@ -150,13 +150,27 @@ class Executor:
         hist: _Buf,
         tasks: list[Callable[[Any], Any]],
         unpack: Callable[[bytes], Any],
-        on_error: Callable[[int, int, BaseException], None],
+        on_error: Callable[[int, int, BaseException, int, int], None],
         on_full: Callable[[], bool],
     ) -> None: ...
     def run(self) -> int: ...
     def close(self) -> None: ...
 
 def fire_context() -> tuple[int, Any, int, int, int] | None: ...
+
+# failed tasks' records (errlog.c)
+def errlog_write(
+    region: _Buf,
+    executor: int,
+    handle: int,
+    run: int,
+    task: int,
+    flags: int,
+    type: bytes,
+    message: bytes,
+    traceback: bytes,
+) -> int: ...
+def errlog_find(region: _Buf, handle: int) -> tuple[Any, ...]: ...
 
 # the slot state machine (contract.h, states_py.c)
 SLOT_STATES: tuple[tuple[str, int, str], ...]

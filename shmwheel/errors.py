@@ -29,3 +29,66 @@ class RecoveryError(ShmwheelError):
     incomplete segments (``TimerService(journal_on_damage="salvage")`` or ``shmwheel
     journal repair`` recovers what the intact records prove), or a configuration that
     cannot hold what the journal has pending."""
+
+
+class RemoteTraceback(Exception):
+    """The formatted traceback of a task that raised in an executor process, as the
+    ``__cause__`` of its ``TaskError`` (as ``ProcessPoolExecutor`` chains its
+    ``_RemoteTraceback``): printing the TaskError's traceback shows it."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+class TaskError(ShmwheelError):
+    """The task of a timer or operation raised in its executor: what ``exception()``
+    returns for the outcome ``"error"`` (and for an operation whose ``on_complete`` /
+    ``on_expire`` task raised). ``result()`` still returns the outcome string.
+
+    ``type_name`` (``"ValueError"``, or ``"module.Class"`` outside the builtins),
+    ``message`` (``str()`` of the exception) and ``traceback`` (its formatted traceback,
+    ending with the ``Type: message`` line, also the text of ``__cause__``, a
+    ``RemoteTraceback``) are as the executor recorded them, cut to at most 256, 1,024 and
+    4,032 bytes together (the traceback keeps its end). ``id`` is the timer's, ``run`` the
+    run that raised (1 for a one-shot timer), ``task`` the task's name. When the record is
+    no longer known (each executor keeps its last 64 failures), ``type_name``,
+    ``message`` and ``traceback`` are None and ``str()`` says why; never another run's or
+    another timer's."""
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        id: int,
+        run: int | None = None,
+        task: str | None = None,
+        type_name: str | None = None,
+        message: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        super().__init__(text)
+        self.id, self.run, self.task = id, run, task
+        self.type_name, self.message, self.traceback = type_name, message, traceback
+        if traceback is not None:
+            self.__cause__ = RemoteTraceback(traceback)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickles with its fields (sent back from a pool worker, say); the cause is
+        rebuilt from the traceback text."""
+        fields = {
+            "id": self.id,
+            "run": self.run,
+            "task": self.task,
+            "type_name": self.type_name,
+            "message": self.message,
+            "traceback": self.traceback,
+        }
+        return (_task_error, (str(self), fields))
+
+
+def _task_error(text: str, fields: dict[str, object]) -> TaskError:
+    return TaskError(text, **fields)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 The figures already live in the service's shared segment, so no multiprocess mode is
 needed: each scrape reads ``stats()`` once, in the scraping process, and turns it into
-metric families (docs/operations.md, "Metrics")::
+metric families (docs/operating.md, "Metrics")::
 
     from prometheus_client import REGISTRY, start_http_server
     from shmwheel.metrics import ServiceCollector

@@ -33,6 +33,7 @@ W_ORDER = [
     "svc_recovery",
     "svc_purgatory",
     "svc_purgatory_expire",
+    "svc_heartbeat",
 ]
 SERVICE_KEYS = set(W_ORDER)
 
@@ -117,6 +118,7 @@ def test_bench_quick_writes_every_workload(tmp_path):
         "W9",
         "W10",
         "W10",
+        "W11",
     ]
     assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])
@@ -178,6 +180,11 @@ def test_bench_quick_writes_every_workload(tmp_path):
         assert 0 < med["svc_scale"][f"shmwheel schedule @ {level}"] < 1000  # µs per op
     assert len(doc["lateness_histograms"]["shmwheel service"][0]) == 256
     assert "W7 scale" in proc.stdout and "W1 schedule rate" in proc.stdout
+    # W11: the heartbeat, N = svc-n / 10 timers moved 10 times each, none fired
+    beat = med["svc_heartbeat"]
+    assert beat["timers (N), each moved 10 times"] == 500
+    assert beat["ratio: reset / cancel + schedule"] > 0
+    assert "W11 heartbeat" in proc.stdout
 
     # W9: the journal on beside off, and a recovery that re-armed every pending timer; its
     # temporary journal directories are gone

@@ -91,7 +91,9 @@ def test_running_callbacks_and_errors(service, kind):
     assert not dropped
     bad = make(c, kind, 0, "fail")
     want = "error" if kind == "timer" else "expired"
-    assert bad.result(10) == want and bad.exception() is None
+    assert bad.result(10) == want  # the outcome string; the task's exception:
+    assert isinstance(bad.exception(), shmwheel.TaskError)
+    assert bad.exception().type_name == "RuntimeError"
     with pytest.raises(RuntimeError):
         bad.set_result("ok")
 

@@ -50,13 +50,17 @@ def test_a_timer_costs_its_node_and_side_record_only():
     assert (more - words) * 8 / 1024 == 52
 
 
-def test_a_segment_of_the_previous_layout_is_refused_clearly():
+@pytest.mark.parametrize("version", [6, 7])  # issue 10's layout; issue 22's (error logs)
+def test_a_segment_of_the_previous_layout_is_refused_clearly(version):
     name = f"t{os.getpid()}-old"
     seg = shm.Segment(shm.segment_name(name), 1 << 16)
     try:
-        seg.words[L.W_MAGIC] = C.as_int64(0x5348575356433036)  # "SHWSVC06": issue 10's layout
-        seg.words[L.W_VERSION] = 6
-        said = r"layout version 6 \(magic SHWSVC06\); this shmwheel reads version 7"
+        seg.words[L.W_MAGIC] = C.as_int64(0x5348575356433036)  # "SHWSVC06": both wrote it
+        seg.words[L.W_VERSION] = version
+        said = (
+            rf"layout version {version} \(magic SHWSVC06\); "
+            r"this shmwheel reads version 8 \(SHWSVC08\)"
+        )
         with pytest.raises(LayoutError, match=said):
             shmwheel.connect(name)
     finally:

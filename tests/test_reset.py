@@ -373,9 +373,10 @@ def test_reset_is_refused_while_the_journal_cannot_keep_it(tmp_path):
     """A reset the journal cannot record would be lost to a whole-service crash (recovery
     would re-arm the old deadline), so it is refused like a schedule while a disk fault
     lasts, through the writers' fault seam (journal/disk.py)."""
+    log = tmp_path / "log"
     with TimerService(tasks=TASKS, capacity=64, executors=1, journal=tmp_path / "j") as s:
         with s.client() as c:
-            h = c.schedule("record", None, delay_ms=60_000)
+            h = c.schedule("record", rec(log, "kept"), delay_ms=60_000)
             s.mem.header[L.W_JINJECT] = disk.inject(errno.ENOSPC)
             try:
                 c.schedule("record", None, delay_ms=60_000)  # a write that meets the fault

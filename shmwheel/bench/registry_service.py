@@ -1,4 +1,4 @@
-"""The table of the multiprocess-service workloads, W1-W10: for each, what it runs, which
+"""The table of the multiprocess-service workloads, W1-W11: for each, what it runs, which
 of its figures are compared with which peer's, the further figures printed, the notes on
 figures that need one, and its goals with the issue that set each, what it is for and what
 a miss means; the default W7 levels and which workloads have a Redis peer.
@@ -14,6 +14,7 @@ from . import service_footprint as FP
 from . import service_ops as OPS
 from . import service_producers as PR
 from . import service_timing as TM
+from .registry_heartbeat import heartbeat_workloads
 from .registry_journal_purgatory import journal_workloads, purgatory_workloads
 from .workload import Goal, Workload
 
@@ -26,7 +27,7 @@ def service_workloads(
     redis: bool = False,
     recovery_n: int = JW.RECOVERY_N,
 ) -> list[Workload]:
-    """W1-W10. With `redis`, the Redis sorted-set peer's rows too (main() sets
+    """W1-W11. With `redis`, the Redis sorted-set peer's rows too (main() sets
     service_common.use_redis to the same value so that the workloads measure it).
     `recovery_n` only names W9's recovery goal: the workload recovers sizes["recovery"]
     timers."""
@@ -244,7 +245,7 @@ def service_workloads(
                     "the regions not sized by capacity grew: with the defaults (32 clients, one "
                     "executor) they are 15 MB at 1 M (producer rings 8.4 MB, payload arena "
                     "4.8 MB, the rest under 2 MB; segment/sizes.py); each further "
-                    "executor adds 0.46 MB",
+                    "executor adds 0.72 MB (its rings and error log)",
                 ),
                 Goal(
                     "segment bytes per added timer",
@@ -416,6 +417,7 @@ def service_workloads(
         ),
         *journal_workloads(recovery_n),
         *purgatory_workloads(),
+        *heartbeat_workloads(),
     ]
 
 

@@ -32,7 +32,7 @@ examples:
   shmwheel clean --dry-run
   shmwheel journal check /var/lib/shmwheel/orders
 
-`shmwheel COMMAND --help` tells more; docs/operations.md, "Command line", tells all.
+`shmwheel COMMAND --help` tells more; docs/operating.md, "Command line", tells all.
 """
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

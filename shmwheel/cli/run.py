@@ -1,6 +1,6 @@
 """``shmwheel run``: a TimerService in the foreground until SIGTERM or SIGINT.
 
-The process is the service's supervisor (the embedding process of docs/operations.md):
+The process is the service's supervisor (the embedding process of docs/operating.md):
 it starts the coordinator, the reaper and the executors, restarts whichever dies, and on
 SIGTERM, SIGINT or SIGHUP stops them all and unlinks every name it created, then exits 0.
 """
@@ -47,7 +47,7 @@ from the config file's directory:
   expire = "myapp.tasks:expire"
 
 task modules are imported from PYTHONPATH and the current directory, unless another user
-can write it (e.g. /tmp): then not, with a warning (docs/operations.md, "Trust").
+can write it (e.g. /tmp): then not, with a warning (docs/operating.md, "Trust").
 The first line on stdout names the service; logs go to stderr.
 Exit status: 0 after a clean stop, 1 if the service cannot start, 2 for bad arguments.
 """

@@ -1,5 +1,5 @@
 """``shmwheel ls`` and ``shmwheel clean``: this user's services on this host, found from
-their segments in /dev/shm (``shmwheel.NAME``, docs/operations.md), and removing those
+their segments in /dev/shm (``shmwheel.NAME``, docs/operating.md), and removing those
 whose owner process is gone — what ``TimerService.start()`` sweeps."""
 
 from __future__ import annotations

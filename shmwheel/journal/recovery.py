@@ -42,7 +42,7 @@ from ..segment import layout as L
 from . import format as F
 from .check import DAMAGED_DIR, TORN, Inspection, inspect
 from .directory import JournalOptions, claim
-from .operations import install_ops
+from .recovery_ops import install_ops
 from .repair import quarantine
 from .retention import anchor_installed, retire
 from .salvage import salvage

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..segment import contract as C
 from . import format as F
-from .operations import PendingOps
 from .reader import Reject, Segment
+from .recovery_ops import PendingOps
 
 
 @dataclass

@@ -49,6 +49,14 @@
  *  - Counters have one writer per word (relaxed stores); readers sum them with relaxed
  *    loads: a snapshot, never a synchronization point.
  *
+ *  - A failed task's error record (errlog.c) is a seqlock: its executor, the one writer of
+ *    its log, stores the record's sequence word odd, a release fence, the body, then the
+ *    sequence word even (release); a reader copies between an acquire load of it and an
+ *    acquire fence and a second load, and keeps the copy only if both saw the same even
+ *    word. Every word is accessed atomically (relaxed), so a torn copy is a value the
+ *    reader rejects, never a data race (the argument in full, with the evictions that
+ *    make a repeating timer's newest record trustworthy, is in errlog.c).
+ *
  *  - Sleep flags (a consumer announcing it is about to sleep) are read by the waker after a
  *    seq_cst fence (sleep_flag_after_publish). The sleepers are Python loops that set their
  *    flag with a plain store, so a store-load reordering on their side can still hide a

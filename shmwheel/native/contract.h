@@ -380,4 +380,39 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 #define HIST_BUCKETS 256
 #define HIST_PER_OCTAVE 8
 
+/* ---- task error records (the "errors" region; errlog.c owns it) ---------------------
+ * ERR_REGION_HEADER words (ERR_STAMP: the stamps drawn so far, every executor's
+ * fetch-and-add), then a log per executor: ERR_HEADER_WORDS words (ERR_NEXT: records it
+ * ever wrote; ERR_EVICTED: the stamp of the newest record it has overwritten; both its
+ * single writer's), then ERR_RECORDS records of ERR_RECORD_WORDS. Record k is at position
+ * k % ERR_RECORDS: the newest ERR_RECORDS failures of each executor are kept. A record:
+ * ER_SEQ is 2k + 1 while record k is written and 2k + 2 once it is complete (0: never
+ * written); the failed timer's handle; its stamp (larger for every later record, whatever
+ * the executor); its run number (1 for a one-shot); its task id; ER_FLAGS (ERF_REPEATING:
+ * a repeating timer's run); the byte lengths of its texts (type | message << 16 |
+ * traceback << 32); a checksum of those words and the texts (errlog.c, err_check); the
+ * texts, UTF-8, back to back from ER_TEXT (the exception's type name at most ER_TYPE_MAX
+ * bytes, its message ER_MESSAGE_MAX, all three ER_TEXT_BYTES). */
+#define ERR_REGION_HEADER 8
+#define ERR_STAMP 0
+#define ERR_RECORDS 64
+#define ERR_RECORD_WORDS 512      /* 4 KiB */
+#define ERR_HEADER_WORDS 8
+#define ERR_NEXT 0
+#define ERR_EVICTED 1
+#define ERR_LOG_WORDS (ERR_HEADER_WORDS + ERR_RECORDS * ERR_RECORD_WORDS)
+#define ER_SEQ 0
+#define ER_HANDLE 1
+#define ER_STAMP 2
+#define ER_RUN 3
+#define ER_TASK 4
+#define ER_FLAGS 5
+#define ER_LENGTHS 6
+#define ER_CHECK 7
+#define ER_TEXT 8
+#define ER_TEXT_BYTES ((ERR_RECORD_WORDS - ER_TEXT) * 8)   /* 4032 */
+#define ER_TYPE_MAX 256
+#define ER_MESSAGE_MAX 1024
+#define ERF_REPEATING 1
+
 #endif

@@ -1,6 +1,7 @@
 /* executor.c: an executor process's batch loop. For each dispatch record, in this order:
- * store `started = seq`, check the slot, decode its payload, run the task, publish the
- * outcome (handle, outcome, seq, lateness_us, duration_us) on the result ring. After the batch the
+ * store `started = seq`, check the slot, decode its payload, run the task (if it raised:
+ * log it and write its error record, errlog.c), publish the outcome (handle, outcome, seq,
+ * lateness_us, duration_us) on the result ring. After the batch the
  * dispatch ring's tail advances and `started` goes back to -1. A replacement executor on
  * the same rings therefore knows what its predecessor did (shmwheel/service/executor.py,
  * `recover`): outcomes up to the last published seq are done, the `started` record (if
@@ -35,7 +36,7 @@ typedef struct {
     i64 *hist;           /* its lateness histogram (single writer) */
     PyObject *tasks;     /* list: task id -> callable */
     PyObject *unpack;    /* bytes -> object (msgpack) */
-    PyObject *on_error;  /* (handle, task id, exception): logs the traceback */
+    PyObject *on_error;  /* (handle, task, exception, run, ERF_*): logs and records it */
     PyObject *on_full;   /* () -> bool: the result ring is full; False to give up */
     i64 tally[COUNTER_WORDS];
     i64 late[HIST_BUCKETS];
@@ -99,7 +100,7 @@ static void record_lateness(Executor *e, i64 late_us) {
 /* Run the task of one checked record; returns the outcome, or -1 for an exception that is
  * not an Exception (SystemExit, KeyboardInterrupt): it propagates and the process ends. */
 static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
-    i64 tid = META_FIELD(*side_meta(&e->seg, slot), TASK), attempt;
+    i64 tid = META_FIELD(*side_meta(&e->seg, slot), TASK), attempt = 0;
     PyObject *key = NULL, *payload = NULL, *r = NULL;
     if (tid == TASK_NONE && (META_FIELD(*side_meta(&e->seg, slot), FLAGS) & FLAG_OP)) {
         r = Py_NewRef(Py_None);   /* an operation without a task for this outcome */
@@ -129,7 +130,10 @@ static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb) PyException_SetTraceback(value, tb);
-    PyObject *lr = PyObject_CallFunction(e->on_error, "LLO", (long long)h, (long long)tid, value);
+    /* the logger records the error (errlog.c) before the outcome is published (ex_run) */
+    i64 erf = (META_FIELD(*side_meta(&e->seg, slot), FLAGS) & FLAG_REPEAT) ? ERF_REPEATING : 0;
+    PyObject *lr = PyObject_CallFunction(e->on_error, "LLOLL", (long long)h, (long long)tid,
+                                         value, (long long)attempt, (long long)erf);
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
@@ -269,8 +273,11 @@ static PyMethodDef ctx_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+int shmwheel_add_errlog(PyObject *m);   /* errlog.c: the failed tasks' records */
+
 int shmwheel_add_executor_type(PyObject *m) {
     if (PyType_Ready(&ExecutorType) < 0) return -1;
+    if (shmwheel_add_errlog(m) < 0) return -1;
     Py_INCREF(&ExecutorType);
     if (PyModule_AddObject(m, "Executor", (PyObject *)&ExecutorType) < 0) return -1;
     return PyModule_AddFunctions(m, ctx_methods);

@@ -6,7 +6,7 @@ The segment is a sequence of int64 regions, each at an offset computed from the
     header | meta blob (config + task names, msgpack) | counters | lateness histograms |
     ring table | executor table | producer rings | dispatch rings | result rings |
     wheel (contract.h's wheel array) | side table | arena meta | arena data |
-    [journal: anchors | live] | watch lists | outcome rings | waiter table
+    [journal: anchors | live] | watch lists | outcome rings | waiter table | error logs
 
 A slot is its wheel node and side record, 48 bytes, and nothing more: the purgatory and
 the outcomes keep no word per slot (an operation's count is in its arena block, a freed
@@ -43,6 +43,7 @@ from .sizes import (
     DEFAULT_TABLE_CAPACITY,
     OUTQ_CAPACITY,
     arena_meta_words,
+    error_words,
     waiter_buckets,
     waiter_words,
     watch_buckets,
@@ -52,9 +53,10 @@ from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433037  # "SHWSVC07"
+MAGIC = 0x5348575356433038  # "SHWSVC08"
 MAGIC_FAMILY = MAGIC >> 16  # "SHWSVC": a service segment of any layout version
-LAYOUT_VERSION = 7  # 7: no purgatory words per slot; the waiter table (issue 26)
+# 7: the error logs (issue 22); 8: no purgatory words per slot, the waiter table (issue 26)
+LAYOUT_VERSION = 8
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -121,7 +123,7 @@ def check_architecture() -> None:
     """Refuse to run a service anywhere but x86-64. The native core's cross-process
     protocols are shown data-race-free in the C11 model (tests/tsan/), so they do not rest
     on x86's memory order; some of the Python side's plain accesses to shared words still
-    do, and nothing has run elsewhere (docs/operations.md, "Memory ordering and
+    do, and nothing has run elsewhere (docs/operating.md, "Memory ordering and
     platforms")."""
     machine = platform.machine().lower()
     if machine not in ("x86_64", "amd64"):
@@ -130,7 +132,7 @@ def check_architecture() -> None:
             f"Its native core's protocols are data-race-free by the C11 memory model "
             f"(tests/tsan/), but a few of its Python-side reads and writes of shared words "
             f"still rely on x86's store and load order, and it has not run on another "
-            f"architecture (docs/operations.md, 'Memory ordering and platforms')"
+            f"architecture (docs/operating.md, 'Memory ordering and platforms')"
         )
 
 
@@ -203,6 +205,8 @@ def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
         ("watch", watch_words(cfg)),
         ("outq", cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)),
         ("waiters", waiter_words(cfg)),
+        # failed tasks' exceptions: a log per executor (errlog.c)
+        ("errors", error_words(cfg)),
     ]
     off, at = {}, HEADER_WORDS
     for name, n in sizes:
@@ -248,6 +252,7 @@ class ServiceMemory:
         self.watch = v(off["watch"], watch_words(cfg))
         self.outq_words = v(off["outq"], off["waiters"] - off["outq"])
         self.waiters = v(off["waiters"], waiter_words(cfg))
+        self.errors = v(off["errors"], error_words(cfg))
         self.outq = self._rings(off["outq"], cfg.max_clients, OUTQ_CAPACITY, C.OUTQ_RECORD)
         self.producer = self._rings(
             off["producer"], cfg.max_clients, cfg.ring_capacity, C.PRODUCER_RECORD
@@ -408,7 +413,7 @@ class ServiceMemory:
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
         self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
         self.arena_words = self.anchors = self.live = None  # type: ignore[assignment]
-        self.watch = self.outq_words = self.waiters = None  # type: ignore[assignment]
+        self.watch = self.outq_words = self.waiters = self.errors = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------

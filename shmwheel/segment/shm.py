@@ -5,7 +5,7 @@ semaphore ``/shmwheel.<service>.<role>`` (``/dev/shm/sem.shmwheel.<service>.<rol
 all are created with mode 0600.  ``multiprocessing.shared_memory`` is deliberately not
 used: its resource tracker unlinks segments that the tracking process did not create.
 
-Trust (docs/operations.md): an existing segment is used only if ``fstat`` on its open
+Trust (docs/operating.md): an existing segment is used only if ``fstat`` on its open
 descriptor says it is this user's, a regular file, mode 0600 or stricter and a whole
 number of words (``check_own``); a name another user holds raises ``ForeignSegment``
 naming them, and ``unlink_service`` removes only this user's files. What each entry in

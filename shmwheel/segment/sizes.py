@@ -13,6 +13,7 @@ not by capacity; the rings by max_clients and executors. At capacity 1 M with th
              schedule_many, which waits whenever its ring is full)
      0.5 MB  outcome rings, 32 x OUTQ_CAPACITY records of 16 B
      0.5 MB  per executor: a dispatch and a result ring of 8192 records (16 B + 40 B)
+     0.3 MB  per executor: its error log, 64 records of 4 KiB (errlog.c)
      4.8 MB  payload arena, 4 MiB (default_arena_bytes) and 16 B of bookkeeping per block
      0.6 MB  watch table, 16384 entries of 32 B and their chains
      0.3 MB  waiter table, 16384 entries of 16 B
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import _native as N
 from . import contract as C
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,6 +69,12 @@ def waiter_buckets(cfg: ServiceConfig) -> int:
 
 def waiter_words(cfg: ServiceConfig) -> int:
     return C.WAIT_HEADER + waiter_buckets(cfg) * C.WAIT_BUCKET_WORDS
+
+
+def error_words(cfg: ServiceConfig) -> int:
+    """The failed tasks' records (contract.h, "task error records"): a header, then a log
+    of N.ERR_RECORDS records per executor."""
+    return int(N.ERR_REGION_HEADER + cfg.executors * N.ERR_LOG_WORDS)
 
 
 def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:

@@ -286,7 +286,7 @@ class Client(N.Producer):
 
     def _outcomes_of(self) -> Outcomes:
         """This client's waiters (made on first use: a client that never asks for an
-        outcome runs no thread and stores no notify word)."""
+        outcome runs no thread and claims no waiter entry)."""
         if self._outcomes is None:
             if self._closed:  # a stopped service's handles still learn "stopped"
                 raise ShmwheelError("this client is closed; connect() again")

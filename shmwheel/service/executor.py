@@ -1,7 +1,8 @@
 """An executor process: runs the registered task of each fired timer and reports its
 outcome. The batch loop is native (shmwheel/native/executor.c: its header gives the order
 of the writes that makes a crash recoverable); this module sets it up, recovers what a
-predecessor on the same rings left, logs task tracebacks, and sleeps when idle.
+predecessor on the same rings left, logs and records task tracebacks (tracebacks.py),
+and sleeps when idle.
 Started by the supervisor through ``shmwheel.service.main``.
 """
 
@@ -19,6 +20,7 @@ from .. import _native as N
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
+from . import tracebacks
 from .process import ServiceProcess
 from .tasks import resolve
 
@@ -59,10 +61,13 @@ class Executor(ServiceProcess):
             self._results_full,
         )
 
-    def _task_failed(self, handle: int, tid: int, exc: BaseException) -> None:
+    def _task_failed(self, handle: int, tid: int, exc: BaseException, run: int, flags: int) -> None:
+        """A task raised: log it, and record it for the handles (tracebacks.py), before
+        the native loop publishes the outcome "error"."""
         names = self.mem.task_names
         name = names[tid] if 0 <= tid < len(names) else f"id {tid} (unknown)"
         log.error("task %s (timer %#x) raised", name, handle, exc_info=exc)
+        tracebacks.record(self.mem, self.index, handle, tid, exc, run, flags)
 
     def _results_full(self) -> bool:
         """The result ring is full: wake the reaper and wait a little; False to give up."""

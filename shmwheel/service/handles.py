@@ -25,6 +25,7 @@ from ..segment import contract as C
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
     from .outcomes import Outcomes
+    from .tracebacks import Outcome
 
 
 class _Relay:
@@ -37,8 +38,11 @@ class _Relay:
     def __init__(self, waiter: Any, handle: _FutureLike) -> None:
         self.waiter, self.handle = waiter, handle
 
-    def add_result(self, _f: object) -> None:
-        self.waiter.add_result(self.handle)
+    def add_result(self, f: object) -> None:
+        if getattr(f, "task_error", None) is not None:  # FIRST_EXCEPTION: a task raised
+            self.waiter.add_exception(self.handle)
+        else:
+            self.waiter.add_result(self.handle)
 
     def add_exception(self, _f: object) -> None:
         self.waiter.add_exception(self.handle)
@@ -121,15 +125,15 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
         client: Client = self._client
         return client._outcomes_of()
 
-    def _fut(self) -> concurrent.futures.Future[str]:
+    def _fut(self) -> Outcome:
         """This handle's internal future: made on the first ask and kept on the handle, so
         the outcome stays known to it however long after the slot is used again."""
-        fut: concurrent.futures.Future[str] | None = self._future
+        fut: Outcome | None = self._future
         if fut is None:
             fut = self._future = self._outcomes().future(self.id, self._operation)
         return fut
 
-    def _settled(self) -> concurrent.futures.Future[str]:
+    def _settled(self) -> Outcome:
         """The internal future, resolved now if the slot's words say it is decided (its
         notification may still be on the way to the outcome thread)."""
         fut = self._fut()
@@ -191,10 +195,14 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
         return self._settled().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """None once decided (a task's own error is the outcome "error", not an exception
-        here); the ShmwheelError when the outcome cannot be known (the client closed, or
-        the slot was used again before anyone asked). TimeoutError as result()."""
-        return self._settled().exception(timeout)
+        """Once decided: a ``TaskError`` if the task raised (the outcome "error"; for an
+        operation, its on_complete / on_expire task raised), with the exception's type
+        name, message and traceback (docs/api.md says when they are no longer known);
+        else None. The ShmwheelError when the outcome cannot be known (the client closed,
+        or the slot was used again before anyone asked). TimeoutError as result()."""
+        fut = self._settled()
+        exc = fut.exception(timeout)
+        return exc if exc is not None else fut.task_error
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
         """Call fn(handle) once the outcome is decided: on the client's outcome thread, or

@@ -7,13 +7,13 @@ schedule path is untouched. Waiting for a handle claims an entry for it in the s
 waiter table (shmwheel/native/waiters.c; the design is purgatory.c's): the process that
 frees the slot writes the outcome into that entry and pushes (handle, outcome code) on
 this client's outcome ring, ringing its bell, a futex word in the ring's header. One
-listener thread per client sleeps on that bell (no polling of the service), resolves a
-``concurrent.futures.Future`` per handle asked about and empties its entry;
-``add_done_callback`` and ``await`` (``asyncio.wait_for`` / ``wrap_future``) build on that
-future. An outcome that reached an entry is never lost: if the ring was full, the
-listener finds it in the entry when it rechecks (at once after a drop, and every RECHECK_S
-in any case). A table with no room for a handle (both of its buckets full) refuses the
-ask with ``Full``: nothing waits then.
+listener thread per client sleeps on that bell (no polling of the service), resolves an
+``Outcome`` (a ``concurrent.futures.Future`` that may carry a ``TaskError``: tracebacks.py)
+per handle asked about and empties its entry; ``add_done_callback`` and ``await``
+(``asyncio.wait_for`` / ``wrap_future``) build on that future. An outcome that reached an
+entry is never lost: if the ring was full, the listener finds it in the entry when it
+rechecks (at once after a drop, and every RECHECK_S in any case). A table with no room
+for a handle (both of its buckets full) refuses the ask with ``Full``: nothing waits then.
 
 A handle asked about after its use ended learns the outcome from the freed slot (its
 payload word keeps it until the slot is reserved again), or "no longer known".
@@ -21,7 +21,6 @@ payload word keeps it until the slot is reserved again), or "no longer known".
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
@@ -33,6 +32,8 @@ from ..errors import Full, ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment.ring import Ring
+from . import tracebacks
+from .tracebacks import Outcome
 
 log = logging.getLogger("shmwheel.outcomes")
 
@@ -76,7 +77,7 @@ class _Waiter:
 
     __slots__ = ("future", "operation", "entry")
 
-    def __init__(self, future: concurrent.futures.Future[str], operation: bool) -> None:
+    def __init__(self, future: Outcome, operation: bool) -> None:
         self.future, self.operation = future, operation
         self.entry = -1  # known once outcome_watch returns
 
@@ -119,7 +120,7 @@ class Outcomes:
     def _stopped(self) -> bool:
         return int(self._mem.header[L.W_STOPPING]) == STOPPED
 
-    def future(self, h: int, operation: bool) -> concurrent.futures.Future[str]:
+    def future(self, h: int, operation: bool) -> Outcome:
         """The future of handle h's outcome (one per handle in this client). Full when the
         waiter table has no room for h (it is not decided yet, and nothing waits)."""
         with self._lock:
@@ -128,7 +129,7 @@ class Outcomes:
             entry = self._waiting.get(h)
             if entry is not None:
                 return entry.future
-            fut: concurrent.futures.Future[str] = concurrent.futures.Future()
+            fut = Outcome()
             waiter = self._waiting[h] = _Waiter(fut, operation)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -241,17 +242,17 @@ class Outcomes:
             return False
         if what == "":
             self._fail(h)
-        else:
-            self._finish(h, what)
+        else:  # the code, if the out word is this use's (a task that raised: its error)
+            self._finish(h, what, C.out_code(out) if C.out_gen(out) == C.handle_gen(h) else 0)
         return True
 
     def _resolve(self, h: int, code: int) -> None:
         with self._lock:
             entry = self._waiting.get(h)
         if entry is not None:
-            self._finish(h, describe(code, entry.operation))
+            self._finish(h, describe(code, entry.operation), code)
 
-    def _pop(self, h: int) -> concurrent.futures.Future[str] | None:
+    def _pop(self, h: int) -> Outcome | None:
         """Stop waiting for h: its future if it was still to be resolved (its entry is
         emptied; one thread wins)."""
         with self._lock:
@@ -262,9 +263,11 @@ class Outcomes:
             self._tables().waiter_release(h, waiter.entry)
         return None if waiter.future.done() else waiter.future
 
-    def _finish(self, h: int, what: str) -> None:
+    def _finish(self, h: int, what: str, code: int = 0) -> None:
         fut = self._pop(h)
         if fut is not None:
+            if code & C.OC_TASK_MASK == C.OUTCOME_ERROR:  # read before anyone is woken
+                fut.task_error = tracebacks.task_error(self._mem, h)
             fut.set_result(what)
 
     def _fail(self, h: int) -> None:

@@ -4,7 +4,7 @@ loudly where not. Its verdict lives in two header words the supervisor alone wri
 (``W_HEALTH``, ``W_HEALTH_REASONS``), so any attached process reads it
 (``stats()["health"]``, ``shmwheel status``).
 
-Checks (docs/operations.md, "Watchdog and health"):
+Checks (docs/operating.md, "Watchdog and health"):
 
 * header words every monitor pass (50 ms): the words fixed at create (magic, version,
   size, owner, meta length, instance) against the supervisor's copy, ``stopping`` set

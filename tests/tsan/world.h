@@ -31,7 +31,7 @@
 #define CAPACITY 384       /* slots: small, so slots and blocks are reused all the time */
 #define GEN_MAX 2048       /* ledger entries per slot: uses of one slot in a run */
 #define RING_CAP 16        /* producer, dispatch and result rings: often full */
-#define OUTQ_CAP 8192      /* as the service's (layout.py, OUTQ_CAPACITY) */
+#define OUTQ_CAP 8192      /* the service's is 1024 (segment/sizes.py, OUTQ_CAPACITY) */
 #define WATCH_CAP 96
 #define WAIT_BUCKETS 8     /* waiter table: 64 entries, fewer than its clients ask for */
 #define WAITS 48           /* handles a client waits for at once (World.waits) */
