@@ -41,7 +41,7 @@ _WHERE = {
     "TimerTaskEntry": ".kafka.timing_wheel",
     "TimingWheel": ".kafka.timing_wheel",
     "Client": ".service.client",
-    "connect": ".service.client",
+    "connect": ".service.connection",
     "TimerHandle": ".service.handles",
     "TimerHandles": ".service.handles",
     "Operation": ".service.operations",
@@ -56,7 +56,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .kafka.purgatory import DelayedOperation, DelayedOperationPurgatory
     from .kafka.system_timer import SystemTimer
     from .kafka.timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
-    from .service.client import Client, connect
+    from .service.client import Client
+    from .service.connection import connect
     from .service.context import FireContext, context
     from .service.handles import TimerHandle, TimerHandles
     from .service.operations import Operation

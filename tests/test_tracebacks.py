@@ -23,7 +23,7 @@ import shmwheel
 from shmwheel import TaskError, TimerService
 from shmwheel import _native as N
 from shmwheel.errors import RemoteTraceback
-from shmwheel.service import client as client_mod
+from shmwheel.service import connection as client_mod
 from shmwheel.service import tracebacks as TB
 
 TASKS = {

@@ -280,9 +280,9 @@ def _restore(
     kind: type[_FutureLike], service: str, instance: int, id: int, deadline_ms: int
 ) -> _FutureLike:
     """A pickled handle in this process: bound to an open client of its service here
-    (one is connected on first need, client.py ``client_for``); ShmwheelError if the
+    (one is connected on first need, connection.py ``client_for``); ShmwheelError if the
     service is not running or is another instance than the one that made the handle."""
-    from .client import client_for
+    from .connection import client_for
 
     return kind(client_for(service, instance), id, deadline_ms)
 

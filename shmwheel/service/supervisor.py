@@ -25,7 +25,8 @@ from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import layout as L
 from ..segment import sizes as Z
-from .client import Client, connect, now_ms
+from .client import Client, now_ms
+from .connection import connect
 from .outcomes import mark_stopped
 from .stats import read_stats
 from .tasks import service_path, task_spec
