@@ -3,6 +3,7 @@ system C compiler. Everything else is in pyproject.toml. No prebuilt binary is f
 with no working C compiler the install stops with a message that says what to install."""
 
 import glob
+import os
 import sys
 
 from setuptools import Extension, setup
@@ -10,6 +11,11 @@ from setuptools.command.build_ext import build_ext
 
 
 class BuildNative(build_ext):
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:  # compile the C files on every core (nproc), as -j would
+            self.parallel = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
     def run(self) -> None:
         try:
             super().run()

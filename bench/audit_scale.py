@@ -1,9 +1,15 @@
-"""The audit at scale: a journal of about RECORDS records from a real service run, audited
-by the PySpark pipeline on local[2] (the SparkSession's start not counted), beside a
-single-process pyarrow/pandas pass over the same journal, for each --shuffle-partitions
-value given, each audit in a fresh process. Goal (issue 11): 10 M records in <= 30 s.
+"""The audit at scale, end to end: the ``shmwheel-audit`` command on local[2], timed from
+its start to its exit (the Python start, the SparkSession's start, the audit, the stop),
+on a journal of about RECORDS records from a real service run, and on the same number of
+records split over four services (four journals, audited together); beside each, the
+same audit in this process with pyarrow and numpy (``journal_audit.single_process``),
+whose figures must equal the command's. Goal (issue 24): each <= 30 s.
 
-    python bench/audit_scale.py --records 10000000 --partitions 4,8
+    python bench/audit_scale.py --records 10000000 --journals /tmp/audit-journals \\
+        --runs 2 --json bench/results/audit-scale.json
+
+The journals are written once under --journals and reused (writing 10 M records takes
+minutes); ``uptime`` is recorded before every run (other programs load the machine).
 """
 
 from __future__ import annotations
@@ -17,73 +23,88 @@ import sys
 import tempfile
 import time
 
-from shmwheel.bench.journal_audit import pandas_pass
-from shmwheel.pipeline import job
+from shmwheel.bench.journal_audit import same_figures, single_process
 from shmwheel.pipeline.demo import sized_for, write_demo_journal
-from shmwheel.pipeline.session import spark_session
 
 
-def one(journal: str, out: str, parts: int, master: str) -> None:
-    """One audit in this process: prints [session start s, summary] as JSON."""
-    t = time.perf_counter()
-    spark = spark_session(master, parts)
-    start = time.perf_counter() - t
+def journals(root: str, records: int, services: int) -> list[str]:
+    """The journal directories of a case (written if missing): one service's journal of
+    `records`, or `services` journals of records / services each."""
+    case = os.path.join(root, f"{records}-{services}")
+    dirs = [os.path.join(case, f"s{k}") for k in range(services)]
+    for k, d in enumerate(dirs):
+        if os.path.isdir(d) and os.listdir(d):
+            continue
+        t = time.perf_counter()
+        n = write_demo_journal(d, **sized_for(records // services), spread_ms=2000.0,
+                               seed=k + 1)  # fmt: skip
+        print(f"journal {d}: {n.records:,} records in {time.perf_counter() - t:.0f} s",
+              file=sys.stderr)  # fmt: skip
+    return dirs
+
+
+def uptime() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().strip()
+
+
+def audit(dirs: list[str], master: str) -> dict:
+    """One run of the command in a process of its own: its wall time and its summary."""
+    out = tempfile.mkdtemp(prefix="shmwheel-audit-scale-")
     try:
-        s = job.run(spark, journal, out, progress=lambda x: print(x, file=sys.stderr))
+        cmd = [os.path.join(os.path.dirname(sys.executable), "shmwheel-audit"), *dirs, out,
+               "--master", master, "--json"]  # fmt: skip
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        wall = time.perf_counter() - t
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        summary = json.loads(proc.stdout)
+        stages = [ln for ln in proc.stderr.splitlines() if ln.startswith("shmwheel.pipeline:")]
+        return {"wall_s": wall, "summary": summary, "stages": stages}
     finally:
-        spark.stop()
-    print(json.dumps([start, s], default=str))
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["--one"]:
-        journal, out, parts, master = sys.argv[2:6]
-        one(journal, out, int(parts), master)
-        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=10_000_000)
-    ap.add_argument("--partitions", default="4", help="shuffle partitions to try, e.g. 4,8")
+    ap.add_argument("--services", type=int, default=4, help="the second case's services")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--journals", required=True, metavar="DIR", help="where the journals are")
+    ap.add_argument("--runs", type=int, default=1, help="runs of each case, alternating")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="shmwheel-audit-scale-")
-    figures: dict = {"records_goal": args.records, "master": args.master, "runs": []}
-    try:
-        journal = os.path.join(work, "journal")
-        t = time.perf_counter()
-        n = write_demo_journal(journal, **sized_for(args.records), spread_ms=2000.0)
-        figures["journal"] = {**n.as_dict(), "seconds": time.perf_counter() - t,
-                              "bytes": sum(os.path.getsize(os.path.join(journal, f))
-                                           for f in os.listdir(journal))}  # fmt: skip
-        print(f"journal: {n.records:,} records in {figures['journal']['seconds']:.1f} s",
-              file=sys.stderr)  # fmt: skip
-        base = pandas_pass(journal)
-        figures["pandas"] = base
-        print(f"pandas pass: {base['seconds']:.1f} s", file=sys.stderr)
-        for parts in [int(p) for p in args.partitions.split(",")]:
-            # each audit in a process of its own: a SparkSession stopped and started again
-            # in one process keeps its JVM, warm, and the later audits would not pay the
-            # JIT's warm-up that a real audit pays
-            out = os.path.join(work, f"out{parts}")
-            proc = subprocess.run(
-                [sys.executable, __file__, "--one", journal, out, str(parts), args.master],
-                stdout=subprocess.PIPE, check=True, text=True,
-            )  # fmt: skip
-            start, s = json.loads(proc.stdout.strip().splitlines()[-1])
-            run = {"shuffle_partitions": parts, "session_start_s": start,
-                   "audit_s": s["seconds"], "clean": s["clean"], "records": s["records"],
-                   "vs_pandas": s["seconds"] / base["seconds"]}  # fmt: skip
-            figures["runs"].append(run)
-            print(f"shuffle partitions {parts}: audit {s['seconds']:.1f} s for "
-                  f"{s['records']:,} records (session start {start:.1f} s, not counted), "
-                  f"{run['vs_pandas']:.1f}x the pandas pass ({base['seconds']:.1f} s); "
-                  f"clean={s['clean']}")  # fmt: skip
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(figures, f, indent=2, default=str)
-        return 0
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    cases = {"one journal": journals(args.journals, args.records, 1),
+             f"{args.services} services": journals(args.journals, args.records,
+                                                   args.services)}  # fmt: skip
+    figures: dict = {"records_goal": args.records, "master": args.master, "goal_s": 30,
+                     "runs": []}  # fmt: skip
+    for run in range(args.runs):
+        for name, dirs in cases.items():
+            load = uptime()
+            got = audit(dirs, args.master)
+            s = got["summary"]
+            base = single_process(dirs)
+            differ = same_figures(s, base)
+            row = {"case": name, "run": run + 1, "loadavg_before": load,
+                   "end_to_end_s": round(got["wall_s"], 1), "audit_s": round(s["seconds"], 1),
+                   "records": s["records"], "services": len(s["services"]), "clean": s["clean"],
+                   "single_process_s": round(base["seconds"], 1),
+                   "single_process_read_s": round(base["read_seconds"], 1),
+                   "same_figures": not differ, "differences": differ,
+                   "stages": got["stages"]}  # fmt: skip
+            figures["runs"].append(row)
+            print(f"{name} (run {run + 1}, load {load.split()[0]}): {s['records']:,} records, "
+                  f"end to end {got['wall_s']:.1f} s (audit {s['seconds']:.1f} s), "
+                  f"{'clean' if s['clean'] else 'NOT clean'}; one process "
+                  f"{base['seconds']:.1f} s; "
+                  + ("the same figures" if not differ else f"DIFFERENT: {differ}"),
+                  flush=True)  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2, default=str)
+    return 0 if all(r["same_figures"] for r in figures["runs"]) else 1
 
 
 if __name__ == "__main__":

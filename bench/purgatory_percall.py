@@ -1,6 +1,6 @@
 """The client-side cost of one Client.watch and one Client.check_and_complete: the native
 path (shmwheel/native/watch.c) beside the Python path it hands unusual calls to
-(shmwheel/service/operations.py), in one process against a running service. Each key is
+(shmwheel/service/purgatory.py), in one process against a running service. Each key is
 new, so each signal completes one operation; medians of 3 repetitions.
 
     python bench/purgatory_percall.py [--n 20000]
@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from shmwheel import TimerService
-from shmwheel.service import operations as ops
 
 
 def main() -> None:
@@ -32,8 +31,8 @@ def main() -> None:
                 lambda k: c.check_and_complete(k),
             ),
             "python": (
-                lambda k: ops.watch(c, [k], 60_000, "noop", None, None, 1),
-                lambda k: ops.check_and_complete(c, k, 1),
+                lambda k: c._watch_slow([k], 60_000, on_complete="noop"),
+                lambda k: c._check_and_complete_slow(k, 1),
             ),
         }
         us: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}

@@ -9,8 +9,9 @@ The public API, all importable from here:
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
-* errors: ShmwheelError, Full, LayoutError, JournalError, RecoveryError, TaskError (what a
-  handle's ``exception()`` gives when its task raised) and RemoteTraceback (its cause).
+* errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
+  TaskError (what a handle's ``exception()`` gives when its task raised) and
+  RemoteTraceback (its cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     Full,
     JournalError,
+    JournalInUse,
     LayoutError,
     RecoveryError,
     RemoteTraceback,
@@ -41,10 +43,10 @@ _WHERE = {
     "TimerTaskEntry": ".kafka.timing_wheel",
     "TimingWheel": ".kafka.timing_wheel",
     "Client": ".service.client",
-    "connect": ".service.connection",
+    "connect": ".service.client",
     "TimerHandle": ".service.handles",
     "TimerHandles": ".service.handles",
-    "Operation": ".service.operations",
+    "Operation": ".service.purgatory",
     "FireContext": ".service.context",
     "context": ".service.context",
     "TimerService": ".service.supervisor",
@@ -56,11 +58,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .kafka.purgatory import DelayedOperation, DelayedOperationPurgatory
     from .kafka.system_timer import SystemTimer
     from .kafka.timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
-    from .service.client import Client
-    from .service.connection import connect
+    from .service.client import Client, connect
     from .service.context import FireContext, context
     from .service.handles import TimerHandle, TimerHandles
-    from .service.operations import Operation
+    from .service.purgatory import Operation
     from .service.supervisor import TimerService
     from .wheel.core import WheelCore
 
@@ -87,6 +88,7 @@ __all__ = [
     "FireContext",
     "Full",
     "JournalError",
+    "JournalInUse",
     "LayoutError",
     "ManualClock",
     "MockTimer",

@@ -2,13 +2,16 @@
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 _Buf = np.ndarray | memoryview
 
-def __getattr__(name: str) -> int: ...  # the contract.h constants
+# every constant of contract.h and journal.h (module.c): name -> value, in the lists' order,
+# and (list, its names); segment/constants.py makes them attributes, typed by its stub
+CONTRACT: dict[str, int]
+CONTRACT_LISTS: tuple[tuple[str, tuple[str, ...]], ...]
 
 class Tables:
     def __init__(self, wheel: _Buf, side: _Buf, arena: _Buf, adata: _Buf) -> None: ...
@@ -19,7 +22,7 @@ class Tables:
     def retire(self, slot: int) -> None: ...
     def link_records(self, recs: _Buf, n: int, ring: int, res: _Buf) -> None: ...
     def settle(self, results: _Buf, n: int, res: _Buf) -> None: ...
-    def reclaim(self, ring: int) -> int: ...
+    def reclaim(self, ring: int, pid: int) -> int: ...
     def rebuild(self) -> int: ...
     def format(self, gen: int) -> None: ...
     def install(self, handles: _Buf, deadlines: _Buf, metas: _Buf, words: _Buf) -> None: ...
@@ -80,9 +83,70 @@ class Handle:
         at: datetime | None = None,
     ) -> bool: ...
 
+class ProducerHooks(Protocol):
+    """The methods of a Client's Python half that its native half (Producer) calls back,
+    by name, and nothing else of it: PRODUCER_HOOKS in producer.h, which N.PRODUCER_HOOKS
+    lists (tests/test_client_interface.py checks the three lists are one). service/
+    client.py checks with mypy that Client has them. The *_slow / *_checked ones get the
+    caller's arguments as given, so their signatures are the public methods'."""
+
+    def _schedule_slow(
+        self,
+        task: str,
+        payload: Any,
+        delay_ms: float | None,
+        deadline_ms: int | None,
+        key: Any,
+        every_ms: float | None,
+        at: datetime | None = None,
+    ) -> Handle: ...
+    def _schedule_checked(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        delay_ms: float | None = None,
+        deadline_ms: int | None = None,
+        key: str | bytes | int | None = None,
+        every_ms: float | None = None,
+        at: datetime | None = None,
+    ) -> Handle: ...
+    def _reset_slow(
+        self,
+        handle: Any,
+        delay_ms: float | None = None,
+        *,
+        deadline_ms: int | None = None,
+        at: datetime | None = None,
+    ) -> bool: ...
+    def _watch_slow(
+        self,
+        keys: Sequence[str | bytes | int],
+        timeout_ms: float,
+        *,
+        on_complete: str | None = None,
+        on_expire: str | None = None,
+        payload: Any = None,
+        required: int = 1,
+    ) -> Handle: ...
+    def _check_and_complete_slow(self, key: str | bytes | int, amount: int = 1) -> int: ...
+    def _restock(self) -> None: ...
+    def _bell(self) -> None: ...
+    def _wake_reaper(self) -> None: ...
+    def _check(self) -> None: ...
+    def _refuse_foreign(self, handle: Handle) -> None: ...
+    def _wait_push(self, h: int, check: int) -> None: ...
+    def _wait_room(self) -> None: ...
+
+PRODUCER_HOOKS: tuple[str, ...]  # the names ProducerHooks declares, as the C side has them
+
+def due_ms(now_ns: int, delay_ms: float) -> int: ...
+def due_ms_many(now_ns: int, delays_ms: _Buf, out: _Buf) -> None: ...
+
 class Producer:
     _closed: bool
     _forked: bool
+    _fast_paths: bool
     _instance: int
     def schedule(
         self,

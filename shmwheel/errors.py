@@ -1,4 +1,6 @@
-"""The exceptions shmwheel raises at its API boundary."""
+"""The exceptions shmwheel raises at its API boundary: every public error is defined here
+and importable from ``shmwheel`` (older import paths, ``shmwheel.journal.JournalInUse``
+and ``shmwheel.journal.recovery.RecoveryError``, are the same classes)."""
 
 
 class ShmwheelError(Exception):
@@ -22,6 +24,11 @@ class JournalError(ShmwheelError):
     """The journal cannot keep new timers durable now (its disk is full, read-only or
     failing): ``schedule``, ``schedule_many`` and ``watch`` refuse until writes succeed
     again. Timers already accepted still run, exactly once and never early."""
+
+
+class JournalInUse(ShmwheelError):
+    """``start()`` (or ``shmwheel journal repair``) found the journal directory claimed:
+    another live service, or a salvage, is writing it (the message names which)."""
 
 
 class RecoveryError(ShmwheelError):

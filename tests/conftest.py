@@ -1,6 +1,7 @@
 """Shared test set-up: the import path, and the autouse check that every test leaves no
 service process and nothing in /dev/shm behind."""
 
+import fcntl
 import logging
 import os
 import sys
@@ -35,9 +36,43 @@ def shm_files(prefix: str = MINE) -> set[str]:
     return {p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + prefix in p.name}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "exclusive: runs while no other xdist worker runs a test (it plants or lists what "
+        "every service's start sweeps or reads: stale segments, the whole of /dev/shm)",
+    )
+
+
+_LOCK_FD: list[int] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test, with the fixtures its setup starts (a module's service too), holds a
+    file lock shared by the run's xdist workers: shared for most tests, exclusive for
+    those marked ``exclusive`` (a service another worker starts meanwhile would sweep the
+    stale segment such a test planted). Without xdist only this process takes it."""
+    if not _LOCK_FD:
+        root = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            root = root.parent  # the run's directory, shared by its workers
+        _LOCK_FD.append(os.open(root / "shmwheel-tests.lock", os.O_RDWR | os.O_CREAT, 0o600))
+    fd = _LOCK_FD[0]
+    fcntl.flock(fd, fcntl.LOCK_EX if item.get_closest_marker("exclusive") else fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
     yield
+    _check_nothing_left()
+
+
+def _check_nothing_left() -> None:
     deadline = time.monotonic() + 5
     while (service_processes() or shm_files()) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -12,6 +12,9 @@ import pytest
 
 from shmwheel.pipeline import buckets, parts
 
+# every Spark test runs in one xdist worker, which starts one JVM for them all
+pytestmark = pytest.mark.xdist_group("spark")
+
 
 def _table(ids: list[int | None], seg: int = 0) -> pa.Table:
     return pa.table(

@@ -334,6 +334,7 @@ def _stale_service(name: str) -> None:
     assert shm.service_files(name)
 
 
+@pytest.mark.exclusive  # plants a stale segment any start would sweep
 def test_clean_dry_run_lists_a_stale_segment_and_clean_removes_it(cli):
     name = f"{MINE}stale"
     _stale_service(name)

@@ -93,7 +93,7 @@ def _check_operations(fig: TimerFigures, rows: list[dict[str, Any]]) -> None:
         assert max(lo[0], ttc[0]) / 1000 <= t[name] <= min(hi[0], ttc[-1]) / 1000
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(journals())
 def test_the_figures_are_the_rows_read_one_by_one(j: Journal) -> None:
     records, b = j
@@ -105,7 +105,7 @@ def test_the_figures_are_the_rows_read_one_by_one(j: Journal) -> None:
     _check_operations(fig, rows)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(journals(), st.lists(st.integers(0, 8), max_size=3))
 def test_the_figures_of_any_split_add_up_to_the_whole(j: Journal, cuts: list[int]) -> None:
     """What the driver does with the buckets' figures: through JSON, merged."""
@@ -158,7 +158,7 @@ def _tally_reference(rows: list[dict[str, Any]], b: P.Bounds) -> dict[str, dict[
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(journals(), st.integers(min_value=0, max_value=7))
 def test_the_tally_counts_the_table_and_adds_up(
     j: tuple[list[dict[str, Any]], P.Bounds], cut: int

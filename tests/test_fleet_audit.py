@@ -17,6 +17,9 @@ from shmwheel.journal import format as F
 from shmwheel.pipeline import cli, fleet, job
 from shmwheel.pipeline.demo import write_demo_journal
 
+# every Spark test runs in one xdist worker, which starts one JVM for them all
+pytestmark = pytest.mark.xdist_group("spark")
+
 SEGMENT_BYTES = 1 << 16  # the least: a few thousand records make chains of 3+ segments
 
 
@@ -28,7 +31,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict[s
     for k, seed in (("svc-a", 1), ("svc-b", 2)):
         d = root / k / "journal"
         n = write_demo_journal(
-            str(d), one_shots=3000, repeating=2, operations=20, seed=seed,
+            str(d), one_shots=5000, repeating=2, operations=20, seed=seed,
             segment_bytes=SEGMENT_BYTES,
         )  # fmt: skip
         out[_service(str(d))] = (str(d), n.as_dict())
@@ -36,7 +39,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict[s
 
 
 def _service(d: str) -> str:
-    return next(iter(fleet.services([d])))
+    return next(iter(fleet.services(fleet.local_reports([d]))))
 
 
 def _ids(d: str) -> set[int]:
@@ -92,10 +95,13 @@ def test_two_services_together_and_copied_into_one_directory_are_clean(
     _check_counts(s, two)
 
 
-def _reaper_chain(d: str) -> list[str]:
-    return [
-        p for p in J.segment_files(d) if F.SegmentName.parse(os.path.basename(p)).role == "reaper"
-    ]
+def _longest_chain(d: str) -> list[str]:
+    """The segments of the writer with the most (a batch may run past the segment size,
+    so how many each writer has depends on the machine's load)."""
+    by_role: dict[str, list[str]] = {}
+    for p in J.segment_files(d):
+        by_role.setdefault(F.SegmentName.parse(os.path.basename(p)).role, []).append(p)
+    return max(by_role.values(), key=len)
 
 
 @pytest.mark.parametrize("which", ["first", "middle", "last"])
@@ -103,7 +109,7 @@ def test_a_missing_segment_is_a_reject_naming_the_gap(spark, two, tmp_path, caps
     src, _ = next(iter(two.values()))
     d = tmp_path / "journal"
     shutil.copytree(src, d)
-    chain = _reaper_chain(str(d))
+    chain = _longest_chain(str(d))
     assert len(chain) >= 3, chain
     gone = chain[{"first": 0, "middle": len(chain) // 2, "last": -1}[which]]
     os.unlink(gone)
@@ -128,7 +134,7 @@ def test_each_removal_is_a_gap_of_its_service_only(two, tmp_path, role):
         for p in J.segment_files(a) + J.segment_files(b):
             if p != gone:
                 shutil.copy2(p, d)
-        gaps, _ = fleet.completeness(fleet.services([str(d)]))
+        gaps, _ = fleet.completeness(fleet.services(fleet.local_reports([str(d)])))
         assert gaps and {g.service for g in gaps} == {name_a}
         named = os.path.basename(gone) in " ".join(g.what for g in gaps)
         assert named or (len(chain) == 1 and "no " + role in gaps[0].what), gaps

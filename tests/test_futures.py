@@ -17,7 +17,7 @@ import pytest
 
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
-from shmwheel.service import connection as client_mod
+from shmwheel.service import client as client_mod
 
 TASKS = {
     "noop": "shmwheel.examples.tasks:noop",

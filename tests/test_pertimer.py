@@ -174,7 +174,7 @@ def kernel(records: list[dict[str, Any]], b: P.Bounds) -> dict[int, dict[str, An
     return {row["id"]: row for row in out.to_pylist()}
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(journals())
 def test_the_kernel_is_the_rules_timer_by_timer(j: tuple[list[dict[str, Any]], P.Bounds]) -> None:
     records, b = j

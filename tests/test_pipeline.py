@@ -18,11 +18,14 @@ from pyspark.testing import assertDataFrameEqual
 from shmwheel import journal as J
 from shmwheel.journal import format as F
 from shmwheel.journal.writer import JournalOptions, SegmentWriter
-from shmwheel.pipeline import cli, events, job
+from shmwheel.pipeline import cli, decode, events, job
 from shmwheel.pipeline.datasource import binaryfile_events
 from shmwheel.pipeline.demo import write_demo_journal
 from shmwheel.pipeline.seconds import COLUMNS as SECONDS_COLUMNS
 from shmwheel.pipeline.seconds import Seconds
+
+# every Spark test runs in one xdist worker, which starts one JVM for them all
+pytestmark = pytest.mark.xdist_group("spark")
 
 
 @pytest.fixture(scope="module")
@@ -168,36 +171,44 @@ def test_binaryfile_reader_gives_the_same_rows(spark, tmp_path):
 
 def test_schema_is_the_projection_and_partitions_follow_segments(spark, tmp_path):
     synthetic(tmp_path / "j", faults=False)
+    segments = len(J.segment_files(tmp_path / "j"))
     df = (
         spark.read.format("shmwheel-journal")
         .schema("id bigint, kind string")
-        .option("partitionBytes", "1")
         .load(str(tmp_path / "j"))
     )
     assert df.columns == ["id", "kind"]
-    assert df.rdd.getNumPartitions() == len(J.segment_files(tmp_path / "j"))
+    assert df.rdd.getNumPartitions() == segments  # one partition per segment
     assert df.count() == sum(len(s.rows) for s in J.read(tmp_path / "j"))
-    one = spark.read.format("shmwheel-journal").load(str(tmp_path / "j"))
-    assert one.rdd.getNumPartitions() == 1  # small segments are grouped
+    # the option columns is the same projection as .schema()
+    by_option = spark.read.format("shmwheel-journal").option("columns", "kind, id")
+    assert by_option.load(str(tmp_path / "j")).columns == ["kind", "id"]
+    grouped = spark.read.format("shmwheel-journal").option("partitionBytes", str(1 << 30))
+    assert grouped.load(str(tmp_path / "j")).rdd.getNumPartitions() == 1  # small ones grouped
     with pytest.raises(Exception, match="unknown journal column"):
         spark.read.format("shmwheel-journal").schema("nope int").load(str(tmp_path)).count()
+    with pytest.raises(Exception, match="a read writes nothing"):
+        spark.read.format("shmwheel-journal").option("writeTo", str(tmp_path / "x")).load(
+            str(tmp_path / "j")
+        ).count()
+    assert not (tmp_path / "x").exists()
 
 
 def test_both_readers_write_the_same_bucketed_events(spark, tmp_path):
-    """writeTo (the data source) and write_to (binaryFile): each segment's events, rejects
-    included, written by its task as one Parquet file with a row group per bucket; the
-    DataFrame is a row per segment; both entry points write the same rows as the data
-    source returns."""
+    """The decoding job (decode.write_events), with the segments opened by path or handed
+    over by binaryFile: each segment's events, rejects included, written by its task as
+    one Parquet file with a row group per bucket; the job's table is a row per segment;
+    both write the rows the data source returns."""
     synthetic(tmp_path / "j", faults=True)
     j = str(tmp_path / "j")
     segs = list(J.read(j))
     cols = ("file", "offset", "kind", "id", "t_us", "run", "deadline_ms", "outcome", "reason")
     ds_dir, bf_dir = str(tmp_path / "ds"), str(tmp_path / "bf")
-    written = job.read_journal(spark, j, "datasource", cols, write_to=(ds_dir, 3)).collect()
+    written = decode.write_events(spark, j, ds_dir, 3, "datasource", cols).collect()
     assert sorted((r["file"], r["records"], r["rejects"]) for r in written) == sorted(
         (s.path, len(s.rows), len(s.rejects)) for s in segs
     )
-    bf_written = job.read_journal(spark, j, "binaryfile", cols, write_to=(bf_dir, 3)).collect()
+    bf_written = decode.write_events(spark, j, bf_dir, 3, "binaryfile", cols).collect()
     # each task's per-second figures, added up, are the figures of the whole table (the
     # columns they need counted though not written), the same through either entry point
     figures = [
@@ -225,10 +236,8 @@ def test_both_readers_write_the_same_bucketed_events(spark, tmp_path):
     assertDataFrameEqual(
         spark.read.parquet(bf_dir).drop("file"), returned.drop("file")
     )  # binaryFile names files by URI
-    with pytest.raises(Exception, match="one row per segment"):
-        spark.read.format("shmwheel-journal").schema("id bigint").option(
-            "writeTo", str(tmp_path / "x")
-        ).load(j).collect()
+    with pytest.raises(ValueError, match="must include id"):
+        decode.write_events(spark, j, ds_dir, 3, "datasource", ("kind",))
 
 
 # -- the audit ------------------------------------------------------------------------------
@@ -246,6 +255,7 @@ def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spar
     assert rep["n"] == n["repeating"] and rep["runs"] >= n["repeating_runs"] > 0
     tasks = {t["task"]: t for t in s["per_task"]}
     assert tasks["fail"]["error"] == n["failing"] and tasks["fail"]["error_rate"] == 1.0
+    assert [t["task"] for t in s["task_failures"]] == ["fail"]  # named beside the verdict
     assert tasks["noop"]["error"] == 0
     assert s["lateness_ms"]["fires"] > 0 and s["lateness_ms"]["min_ms"] >= 0
     for table in job.TABLES:
@@ -253,6 +263,8 @@ def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spar
     rep_dir = tmp_path / "out" / "report"
     assert json.loads((rep_dir / "summary.json").read_text())["clean"] is True
     index = (rep_dir / "index.md").read_text()
+    assert index.startswith("# Journal audit: CLEAN, with task failures")
+    assert f"`fail` 100.0 % of {n['failing']:,} runs" in index
     for png in ("lateness.png", "lateness_cdf.png", "throughput.png"):
         assert (rep_dir / png).stat().st_size > 1000 and f"]({png})" in index
     producers = pq.read_table(tmp_path / "out" / "per_producer").to_pylist()
@@ -271,6 +283,10 @@ def test_audit_finds_exactly_the_planted_faults(spark, tmp_path):
     s = _audit(spark, str(tmp_path / "j"), tmp_path / "out")
     assert _violations(tmp_path / "out") == FAULTS
     assert not s["clean"] and s["violations"] == len(FAULTS)
+    # ids in hex, as the rest of shmwheel prints them
+    details = {v["id"]: v["detail"] for v in s["violation_sample"]}
+    assert details[50].startswith("one-shot 0x32: 1 runs fired before their deadline")
+    assert details[54].startswith("id 0x36: 1 runs fired")
     rejects = pq.read_table(tmp_path / "out" / "rejects").to_pylist()
     got = {(r["file"], r["offset"], r["reason"].split(":")[0]) for r in rejects}
     assert got == {

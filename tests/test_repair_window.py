@@ -82,7 +82,7 @@ def _watch_owners(service: str, blocks: list[tuple[int, int, int]], ready, stop,
         mem.close()
 
 
-def test_a_repair_never_shows_a_live_timers_block_as_anyone_elses(tmp_path):
+def test_a_repair_never_shows_a_live_timers_block_as_anyone_elses(tmp_path, monkeypatch):
     """The executors check a payload block's owner without the lock: while a repair
     rebuilds the tables, the block of a live timer must keep reading as that timer's
     (the rebuild used to reset every owner and re-own after: a burst of "arena block
@@ -110,6 +110,11 @@ def test_a_repair_never_shows_a_live_timers_block_as_anyone_elses(tmp_path):
             ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
             p = ctx.Process(target=_watch_owners, args=(svc.name, blocks, ready, stop, out))
             p.start()
+            # the self-check after each repair reads only (and walks the 4 MiB arena's
+            # free stacks in Python, about 0.4 s): the window under test is the rebuild's
+            import shmwheel.segment.layout as layout
+
+            monkeypatch.setattr(layout, "verify", lambda mem: None)
             try:
                 assert ready.wait(30), "the watching process did not start"
                 for _ in range(200):

@@ -24,7 +24,6 @@ from shmwheel.journal import format as F
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment.verify import verify
-from shmwheel.service import client as client_mod
 from shmwheel.service.client import Client, now_ms
 
 UTC = dt.UTC
@@ -183,7 +182,7 @@ def test_schedule_and_reset_at_a_wall_clock_time(svc, tmp_path):
 def test_a_full_ring_refuses_the_reset_and_changes_nothing(monkeypatch):
     """No coordinator drains this segment's ring: once it is full, a reset waits
     RING_WAIT_S for room, then raises Full with the timer's deadline unchanged."""
-    monkeypatch.setattr(client_mod, "RING_WAIT_S", 0.05)
+    monkeypatch.setattr(Client, "RING_WAIT_S", 0.05)
     cfg = L.ServiceConfig(
         capacity=64,
         tick_ms=1,
@@ -241,7 +240,7 @@ def _advance_past_a_held_timer(q) -> None:  # (a child process: a hang must not 
     h = c.schedule("record", None, deadline_ms=t0 + 3)
     recs = np.empty((8, C.PRODUCER_RECORD), np.int64)
     _, n = mem.producer[0].peek(recs)
-    res = np.zeros(5, np.int64)
+    res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
     with mem.locked():
         tables.link_records(recs, n, 0, res)
     mem.producer[0].consume(n)
@@ -302,7 +301,7 @@ def test_a_cascade_places_a_moved_timer_by_its_deadline_not_its_old_bucket():
     def drain(r: int) -> None:
         recs = np.empty((8, C.PRODUCER_RECORD), np.int64)
         _, n = mem.producer[r].peek(recs)
-        res = np.zeros(5, np.int64)
+        res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
         with mem.locked():
             tables.link_records(recs, n, r, res)
         mem.producer[r].consume(n)

@@ -24,9 +24,8 @@ from shmwheel.segment import layout as L
 from shmwheel.segment import payload as P
 from shmwheel.segment import states as S
 from shmwheel.segment.verify import firing_nowhere, verify
-from shmwheel.service import client as client_mod
 from shmwheel.service import context as ctx
-from shmwheel.service import operations as operations_mod
+from shmwheel.service import purgatory as purgatory_mod
 from shmwheel.service.client import Client, now_ms
 from shmwheel.service.executor import recover_rings
 
@@ -56,13 +55,13 @@ class SlotMachine(RuleBasedStateMachine):
     @initialize(align=st.integers(0, (1 << 20) - 1))
     def setup(self, align: int) -> None:
         RUNS.clear()
-        self.waits = client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S
+        self.waits = Client.RING_WAIT_S, Client.FREE_WAIT_S
         # no coordinator runs here: a full ring or wheel refuses at once
-        client_mod.RING_WAIT_S = client_mod.FREE_WAIT_S = 0.0
+        Client.RING_WAIT_S = Client.FREE_WAIT_S = 0.0
         # The machine's only clock is the wheel's: a deadline read from the real clock
         # would make which rules are enabled depend on how fast this machine runs (and
         # hypothesis refuses a strategy that is not a function of its draws).
-        operations_mod.time = types.SimpleNamespace(
+        purgatory_mod.time = types.SimpleNamespace(
             monotonic_ns=lambda: self.now() * 1_000_000, monotonic=time.monotonic
         )
         cfg = L.ServiceConfig(
@@ -123,7 +122,7 @@ class SlotMachine(RuleBasedStateMachine):
         client._closed = True
 
     def teardown(self) -> None:
-        operations_mod.time = time  # type: ignore[assignment]
+        purgatory_mod.time = time  # type: ignore[assignment]
         if not hasattr(self, "mem"):
             return
         if self.held is not None:
@@ -156,7 +155,7 @@ class SlotMachine(RuleBasedStateMachine):
             self._drop(c)
         self.exec.close()
         self.mem.close()
-        client_mod.RING_WAIT_S, client_mod.FREE_WAIT_S = self.waits
+        Client.RING_WAIT_S, Client.FREE_WAIT_S = self.waits
 
     # -- clients ------------------------------------------------------------------------
     @rule(
@@ -251,13 +250,13 @@ class SlotMachine(RuleBasedStateMachine):
         ring = self.mem.producer[r]
         recs = np.empty((ring.capacity, C.PRODUCER_RECORD), np.int64)
         _, n = ring.peek(recs)
-        res = np.zeros(5, np.int64)
-        res[3] = np.iinfo(np.int64).max
+        res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
+        res[C.LR_EARLIEST] = C.NEVER
         with self.mem.locked():
             self.tables.link_records(recs, n, r, res)
         ring.consume(n)
-        self.mem.counters[L.ROW_COORDINATOR, C.C_RETIRED] += res[4]
-        assert res[2] == 0, "a well-behaved client's record was taken for garbage"
+        self.mem.counters[L.ROW_COORDINATOR, C.C_RETIRED] += res[C.LR_RETIRED]
+        assert res[C.LR_GARBAGE] == 0, "a well-behaved client's record was taken for garbage"
 
     def drain_all(self) -> None:
         for r in range(CLIENTS):
@@ -278,7 +277,7 @@ class SlotMachine(RuleBasedStateMachine):
             self.deadline[t] = min(self.deadline[t], d)
         self._drain(c)
         with self.mem.locked():
-            self.tables.reclaim(c)
+            self.tables.reclaim(c, int(self.mem.ring_table[c, L.RT_PID]))
         self.mem.ring_table[c, L.RT_STATE] = L.RING_FREE
         self._drop(self.clients[c])
         if reconnect:
@@ -333,11 +332,11 @@ class SlotMachine(RuleBasedStateMachine):
         ring = self.mem.results[0]
         buf = np.empty((ring.capacity, C.RESULT_RECORD), np.int64)
         _, n = ring.peek(buf)
-        res = np.zeros(2, np.int64)
+        res = np.zeros(C.SETTLE_RESULT_WORDS, np.int64)
         with self.mem.locked():
             self.tables.settle(buf, n, res)
         ring.consume(n)
-        for h, outcome in buf[:n, :2].tolist():
+        for h, outcome in buf[:n, [C.RR_HANDLE, C.RR_OUTCOME]].tolist():
             if outcome == C.OUTCOME_CRASHED:
                 self.crashed.add(h)
         for h in self.every:  # a re-armed timer's next deadline
@@ -363,7 +362,7 @@ class SlotMachine(RuleBasedStateMachine):
         """The executor died while running the first record of its ring (its task may or
         may not have had effects): the replacement reports it crashed, runs none twice."""
         ring, results = self.mem.dispatch[0], self.mem.results[0]
-        last = int(results.record_at(results.head - 1)[2]) if results.head else -1
+        last = int(results.record_at(results.head - 1)[C.RR_SEQ]) if results.head else -1
         self.mem.exec_table[0, L.X_STARTED] = max(ring.tail, last + 1)
         if max(ring.tail, last + 1) >= ring.head:
             return

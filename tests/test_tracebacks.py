@@ -23,7 +23,8 @@ import shmwheel
 from shmwheel import TaskError, TimerService
 from shmwheel import _native as N
 from shmwheel.errors import RemoteTraceback
-from shmwheel.service import connection as client_mod
+from shmwheel.segment import constants as K
+from shmwheel.service import client as client_mod
 from shmwheel.service import tracebacks as TB
 
 TASKS = {
@@ -144,7 +145,7 @@ def test_a_flood_of_failures_gives_no_longer_known_never_another_record():
     without texts); what is found is the timer's own record."""
     execs, flood = 2, 320
     with TimerService(tasks=TASKS, capacity=8192, executors=execs) as svc, svc.client() as c:
-        # every slot reserved before any ends, so none is used again (the out word stays)
+        # every slot reserved before any ends, so none is used again (its outcome stays)
         first = [c.schedule("boom", f"first {i}", delay_ms=50) for i in range(20)]
         rest = [c.schedule("boom", f"flood {i}", delay_ms=600) for i in range(flood)]
         until(lambda: svc.stats()["task_errors"] == 20 + flood, 60)
@@ -165,7 +166,7 @@ def test_a_flood_of_failures_gives_no_longer_known_never_another_record():
 
 # -- the log itself -------------------------------------------------------------------------
 def region(executors: int = 2) -> np.ndarray:
-    return np.zeros(N.ERR_REGION_HEADER + executors * N.ERR_LOG_WORDS, np.int64)
+    return np.zeros(K.ERR_REGION_HEADER + executors * K.ERR_LOG_WORDS, np.int64)
 
 
 def write(r, x, h, run=1, flags=0, msg="m"):
@@ -174,31 +175,31 @@ def write(r, x, h, run=1, flags=0, msg="m"):
 
 def test_the_newest_record_of_a_repeating_timer_or_stale():
     r, h = region(), (5 << 32) | 9
-    write(r, 0, h, 1, N.ERF_REPEATING, "run 1")
-    write(r, 1, h, 2, N.ERF_REPEATING, "run 2")
+    write(r, 0, h, 1, K.ERF_REPEATING, "run 1")
+    write(r, 1, h, 2, K.ERF_REPEATING, "run 2")
     got = N.errlog_find(r, h)
-    assert got[0] == N.ERRLOG_FOUND and got[3] == 2 and got[7] == b"run 2"
+    assert got[0] == K.ERRLOG_FOUND and got[3] == 2 and got[7] == b"run 2"
     for i in range(TB.RECORDS):  # log 1 overwrites run 2's record
         write(r, 1, 1000 + i)
     got = N.errlog_find(r, h)
-    assert got[0] == N.ERRLOG_STALE and got[3] == 1, "run 1's record given as the last"
+    assert got[0] == K.ERRLOG_STALE and got[3] == 1, "run 1's record given as the last"
     # a one-shot's record is its only one: found whatever the other logs evicted
     write(r, 0, 77)
     for i in range(2 * TB.RECORDS):
         write(r, 1, 2000 + i)
-    assert N.errlog_find(r, 77)[0] == N.ERRLOG_FOUND
+    assert N.errlog_find(r, 77)[0] == K.ERRLOG_FOUND
     for i in range(TB.RECORDS):
         write(r, 0, 3000 + i)
-    assert N.errlog_find(r, 77)[:3] == (N.ERRLOG_MISSING, -1, -1)
+    assert N.errlog_find(r, 77)[:3] == (K.ERRLOG_MISSING, -1, -1)
 
 
 def test_a_damaged_record_is_named_not_given():
     r, h = region(1), 42
     k = write(r, 0, h, msg="intact")
-    assert N.errlog_find(r, h)[0] == N.ERRLOG_FOUND
-    at = N.ERR_REGION_HEADER + N.ERR_HEADER_WORDS + k * N.ERR_RECORD_WORDS + N.ER_TEXT
+    assert N.errlog_find(r, h)[0] == K.ERRLOG_FOUND
+    at = K.ERR_REGION_HEADER + K.ERR_HEADER_WORDS + k * K.ERR_RECORD_WORDS + K.ER_TEXT
     r[at] ^= 1 << 40  # a stray write into the message
-    assert N.errlog_find(r, h)[:3] == (N.ERRLOG_DAMAGED, 0, k)
+    assert N.errlog_find(r, h)[:3] == (K.ERRLOG_DAMAGED, 0, k)
 
     class Mem:
         errors, task_names = r, ["t"]
@@ -213,7 +214,7 @@ def test_a_damaged_record_is_named_not_given():
 
 def _write_forever(words: np.ndarray) -> None:
     """The writer killed mid-write: record k of log 0 names timer k and says so."""
-    k = int(words[N.ERR_REGION_HEADER + N.ERR_NEXT])
+    k = int(words[K.ERR_REGION_HEADER + K.ERR_NEXT])
     while True:
         text = f"record {k} " * (50 + k % 200)
         N.errlog_write(words, 0, k, 1, 0, 0, b"T", str(k).encode(), text.encode())
@@ -224,7 +225,7 @@ def test_a_writer_killed_mid_write_leaves_no_record_read_as_valid():
     """SIGKILL a writer at random moments, 40 times, each time reading every record it
     could have been writing: a whole record says what was written for its timer; a torn
     one (left odd) is never found. The replacement writer rewrites the torn record."""
-    size = (N.ERR_REGION_HEADER + N.ERR_LOG_WORDS) * 8
+    size = (K.ERR_REGION_HEADER + K.ERR_LOG_WORDS) * 8
     buf = mmap.mmap(-1, size, mmap.MAP_SHARED)
     words = np.frombuffer(buf, np.int64)
     rng = random.Random(22)
@@ -240,14 +241,14 @@ def test_a_writer_killed_mid_write_leaves_no_record_read_as_valid():
             time.sleep(rng.uniform(0.002, 0.03))
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            nxt = int(words[N.ERR_REGION_HEADER + N.ERR_NEXT])
-            pos = N.ERR_REGION_HEADER + N.ERR_HEADER_WORDS + (nxt % TB.RECORDS) * N.ERR_RECORD_WORDS
-            torn += int(words[pos + N.ER_SEQ]) == 2 * nxt + 1
+            nxt = int(words[K.ERR_REGION_HEADER + K.ERR_NEXT])
+            pos = K.ERR_REGION_HEADER + K.ERR_HEADER_WORDS + (nxt % TB.RECORDS) * K.ERR_RECORD_WORDS
+            torn += int(words[pos + K.ER_SEQ]) == 2 * nxt + 1
             for k in range(max(0, nxt - TB.RECORDS + 1), nxt + 1):
                 got = N.errlog_find(words, k)
-                if k == nxt and got[0] != N.ERRLOG_FOUND:
+                if k == nxt and got[0] != K.ERRLOG_FOUND:
                     continue  # torn, or not begun: not found, as it must be
-                assert got[0] == N.ERRLOG_FOUND, (k, nxt, got[:3])
+                assert got[0] == K.ERRLOG_FOUND, (k, nxt, got[:3])
                 assert got[6:] == (
                     b"T",
                     str(k).encode(),

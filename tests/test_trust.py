@@ -190,6 +190,7 @@ def test_a_segment_of_another_user_is_refused_by_connect_and_status(cli):
             assert c.stats()["clients"] == 1
 
 
+@pytest.mark.exclusive  # plants a stale segment any start would sweep
 def test_sweep_clean_and_salvage_leave_another_users_dead_segment_alone(tmp_path, cli):
     """A dead segment of another user naming a root-only journal directory: neither a
     start's sweep, `clean` nor salvage_stale touches the segment or writes there; nor does
@@ -218,6 +219,7 @@ def test_sweep_clean_and_salvage_leave_another_users_dead_segment_alone(tmp_path
         _unlink(foreign, *([ours] if ours else []))
 
 
+@pytest.mark.exclusive  # plants a stale segment any start would sweep
 def test_squatted_and_damaged_entries_break_nothing_but_their_own_name(cli):
     squat = f"{MINE}squat"
     junk = f"{MINE}junk"

@@ -19,7 +19,7 @@ from shmwheel import TimerService
 from shmwheel import _native as N
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from shmwheel.service import operations as ops
+from shmwheel.service import purgatory as ops
 from shmwheel.service.client import Client, now_ms
 from tests.test_slot_machine import QuietClient
 
@@ -102,8 +102,17 @@ def slow_calls(monkeypatch):
 def python_watch(
     c: Client, keys, timeout_ms, *, on_complete=None, on_expire=None, payload=None, required=1
 ):
-    """The Python path itself (the fixture counts calls of Client._watch_slow)."""
-    return ops.watch(c, keys, timeout_ms, on_complete, on_expire, payload, required)
+    """The Python path itself (the fixture counts calls of Client._watch_slow, not of its
+    definition in PurgatoryCalls)."""
+    return ops.PurgatoryCalls._watch_slow(
+        c,
+        keys,
+        timeout_ms,
+        on_complete=on_complete,
+        on_expire=on_expire,
+        payload=payload,
+        required=required,
+    )
 
 
 def _record(c: Client, op) -> tuple[int, bytes]:

@@ -136,7 +136,8 @@ def test_result_ring_index_moved_by_a_stray_write_is_rederived(word, tmp_path, c
         with caplog.at_level(logging.ERROR, "shmwheel.service"):
             wait_for(lambda: not ring.corrupt(), timeout=5, what="the index re-derived")
         assert "re-derived its" in caplog.text
-        assert "ring_index" in health(svc)["reasons"]
+        # the tick that repaired the index publishes the health after it: wait for it
+        wait_for(lambda: "ring_index" in health(svc)["reasons"], timeout=2, what="degraded")
         finish(svc, log, tags)
 
 

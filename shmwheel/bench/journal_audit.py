@@ -1,118 +1,139 @@
-"""``python -m shmwheel.bench --journal-audit``: a real journal from a service run, audited
-by the PySpark pipeline, with the same checks' cost in a single-process pyarrow/pandas pass
-over the same journal as the baseline (bench/audit_scale.py runs it at 10 M records).
+"""``python -m shmwheel.bench --journal-audit``: a real journal from a service run (two
+epochs with a pause between them, about ten seconds of records, so every plot of the
+report has data and shows the outage), audited by the PySpark pipeline, beside the same
+audit in one process with pyarrow and numpy (``single_process``). The journal and the
+report are kept; the last lines say where (bench/audit_scale.py runs both at 10 M).
 
-The baseline reads through the same decoder (``events.segment_batch``) and checks the
-one-shot rules the audit's per-timer table carries for nearly every record (one row per
-timer by a pandas groupby: decisions, early fires, runs fired twice, fires without a
-schedule) and the lateness percentiles. It is the cost to beat, not a second auditor.
+``single_process`` is the like-for-like baseline: the same decoder, the same per-file
+judgement and chain rules (``fleet``), the same per-second figures (``seconds``), the same
+per-timer kernel (``pertimer``) and the same rule conditions (``audit.conditions`` as
+pyarrow expressions), with no Spark and no files written: what one process costs for
+what the Spark job computes. Its figures must equal the job's (``same_figures``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .report import wrap
 
 log = logging.getLogger("shmwheel.bench")
 
-COLUMNS = ("kind", "id", "t_us", "epoch", "run", "deadline_ms")
 
-
-def pandas_pass(journal: str) -> dict[str, Any]:
-    """The baseline: decode every segment in this process, check, and time it."""
-    import numpy as np
+def single_process(journals: Sequence[str], grace_ms: int | None = None) -> dict[str, Any]:
+    """The audit's figures of the journals (directories) computed in this process: records,
+    rejects, gaps, timers by type, violations by rule, lateness; and its seconds."""
     import pyarrow as pa
 
     from ..journal import read_segment, segment_files
+    from ..pipeline import audit as A
     from ..pipeline import events as E
+    from ..pipeline import fleet
+    from ..pipeline import pertimer as P
+    from ..pipeline.figures import TimerFigures
+    from ..pipeline.seconds import COLUMNS as SECONDS_COLUMNS
+    from ..pipeline.seconds import Seconds
 
+    grace = A.DEFAULT_GRACE_MS if grace_ms is None else grace_ms
     t0 = time.perf_counter()
-    batches = [E.segment_batch(read_segment(p), COLUMNS) for p in segment_files(journal)]
-    df = pa.Table.from_batches(batches).to_pandas()
+    cols = [c for c in E.NAMES if c in {*P.EVENT_COLUMNS, *SECONDS_COLUMNS, "service"}]
+    reports, secs, events = [], {}, {}
+    for d in journals:
+        for path in segment_files(d):
+            seg = read_segment(path)
+            reports.append(fleet.segment_report(seg))
+            batch = E.segment_batch(seg, cols, dictionary=True)
+            svc = (seg.header or {}).get("service")
+            secs.setdefault(svc, []).append(Seconds.of_events(batch))
+            events.setdefault(svc, []).append(batch)
     t_read = time.perf_counter() - t0
-    kind = df["kind"]
-    fired = df[kind == "fired"]
-    per = df.assign(
-        sched=kind.isin(["scheduled", "watched"]),
-        fire=kind == "fired",
-        out=kind == "outcome",
-        cancel=kind == "cancelled",
-        late=np.where(kind == "fired", df["t_us"] - df["deadline_ms"] * 1000, np.nan),
-    ).groupby("id")
-    t = per.agg(
-        sched=("sched", "sum"),
-        fires=("fire", "sum"),
-        outs=("out", "sum"),
-        cancels=("cancel", "sum"),
-        late_min=("late", "min"),
-    )
-    late_ms = (fired["t_us"] - fired["deadline_ms"] * 1000) / 1000.0
-    q = np.percentile(late_ms, [50, 90, 99, 99.9]) if len(late_ms) else []
-    found = {
-        "two outcomes": int(((t.fires > 0) & (t.cancels > 0)).sum()),
-        "early": int((t.late_min < 0).sum()),
-        "ran twice": int((t.fires > 1).sum()),
-        "fired without a schedule": int((t.sched == 0).sum()),
-    }
+    gaps, _ = fleet.completeness(fleet.services(reports))
+    by_service = {svc: Seconds.merge(x) for svc, x in secs.items()}
+    whole = Seconds.merge(by_service.values())
+    figures, violations = [], {}
+    for svc, batches in events.items():
+        if svc is None:
+            continue
+        b = P.Bounds.of(by_service[svc], grace)
+        table = P.per_timer_of(pa.Table.from_batches(batches).combine_chunks(), b)
+        figures.append(TimerFigures.of_table(table, b))
+        for rule, n in A.count_violations(table, b).items():
+            violations[rule] = violations.get(rule, 0) + n
+    kinds = whole.kinds()
+    overall = whole.overall()
     return {
-        "records": len(df),
-        "timers": len(t),
+        "records": sum(n for k, n in kinds.items() if k != E.REJECT),
+        "rejects": whole.rejects + len(gaps),
+        "timers": TimerFigures.merge(figures).tally,
+        "violations_by_rule": violations,
+        "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
         "seconds": time.perf_counter() - t0,
         "read_seconds": t_read,
-        "lateness_ms": [float(x) for x in q],
-        "found": found,
     }
+
+
+def same_figures(spark_summary: dict[str, Any], single: dict[str, Any]) -> list[str]:
+    """Where the Spark audit's summary and the single-process pass differ (none: [])."""
+    return [
+        f"{k}: {spark_summary[k]!r} != {single[k]!r}"
+        for k in ("records", "rejects", "timers", "violations_by_rule", "lateness_ms")
+        if spark_summary[k] != single[k]
+    ]
 
 
 def run(one_shots: int, out: str | None, master: str | None = None) -> int:
-    """Write a demo journal, audit it with Spark, run the pandas pass; print both. The
-    journal (and the audit's output, unless `out` names a directory to keep) is deleted."""
+    """Write a demo journal (two epochs, about ten seconds of records), audit it with
+    Spark, run the single-process pass; print both, and where the journal and the report
+    are (kept: under `out`, or a new directory in the temporary directory)."""
     from ..pipeline import job
     from ..pipeline.cli import text_summary
     from ..pipeline.demo import write_demo_journal
     from ..pipeline.session import SparkUnavailable, spark_session
 
-    work = tempfile.mkdtemp(prefix="shmwheel-audit-")
-    journal = os.path.join(work, "journal")
-    out = out or os.path.join(work, "audit")
+    work = out or tempfile.mkdtemp(prefix="shmwheel-journal-audit-")
+    journal, audit = os.path.join(work, "journal"), os.path.join(work, "audit")
+    if os.path.exists(journal):
+        print(f"error: {journal} exists: give --audit-out a new directory", file=sys.stderr)
+        return 2
+    print(wrap(f"writing a journal: {one_shots:,} one-shot timers, repeating timers, "
+               f"operations, in two epochs 2 s apart, in {journal}", more="  "),
+          file=sys.stderr)  # fmt: skip
+    t = time.perf_counter()
+    counts = write_demo_journal(journal, one_shots=one_shots, operations=one_shots // 10,
+                                spread_ms=4000.0, epochs=2, pause_s=2.0)  # fmt: skip
+    print(f"  {counts.records:,} records in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     try:
-        print(wrap(f"writing a journal: {one_shots:,} one-shot timers, repeating timers, "
-                   f"operations, in {journal}", more="  "), file=sys.stderr)  # fmt: skip
         t = time.perf_counter()
-        counts = write_demo_journal(journal, one_shots=one_shots, operations=one_shots // 10)
-        print(f"  {counts.records:,} records in {time.perf_counter() - t:.1f} s",
-              file=sys.stderr)  # fmt: skip
-        try:
-            t = time.perf_counter()
-            spark = spark_session(master)
-        except SparkUnavailable as e:
-            print(wrap(f"error: {e}", more="  "), file=sys.stderr)
-            return 2
-        start_s = time.perf_counter() - t
-        try:
-            s = job.run(
-                spark, journal, out, progress=lambda x: print(wrap(x, more="  "), file=sys.stderr)
-            )
-        finally:
-            spark.stop()
-        base = pandas_pass(journal)
-        print("\n".join(wrap(line, more="      ") for line in text_summary(s, out).split("\n")))
-        print(
-            "\n"
-            + wrap(
-                f"audit on Spark ({master or 'local[*]'}): {s['seconds']:.1f} s for "
-                f"{s['records']:,} records (SparkSession start {start_s:.1f} s, not counted); "
-                f"single-process pyarrow/pandas pass: {base['seconds']:.1f} s "
-                f"({s['seconds'] / base['seconds']:.1f}x its time)"
-            )
+        spark = spark_session(master)
+    except SparkUnavailable as e:
+        print(wrap(f"error: {e}", more="  "), file=sys.stderr)
+        return 2
+    start_s = time.perf_counter() - t
+    try:
+        s = job.run(
+            spark, journal, audit, progress=lambda x: print(wrap(x, more="  "), file=sys.stderr)
         )
-        return 0 if s["clean"] else 1
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+    base = single_process([journal])
+    print("\n".join(wrap(line, more="      ") for line in text_summary(s, audit).split("\n")))
+    differ = same_figures(s, base)
+    print(
+        "\n"
+        + wrap(
+            f"audit on Spark ({master or 'local[*]'}): {s['seconds']:.1f} s for "
+            f"{s['records']:,} records (SparkSession start {start_s:.1f} s, not counted); "
+            f"the same audit in one process (pyarrow, numpy): {base['seconds']:.1f} s"
+            + ("; the same figures" if not differ else f"; FIGURES DIFFER: {differ}")
+        )
+    )
+    print(wrap(f"kept: the journal in {journal}, the report in "
+               f"{os.path.join(audit, 'report', 'index.md')} (delete {work} when done)",
+               more="  "))  # fmt: skip
+    return 0 if s["clean"] and not differ else 1

@@ -20,7 +20,7 @@ from .check import (
     Problem,
     SegmentReport,
 )
-from .scan import JournalState, combine
+from .scan import SCHED_ID, JournalState, combine
 
 
 def analyse(insp: Inspection) -> None:
@@ -265,6 +265,6 @@ def _state(insp: Inspection, own: list[SegmentReport]) -> None:
             continue
         max_gen = max(max_gen, p.max_gen, p.ops.max_gen())
         if len(p.sched):
-            max_gen = max(max_gen, int(C.handle_gen(p.sched[:, 0]).max()))
+            max_gen = max(max_gen, int(C.handle_gen(p.sched[:, SCHED_ID]).max()))
     combine(counted, st, insp.directory, max_gen)
     insp.state = st

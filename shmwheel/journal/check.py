@@ -193,7 +193,8 @@ def _read(path: str, order: int) -> SegmentReport:
     rep.last_us = name.wall_us
     h = rep.header
     if h is not None:  # t_us (every kind's second field) is the writer's monotonic clock
-        t = [int(seg.rows[:, 4].max())] if len(seg.rows) else []
+        t_us = F.scan_column(F.SCHEDULED, "t_us")
+        t = [int(seg.rows[:, t_us].max())] if len(seg.rows) else []
         t += [rep.end["t_us"]] if rep.end is not None else []
         if t:
             rep.last_us = max(rep.last_us, h["wall_us"] + max(t) - h["mono_us"])

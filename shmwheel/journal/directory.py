@@ -12,17 +12,13 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..errors import ShmwheelError
+from ..errors import JournalInUse as JournalInUse  # (defined in errors.py; this path stays)
 from ..segment.layout import ServiceConfig
 
 FSYNC_POLICIES = ("none", "interval", "always")
 LOCK_NAME = "LOCK"
 SALVAGE_HOLDER = "salvage of "  # how a salvage names itself in the lock file
 SALVAGE_WAIT_S = 10.0
-
-
-class JournalInUse(ShmwheelError):
-    """Another live service is writing this journal directory."""
 
 
 @dataclass(frozen=True)

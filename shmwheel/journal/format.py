@@ -20,24 +20,25 @@ from typing import Any
 import msgpack
 
 from .. import _native as N
+from ..segment import constants as K
 
 VERSION = 2
 VERSIONS = (1, 2)  # what the reader reads: version 1 has no chain (no prev, END, RETIRED)
 MAGIC = b"SHWJRNL" + bytes([VERSION])
 MAGIC_PREFIX = MAGIC[:7]
-FRAME_BYTES = N.J_FRAME_BYTES
-MAX_BODY = N.J_MAX_BODY
+FRAME_BYTES = K.J_FRAME_BYTES
+MAX_BODY = K.J_MAX_BODY
 SUFFIX = ".shwj"
 
 # record kinds (journal.h)
 HEADER, SCHEDULED, CANCELLED, FIRED, OUTCOME = (
-    N.J_HEADER,
-    N.J_SCHEDULED,
-    N.J_CANCELLED,
-    N.J_FIRED,
-    N.J_OUTCOME,
+    K.J_HEADER,
+    K.J_SCHEDULED,
+    K.J_CANCELLED,
+    K.J_FIRED,
+    K.J_OUTCOME,
 )
-WATCHED, COMPLETED, EXPIRED = N.J_WATCHED, N.J_COMPLETED, N.J_EXPIRED
+WATCHED, COMPLETED, EXPIRED = K.J_WATCHED, K.J_COMPLETED, K.J_EXPIRED
 # the chain's records (version 2; encoded here, never by the native core): a segment ends
 # with END (``next``: the file name of its successor, "" when its writer closed it), and a
 # writer that deletes segments records their names in RETIRED, synced, before it unlinks
@@ -94,16 +95,25 @@ KIND_NAMES = {
     RETIRED: "retired",
 }
 ARITY = {k: 1 + len(f) for k, f in FIELDS.items()}
+
+
+def scan_column(kind: int, name: str) -> int:
+    """The column of field `name` of a record of `kind` in the native scanner's rows
+    (journal.h, JOURNAL_SCAN: the integer fields from SCAN_FIELDS on; a blob's offset and
+    length are SCAN_BLOB_AT and SCAN_BLOB_LEN)."""
+    return K.SCAN_FIELDS + FIELDS[kind].index(name)
+
+
 HEADER_V1_ARITY = ARITY[HEADER] - 1  # a version 1 header has no prev
 
 # SCHEDULED flags: the slot's own (contract.h) and the journal's
-FLAG_KEY = N.FLAG_KEY  # the blob is msgpack [key, payload]
-FLAG_REPEAT = N.FLAG_REPEAT  # period_ms > 0: the timer re-arms after each run
-FLAG_RECOVERED = N.J_FLAG_RECOVERED  # written by a recovery: the timer was scheduled before
-FLAG_RESET = N.J_FLAG_RESET  # written for a reset: deadline_ms is the timer's new deadline
+FLAG_KEY = K.FLAG_KEY  # the blob is msgpack [key, payload]
+FLAG_REPEAT = K.FLAG_REPEAT  # period_ms > 0: the timer re-arms after each run
+FLAG_RECOVERED = K.J_FLAG_RECOVERED  # written by a recovery: the timer was scheduled before
+FLAG_RESET = K.J_FLAG_RESET  # written for a reset: deadline_ms is the timer's new deadline
 
 # OUTCOME codes (contract.h)
-OUTCOMES = {N.OUTCOME_OK: "ok", N.OUTCOME_ERROR: "error", N.OUTCOME_CRASHED: "crashed"}
+OUTCOMES = {K.OUTCOME_OK: "ok", K.OUTCOME_ERROR: "error", K.OUTCOME_CRASHED: "crashed"}
 
 # writer roles
 ROLES = {1: "coordinator", 2: "reaper", 3: "recovery"}

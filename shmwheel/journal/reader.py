@@ -22,6 +22,7 @@ import msgpack
 import numpy as np
 
 from .. import _native as N
+from ..segment import constants as K
 from . import format as F
 
 log = logging.getLogger("shmwheel.journal")
@@ -43,9 +44,10 @@ class Reject:
 class Segment:
     """One segment file read whole: its header (a dict), its records and what was
     rejected. ``rows`` is the columnar form the native scanner gives (``SCAN_WORDS``
-    int64 per record: frame offset, status, kind, up to 8 integer fields, blob offset and
-    length in ``data``, the blob as a payload word if it has at most 8 bytes); ``records``
-    the same as lists (format.FIELDS), built on first use."""
+    int64 per record, journal.h's JOURNAL_SCAN: frame offset, status, kind, up to 8
+    integer fields, blob offset and length in ``data``, the blob as a payload word if it
+    has at most 8 bytes; ``format.scan_column`` names a field's column); ``records`` the
+    same as lists (format.FIELDS), built on first use."""
 
     path: str
     header: dict[str, Any] | None = None
@@ -54,7 +56,7 @@ class Segment:
     retired: list[str] = field(default_factory=list)  # names its RETIRED records list
     size: int = 0
     data: bytes = b""
-    rows: np.ndarray = field(default_factory=lambda: np.empty((0, SCAN_WORDS), np.int64))
+    rows: np.ndarray = field(default_factory=lambda: np.empty((0, K.SCAN_WORDS), np.int64))
     decoded: dict[int, list[Any]] = field(default_factory=dict)  # by frame offset
     _records: list[list[Any]] | None = None
 
@@ -62,26 +64,27 @@ class Segment:
     def records(self) -> list[list[Any]]:
         if self._records is None:
             out, data = [], self.data
+            at, length, first = K.SCAN_BLOB_AT, K.SCAN_BLOB_LEN, K.SCAN_FIELDS
             for row in self.rows.tolist():
-                rec = self.decoded.get(row[0])
+                rec = self.decoded.get(row[K.SCAN_OFFSET])
                 if rec is None:
-                    kind = row[2]
+                    kind = row[K.SCAN_KIND]
                     n = len(F.FIELDS[kind])
                     if kind in _BLOB_LAST:
-                        rec = [kind, *row[3 : 3 + n - 1], data[row[11] : row[11] + row[12]]]
+                        blob = data[row[at] : row[at] + row[length]]
+                        rec = [kind, *row[first : first + n - 1], blob]
                     else:
-                        rec = [kind, *row[3 : 3 + n]]
+                        rec = [kind, *row[first : first + n]]
                 out.append(rec)
             self._records = out
         return self._records
 
 
-SCAN_WORDS = 14
 _ROW_GUESS_BYTES = 24  # a journal's records average about 28 bytes with their frame
-_END = {
-    1: "torn: the file ends inside a frame",
-    2: "torn: the file ends inside a record",
-    3: "bad frame length; the rest of the file is unreadable",
+_END = {  # why the scanner stopped short (journal.h's SCAN_END_*)
+    K.SCAN_END_TORN_FRAME: "torn: the file ends inside a frame",
+    K.SCAN_END_TORN_BODY: "torn: the file ends inside a record",
+    K.SCAN_END_BAD_LENGTH: "bad frame length; the rest of the file is unreadable",
 }
 
 
@@ -125,21 +128,22 @@ def parse_segment(path: str, data: bytes) -> Segment:
     # records of the usual length and doubled if they are shorter: no copy per block
     # (a 64 MiB segment's rows are about 280 MB; each copy of them cost a tenth of a
     # second or more, most of it the kernel handing out fresh pages)
-    out = np.empty((max(16, len(data) // _ROW_GUESS_BYTES), SCAN_WORDS), np.int64)
+    out = np.empty((max(16, len(data) // _ROW_GUESS_BYTES), K.SCAN_WORDS), np.int64)
     count, at = 0, len(F.MAGIC)
     while True:
         if count == len(out):
             out = np.concatenate([out, np.empty_like(out)])
         n, at, end = N.journal_scan(data, at, out[count:])
         count += n
-        if end != 4:
+        if end != K.SCAN_END_FULL:
             break
     rows = out[:count]
-    keep = rows[:, 1] == 0
-    for i in np.flatnonzero(rows[:, 1] != 0).tolist():
-        off, status = int(rows[i, 0]), int(rows[i, 1])
-        rec = None if status == 2 else _decode(data, off, seg)
-        if status == 2:
+    status = rows[:, K.SCAN_STATUS]
+    keep = status == K.SCAN_DECODED
+    for i in np.flatnonzero(~keep).tolist():
+        off, bad = int(rows[i, K.SCAN_OFFSET]), int(status[i]) == K.SCAN_BAD_CRC
+        rec = None if bad else _decode(data, off, seg)
+        if bad:
             seg.rejects.append(Reject(path, off, "bad CRC-32"))
         elif rec is not None:
             if rec[0] == F.HEADER:
@@ -164,7 +168,7 @@ def parse_segment(path: str, data: bytes) -> Segment:
         seg.rejects.append(
             Reject(
                 path,
-                int(rows[0, 0]),
+                int(rows[0, K.SCAN_OFFSET]),
                 f"{len(rows)} records before the segment's header (none read)",
             )
         )

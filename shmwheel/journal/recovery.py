@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RecoveryError
+from ..errors import RecoveryError as RecoveryError  # (errors.py; this path stays)
 from ..segment import contract as C
 from ..segment import layout as L
 from . import format as F
@@ -51,7 +51,7 @@ from .writer import SegmentWriter
 
 log = logging.getLogger("shmwheel.journal")
 
-NO_RING = 0x7FFF  # a re-armed timer belongs to no client's ring (max_clients <= 4096)
+NO_RING = C.RING_NONE  # a re-armed timer belongs to no client's ring
 ON_DAMAGE = ("refuse", "salvage")  # TimerService(journal_on_damage=...)
 
 
@@ -117,7 +117,7 @@ def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
     words = p.words.copy()
     for i, blob in p.blobs.items():  # payloads that need an arena block
         slot, period = int(slots[i]), int(p.periods[i])
-        data = (np.array([period, p.runs[i]], np.int64).tobytes() + blob) if period > 0 else blob
+        data = C.repeat_header(period, int(p.runs[i])) + blob if period > 0 else blob
         c, b = store_block(mem, slot, data, "payloads")
         metas[i] = C.meta_make(
             int(tmap[p.tasks[i]]),

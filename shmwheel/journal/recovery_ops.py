@@ -25,8 +25,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..segment import layout as L
 
 # columns of a WATCHED reader row: field k is column 3 + k (format.FIELDS)
-_ID, _DL, _REQ, _NKEYS, _ONC, _ONE = 3, 5, 6, 7, 8, 9
-_BLOB_OFF, _BLOB_LEN = 11, 12
+# the scanner's columns (reader.Segment.rows) of a WATCHED record's fields
+_ID, _DL, _REQ, _NKEYS, _ONC, _ONE = (
+    F.scan_column(F.WATCHED, f)
+    for f in ("id", "deadline_ms", "required", "keys", "on_complete", "on_expire")
+)
+_BLOB_OFF, _BLOB_LEN = C.SCAN_BLOB_AT, C.SCAN_BLOB_LEN
 
 
 @dataclass
@@ -39,7 +43,7 @@ class PendingOps:
 
     def collect(self, rows: np.ndarray, data: bytes, tasks: list[str], off_ms: int) -> None:
         """Take one segment's WATCHED rows and its decisions (rows from reader.Segment)."""
-        kind = rows[:, 2]
+        kind = rows[:, C.SCAN_KIND]
         w = rows[kind == F.WATCHED]
 
         def name(t: int) -> str | None:
@@ -63,7 +67,7 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
     are `taken`) and watch them on their keys; returns their handles. Raises
     RecoveryError (recovery.py) when this service cannot hold them."""
     from ..errors import RecoveryError
-    from ..service.operations import key_id
+    from ..service.purgatory import key_id
     from .recovery import NO_RING, store_block
 
     ops = pending.pending()
@@ -91,8 +95,7 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
                 )
             tids.append(C.TASK_NONE if t is None else mem.task_ids[t])
         keys = msgpack.unpackb(blob)[0]
-        data = np.int64(C.op_header(required, tids[0], len(keys))).tobytes()
-        data += bytes(C.OP_HEADER - 8) + blob
+        data = C.op_header_bytes(required, tids[0], len(keys)) + blob
         c, b = store_block(mem, slot, data, "operations")
         meta = C.meta_make(tids[1], C.FLAG_OP | C.FLAG_ARENA, c, len(blob), NO_RING)
         tables.install(*(np.array([v], np.int64) for v in (h, deadline, meta, b)))

@@ -143,7 +143,7 @@ def _salvage_rings(mem: L.ServiceMemory) -> int:
         _, n = ring.peek(buf)
         if n > 0:
             written += tables.journal_settled(buf, n)
-            res = np.zeros(2, np.int64)
+            res = np.zeros(C.SETTLE_RESULT_WORDS, np.int64)
             tables.settle(buf, n, res)  # the unsettled ones: OUTCOME records as it settles
             written += int(res.sum())
     return written

@@ -72,11 +72,20 @@ def clock_offset_ms(header: dict[str, Any], boot: str) -> int:
 
 
 # columns of a reader row (reader.Segment.rows): field k of a record is column 3 + k
-_ID, _RUN_S, _DL_S, _TASK, _FLAGS, _PERIOD = 3, 10, 5, 6, 8, 9  # scheduled
-_RUN_O, _NEXT_O = 5, 8  # outcome
-_RUN_F, _DL_F = 5, 6  # fired
-_BLOB_OFF, _BLOB_LEN, _WORD = 11, 12, 13
-_EMPTY4 = np.empty((0, 4), np.int64)
+# the scanner's columns (reader.Segment.rows) of the fields read here
+_ID = F.scan_column(F.SCHEDULED, "id")  # (every kind's first field)
+_RUN_S, _DL_S = F.scan_column(F.SCHEDULED, "run"), F.scan_column(F.SCHEDULED, "deadline_ms")
+_TASK, _FLAGS = F.scan_column(F.SCHEDULED, "task"), F.scan_column(F.SCHEDULED, "flags")
+_PERIOD = F.scan_column(F.SCHEDULED, "period_ms")
+_RUN_O, _NEXT_O = F.scan_column(F.OUTCOME, "run"), F.scan_column(F.OUTCOME, "next_deadline_ms")
+_RUN_F, _DL_F = F.scan_column(F.FIRED, "run"), F.scan_column(F.FIRED, "deadline_ms")
+_BLOB_OFF, _BLOB_LEN, _WORD = C.SCAN_BLOB_AT, C.SCAN_BLOB_LEN, C.SCAN_WORD
+# A part's tables (collect builds them, combine reads them): its schedules, one row each
+(SCHED_ID, SCHED_RUN, SCHED_DEADLINE, SCHED_TASK, SCHED_FLAGS, SCHED_PERIOD, SCHED_LEN,
+ SCHED_WORD, SCHED_BLOB, SCHED_ORDER, SCHED_COLUMNS) = range(11)  # fmt: skip
+# ... and the progress of runs: an OUTCOME's next deadline, a FIRED record's deadline
+PROG_ID, PROG_RUN, PROG_DEADLINE, PROG_FIRED, PROG_COLUMNS = range(5)
+_EMPTY_PROG = np.empty((0, PROG_COLUMNS), np.int64)
 
 
 @dataclass
@@ -106,17 +115,18 @@ def collect(seg: Segment, order: int, boot: str) -> Part | None:
     off = clock_offset_ms(h, boot)
     ops = PendingOps()
     ops.collect(rows, seg.data, list(h["tasks"]), off)
-    kind = rows[:, 2]
+    kind = rows[:, C.SCAN_KIND]
     s = rows[kind == F.SCHEDULED]
     blobs: list[bytes] = []
     if len(s):
         inline = (s[:, _BLOB_LEN] <= C.INLINE_MAX) & (s[:, _PERIOD] <= 0)
         words = np.where(inline, s[:, _WORD], 0)  # the scanner read them
         ref = np.where(inline, -1, np.cumsum(~inline) - 1)
-        blobs = [seg.data[o : o + n] for o, n in s[~inline][:, _BLOB_OFF : _BLOB_OFF + 2].tolist()]
+        at, n = s[~inline, _BLOB_OFF].tolist(), s[~inline, _BLOB_LEN].tolist()
+        blobs = [seg.data[o : o + k] for o, k in zip(at, n, strict=True)]
         ntasks = len(h["tasks"])
         sched = np.column_stack(
-            [
+            [  # in SCHED_* order
                 s[:, _ID],
                 s[:, _RUN_S],
                 s[:, _DL_S] + off,
@@ -130,7 +140,7 @@ def collect(seg: Segment, order: int, boot: str) -> Part | None:
             ]
         )
     else:
-        sched = np.empty((0, 10), np.int64)
+        sched = np.empty((0, SCHED_COLUMNS), np.int64)
     o = rows[kind == F.OUTCOME]
     final = o[:, _NEXT_O] < 0
     f = rows[kind == F.FIRED]
@@ -143,7 +153,7 @@ def collect(seg: Segment, order: int, boot: str) -> Part | None:
         blobs=blobs,
         prog=[
             np.column_stack(
-                [
+                [  # in PROG_* order
                     o[~final, _ID],
                     o[~final, _RUN_O] + 1,
                     o[~final, _NEXT_O] + off,
@@ -176,8 +186,8 @@ def combine(parts: Sequence[Part], st: JournalState, directory: str, max_gen: in
             continue
         tmap = np.array([names.setdefault(t, len(names)) for t in part.tasks] + [-1], np.int64)
         s = part.sched.copy()
-        s[:, 3] = tmap[s[:, 3]]  # -1 (unknown) indexes the map's last entry, -1
-        s[:, 8] = np.where(s[:, 8] >= 0, s[:, 8] + len(blobs), -1)
+        s[:, SCHED_TASK] = tmap[s[:, SCHED_TASK]]  # -1 (unknown) indexes the map's last, -1
+        s[:, SCHED_BLOB] = np.where(s[:, SCHED_BLOB] >= 0, s[:, SCHED_BLOB] + len(blobs), -1)
         blobs.extend(part.blobs)
         sched.append(s)
     st.ops = ops
@@ -188,14 +198,14 @@ def combine(parts: Sequence[Part], st: JournalState, directory: str, max_gen: in
         return
     S = np.concatenate(sched)
     # the latest schedule of each id (highest run, then latest segment)
-    S = S[np.lexsort((S[:, 9], S[:, 1], S[:, 0]))]
-    S = S[np.r_[S[1:, 0] != S[:-1, 0], True]]
+    S = S[np.lexsort((S[:, SCHED_ORDER], S[:, SCHED_RUN], S[:, SCHED_ID]))]
+    S = S[np.r_[S[1:, SCHED_ID] != S[:-1, SCHED_ID], True]]
     st.timers = len(S)
-    st.next_gen = max(st.next_gen, max_gen + 1, int(C.handle_gen(S[:, 0]).max()) + 1)
+    st.next_gen = max(st.next_gen, max_gen + 1, int(C.handle_gen(S[:, SCHED_ID]).max()) + 1)
     done = np.concatenate([d for part in parts for d in part.done] or [np.empty(0, np.int64)])
-    S = S[~np.isin(S[:, 0], done)]
-    unknown = S[:, 3] < 0
-    for tid in S[unknown, 0].tolist():
+    S = S[~np.isin(S[:, SCHED_ID], done)]
+    unknown = S[:, SCHED_TASK] < 0
+    for tid in S[unknown, SCHED_ID].tolist():
         st.rejects.append(
             Reject(
                 directory, 0, f"timer {tid:#x} names a task id its segment's header does not list"
@@ -204,11 +214,11 @@ def combine(parts: Sequence[Part], st: JournalState, directory: str, max_gen: in
     S = S[~unknown]
     # two pending ids in one slot: the newer generation proves the older was freed (its
     # final record is missing: a journal that lost a record). Keep the newer.
-    slot_of = C.handle_slot(S[:, 0])
-    order = np.lexsort((C.handle_gen(S[:, 0]), slot_of))
+    slot_of = C.handle_slot(S[:, SCHED_ID])
+    order = np.lexsort((C.handle_gen(S[:, SCHED_ID]), slot_of))
     S, slot_of = S[order], slot_of[order]
     newest = np.r_[slot_of[1:] != slot_of[:-1], True][: len(S)]
-    for tid in S[~newest, 0].tolist():
+    for tid in S[~newest, SCHED_ID].tolist():
         st.rejects.append(
             Reject(
                 directory,
@@ -217,21 +227,24 @@ def combine(parts: Sequence[Part], st: JournalState, directory: str, max_gen: in
             )
         )
     S = S[newest]
-    P = np.concatenate([x for part in parts for x in part.prog] or [_EMPTY4])
+    P = np.concatenate([x for part in parts for x in part.prog] or [_EMPTY_PROG])
     if len(P) and len(S):  # the furthest run of each id, if it is past its schedule's
         # At one run, a FIRED record says the deadline that run fired at; a SCHEDULED
         # record of that run (a reset's, a carried one's: written once the run was armed)
         # is newer than the OUTCOME that armed it, so it wins over that OUTCOME's next.
-        P = P[np.lexsort((P[:, 3], P[:, 1], P[:, 0]))]
-        P = P[np.r_[P[1:, 0] != P[:-1, 0], True]]
-        at = np.clip(np.searchsorted(P[:, 0], S[:, 0]), 0, len(P) - 1)
-        run, fired = P[at, 1], P[at, 3] == 1
-        later = (P[at, 0] == S[:, 0]) & ((run > S[:, 1]) | ((run == S[:, 1]) & fired))
-        S[later, 1] = P[at[later], 1]
-        S[later, 2] = P[at[later], 2]
+        P = P[np.lexsort((P[:, PROG_FIRED], P[:, PROG_RUN], P[:, PROG_ID]))]
+        P = P[np.r_[P[1:, PROG_ID] != P[:-1, PROG_ID], True]]
+        at = np.clip(np.searchsorted(P[:, PROG_ID], S[:, SCHED_ID]), 0, len(P) - 1)
+        run, fired = P[at, PROG_RUN], P[at, PROG_FIRED] == 1
+        now = S[:, SCHED_RUN]
+        later = (P[at, PROG_ID] == S[:, SCHED_ID]) & ((run > now) | ((run == now) & fired))
+        S[later, SCHED_RUN] = P[at[later], PROG_RUN]
+        S[later, SCHED_DEADLINE] = P[at[later], PROG_DEADLINE]
     p = st.pending
-    p.ids, p.runs, p.deadlines, p.tasks = S[:, 0], S[:, 1], S[:, 2], S[:, 3]
-    p.flags = S[:, 4] & (F.FLAG_KEY | F.FLAG_REPEAT)
-    p.periods, p.lengths, p.words = S[:, 5], S[:, 6], S[:, 7]
-    refs = np.flatnonzero(S[:, 8] >= 0)
-    p.blobs = {i: blobs[r] for i, r in zip(refs.tolist(), S[refs, 8].tolist(), strict=True)}
+    p.ids, p.runs = S[:, SCHED_ID], S[:, SCHED_RUN]
+    p.deadlines, p.tasks = S[:, SCHED_DEADLINE], S[:, SCHED_TASK]
+    p.flags = S[:, SCHED_FLAGS] & (F.FLAG_KEY | F.FLAG_REPEAT)
+    p.periods, p.lengths, p.words = S[:, SCHED_PERIOD], S[:, SCHED_LEN], S[:, SCHED_WORD]
+    refs = np.flatnonzero(S[:, SCHED_BLOB] >= 0)
+    at_blob = S[refs, SCHED_BLOB].tolist()
+    p.blobs = {i: blobs[r] for i, r in zip(refs.tolist(), at_blob, strict=True)}

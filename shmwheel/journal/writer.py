@@ -181,7 +181,7 @@ class SegmentWriter:
             self.disk.fdatasync(self._fd, self.path)
             if new or self._size == 0:  # a new file's name survives a host crash
                 self.disk.sync_dir(self.opts.directory)
-            self._count(N.C_JOURNAL_SYNCS, 1)
+            self._count(C.C_JOURNAL_SYNCS, 1)
         self._size += len(self._tail)
         self._durable = self._size
         self._tail.clear()
@@ -253,7 +253,7 @@ class SegmentWriter:
             if self.fault is not None:
                 self._retry()
         buf.clear()
-        self._count(N.C_JOURNAL_BYTES, n)
+        self._count(C.C_JOURNAL_BYTES, n)
         return n
 
     def append(self, body: bytes) -> None:
@@ -280,7 +280,7 @@ class SegmentWriter:
             return
         self._durable = self._size
         self._dirty = False
-        self._count(N.C_JOURNAL_SYNCS, 1)
+        self._count(C.C_JOURNAL_SYNCS, 1)
 
     def _unsynced_to_tail(self) -> None:
         """After a failed fdatasync: what it could not vouch for, [durable, size), goes

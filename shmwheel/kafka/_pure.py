@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from ..segment.constants import NEVER as _NEVER
 from ..wheel.core import WheelCore
 
 _LOCK = threading.Lock()
 _NO_WAIT = -(2**63)  # wait target when no thread sleeps on the wheel
-_NEVER = 2**63 - 1
 
 
 def _ceil_ms(ns: int) -> int:

@@ -62,7 +62,7 @@ i64 slot_repeat(Seg *s, i64 slot, i64 **runs) {
     i64 b = slot_block(s, slot, &c);
     if (b < 0) return 0;
     i64 *w = arena_block(s, c, b);   /* (period, runs) precede the payload */
-    if (runs) *runs = &w[1];
-    return w[0] > 0 ? w[0] : 0;
+    if (runs) *runs = &w[RH_RUNS];
+    return w[RH_PERIOD] > 0 ? w[RH_PERIOD] : 0;
 }
 

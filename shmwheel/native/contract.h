@@ -2,48 +2,65 @@
  *
  * Everything that reads or writes the wheel array, the side table, the payload arena or a
  * ring takes its word indices, shifts and masks from here: the C core directly, Python
- * through the constants the extension exports (shmwheel/segment/contract.py re-exports
- * them with accessor functions). Nobody re-derives a shift or a mask.
+ * through the extension's export of the same rows (shmwheel/segment/constants.py, with
+ * the accessor pairs of segment/contract.py). Nobody re-derives a shift or a mask.
  *
  * All words are int64 in host byte order (x86-64 / aarch64 little-endian).
+ *
+ * How a constant is written: as a row X(NAME, value) of one of the lists below, and
+ * nowhere else. Each list becomes C constants here, once: CONTRACT_INT makes its rows the
+ * constants of an enum (ints: usable in case labels and array sizes), CONTRACT_I64 makes
+ * them static const i64 (a value beyond int: a magic, a 32-bit mask, NO_TIME). The
+ * extension exports every row of every list in one loop (module.c, CONTRACT_LISTS), and
+ * segment/constants.py takes them in one loop, typed by segment/constants.pyi, which is
+ * generated from the same rows (tests/contract_stub.py; tests/test_contract.py fails when
+ * it drifts). A packed word's fields are read and written by the macros beside its list.
  */
 #ifndef SHMWHEEL_CONTRACT_H
 #define SHMWHEEL_CONTRACT_H
 
 #include <stdint.h>
+#include <string.h>
 
 typedef int64_t i64;
 typedef uint64_t u64;
 
-/* ---- the wheel array: header words ------------------------------------------------- */
-#define H_MAGIC 0
-#define H_VERSION 1
-#define H_CAPACITY 2      /* entry slots */
-#define H_LEVELS 3
-#define H_WHEEL 4         /* Kafka's wheel_size W */
-#define H_SLOTS 5         /* buckets stored per level: 2 W (room to pre-cascade) */
-#define H_WORDS 6         /* 64-bit bitmap words per level */
-#define H_TICK 7
-#define H_NOW 8           /* the wheel's clock; written under the segment lock only */
-#define H_FREE 9          /* top of the free-slot stack, -1 when empty */
-#define H_PENDING 10      /* entries linked in buckets (PENDING, CANCELLED, COMPLETED) */
-#define H_OFF_TICKS 11
-#define H_OFF_BEXP 12
-#define H_OFF_BITS 13
-#define H_OFF_NODES 14
-#define H_TOTAL 15
-#define H_SENTINELS 16    /* B = levels * slots: nodes [0, B) are bucket sentinels */
-#define WHEEL_HEADER_WORDS 32
+#define CONTRACT_ENUM_(name, value) name = (value),
+#define CONTRACT_INT(LIST) enum { LIST(CONTRACT_ENUM_) };
+#define CONTRACT_CONST_(name, value) static const i64 name = (value);
+#define CONTRACT_I64(LIST) LIST(CONTRACT_CONST_)
 
-#define WHEEL_MAGIC 0x53484D5748454C32LL /* "SHMWHEL2" */
-#define WHEEL_LAYOUT_VERSION 2
+/* ---- the wheel array: header words ------------------------------------------------- */
+#define WHEEL_HEADER(X)                                                                    \
+    X(H_MAGIC, 0)                                                                          \
+    X(H_VERSION, 1)                                                                        \
+    X(H_CAPACITY, 2)      /* entry slots */                                                \
+    X(H_LEVELS, 3)                                                                         \
+    X(H_WHEEL, 4)         /* Kafka's wheel_size W */                                       \
+    X(H_SLOTS, 5)         /* buckets stored per level: 2 W (room to pre-cascade) */        \
+    X(H_WORDS, 6)         /* 64-bit bitmap words per level */                              \
+    X(H_TICK, 7)                                                                           \
+    X(H_NOW, 8)           /* the wheel's clock; written under the segment lock only */     \
+    X(H_FREE, 9)          /* top of the free-slot stack, -1 when empty */                  \
+    X(H_PENDING, 10)      /* entries linked in buckets (PENDING, CANCELLED, COMPLETED) */  \
+    X(H_OFF_TICKS, 11)                                                                     \
+    X(H_OFF_BEXP, 12)                                                                      \
+    X(H_OFF_BITS, 13)                                                                      \
+    X(H_OFF_NODES, 14)                                                                     \
+    X(H_TOTAL, 15)                                                                         \
+    X(H_SENTINELS, 16)    /* B = levels * slots: nodes [0, B) are bucket sentinels */      \
+    X(WHEEL_HEADER_WORDS, 32)                                                              \
+    X(WHEEL_LAYOUT_VERSION, 2)
+CONTRACT_INT(WHEEL_HEADER)
 
 /* ---- a node: one 32-byte record; entry slot s is node B + s -------------------------- */
-#define NODE_WORDS 4
-#define F_NEXT 0          /* bucket list, or the free stack; -1 when in neither */
-#define F_PREV 1          /* bucket list; -1 iff the node is not linked in a bucket */
-#define F_DEADLINE 2      /* exact deadline (time units of the wheel) */
-#define F_GS 3            /* the state word: generation << 32 | state (see below) */
+#define NODE_FIELDS(X)                                                                     \
+    X(NODE_WORDS, 4)                                                                       \
+    X(F_NEXT, 0)          /* bucket list, or the free stack; -1 when in neither */         \
+    X(F_PREV, 1)          /* bucket list; -1 iff the node is not linked in a bucket */     \
+    X(F_DEADLINE, 2)      /* exact deadline (time units of the wheel) */                   \
+    X(F_GS, 3)            /* the state word: generation << 32 | state (see below) */
+CONTRACT_INT(NODE_FIELDS)
 
 /* The state word. Its low byte is the slot's state, bits 32..62 its generation. It is
  * the one word of a slot that several processes write concurrently, so it changes only
@@ -53,13 +70,15 @@ typedef uint64_t u64;
  * never equals the word after it (no ABA for whoever decided on the deadline in between);
  * during RESETTING, bits 8..15 are the state the reset took the slot from (PENDING or
  * SUBMITTED) and bits 16..31 the ring of the client holding it. */
-#define GS_STATE_MASK 0xFFLL
-#define GS_GEN_SHIFT 32
-#define GS_GEN_MASK 0x7FFFFFFFLL
-#define GS_FROM_SHIFT 8
-#define GS_FROM_MASK 0xFFLL
-#define GS_AUX_SHIFT 16
-#define GS_AUX_MASK 0xFFFFLL
+#define STATE_WORD(X)                                                                      \
+    X(GS_STATE_MASK, 0xFF)                                                                 \
+    X(GS_GEN_SHIFT, 32)                                                                    \
+    X(GS_GEN_MASK, 0x7FFFFFFF)                                                             \
+    X(GS_FROM_SHIFT, 8)                                                                    \
+    X(GS_FROM_MASK, 0xFF)                                                                  \
+    X(GS_AUX_SHIFT, 16)                                                                    \
+    X(GS_AUX_MASK, 0xFFFF)
+CONTRACT_INT(STATE_WORD)
 #define GS_MAKE(gen, state) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(state))
 #define GS_STATE(gs) ((gs) & GS_STATE_MASK)
 #define GS_GEN(gs) (((gs) >> GS_GEN_SHIFT) & GS_GEN_MASK)
@@ -71,8 +90,9 @@ typedef uint64_t u64;
     (GS_MAKE(gen, ST_RESETTING) | (((i64)(from) & GS_FROM_MASK) << GS_FROM_SHIFT) | \
      (((i64)(ring) & GS_AUX_MASK) << GS_AUX_SHIFT))
 /* the same word with its origin (RESETTING) replaced */
-#define GS_WITH_FROM(gs, from) \
-    (((gs) & ~(GS_FROM_MASK << GS_FROM_SHIFT)) | (((i64)(from) & GS_FROM_MASK) << GS_FROM_SHIFT))
+#define GS_WITH_FROM(gs, from)                                    \
+    (((gs) & ~((i64)GS_FROM_MASK << GS_FROM_SHIFT)) |             \
+     (((i64)(from) & GS_FROM_MASK) << GS_FROM_SHIFT))
 
 /* ---- the slot state machine, as data -------------------------------------------------
  * Every state and every legal transition of a slot's state word is in the two tables
@@ -108,16 +128,18 @@ enum { SLOT_STATES(ST_ENUM_) ST_COUNT };
  * Generation: KEEP (the same use of the slot), BUMP (+1: every handle of the old use goes
  * stale), SET (formatting: any). SM_BAD stands for a word that is no state at all
  * (>= ST_COUNT): what a crash repair may find in a torn slot. */
-#define TR_LOCKED 1
-#define TR_LOCKFREE 2
-#define TR_CAS 1
-#define TR_STORE 2
-#define TR_GEN_KEEP 0
-#define TR_GEN_BUMP 1
-#define TR_GEN_SET 2
+#define SLOT_RULES(X)                                                                      \
+    X(TR_LOCKED, 1)                                                                        \
+    X(TR_LOCKFREE, 2)                                                                      \
+    X(TR_CAS, 1)                                                                           \
+    X(TR_STORE, 2)                                                                         \
+    X(TR_GEN_KEEP, 0)                                                                      \
+    X(TR_GEN_BUMP, 1)                                                                      \
+    X(TR_GEN_SET, 2)                                                                       \
+    X(SM_BAD, 1 << 15)                                                                     \
+    X(SM_ANY, 0xFFFF)
+CONTRACT_INT(SLOT_RULES)
 #define SM(st) (1 << ST_##st)
-#define SM_BAD (1 << 15)
-#define SM_ANY 0xFFFF
 
 /* SLOT_TRANSITIONS(X): X(name, from (a mask of states), to (a mask), generation, actor,
  * lock, atomic, what it means) */
@@ -174,36 +196,56 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 #undef TR_ENUM_
 
 /* A handle names one use of a slot: generation << 32 | slot. Freeing a slot bumps its
- * generation, so a stale handle never matches a reused slot. Handles are >= 0. */
-#define HANDLE_SLOT_MASK 0xFFFFFFFFLL
+ * generation, so a stale handle never matches a reused slot. Handles are >= 0. Beside it:
+ * the results of the wheel's insert besides a handle (>= 0), and the two times that are
+ * no deadline. */
+#define HANDLES(X)                                                                         \
+    X(INS_ALREADY_DUE, -1)                                                                 \
+    X(INS_OUT_OF_RANGE, -2)                                                                \
+    X(INS_NO_SLOT, -3)
+CONTRACT_INT(HANDLES)
+#define WIDE_WORDS(X)                                                                      \
+    X(WHEEL_MAGIC, 0x53484D5748454C32LL)   /* "SHMWHEL2" */                                \
+    X(HANDLE_SLOT_MASK, 0xFFFFFFFFLL)                                                      \
+    X(NO_TIME, INT64_MIN)                                                                  \
+    X(NEVER, INT64_MAX)                                                                    \
+    X(OP_MAX_AMOUNT, 0xFFFFFFFFLL)   /* an operation's count saturates here (OPH) */       \
+    X(MAX_CAPACITY, 1LL << 31)       /* slots of a service (a slot + 1 is an owner word) */ \
+    /* the check words of a producer record (below) */                                    \
+    X(CHECK_SUBMIT, 0x5A17C0DE3A11F00DLL)                                                  \
+    X(CHECK_CANCEL, 0x2C4BCE1D0F5EA5EDLL)                                                  \
+    X(CHECK_RESET, 0x6B3D91E47C25A0F1LL)
+CONTRACT_I64(WIDE_WORDS)
 #define HANDLE_MAKE(gen, slot) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(slot))
 #define HANDLE_SLOT(h) ((h) & HANDLE_SLOT_MASK)
 #define HANDLE_GEN(h) (((h) >> GS_GEN_SHIFT) & GS_GEN_MASK)
 
-/* Results of the wheel's insert besides a handle (>= 0) */
-#define INS_ALREADY_DUE (-1)
-#define INS_OUT_OF_RANGE (-2)
-#define INS_NO_SLOT (-3)
-
-#define NO_TIME INT64_MIN
-#define NEVER INT64_MAX
+/* ---- limits: what the encodings above and below leave room for ---------------------- */
+#define LIMITS(X)                                                                          \
+    X(MAX_TASKS, 0xFFFF)     /* task ids 0 .. MAX_TASKS - 1 (META's TASK: TASK_NONE) */    \
+    X(MAX_CLIENTS, 4096)     /* client rings (META's RING, GS_AUX) */                      \
+    X(RING_NONE, 0x7FFF)     /* the ring of a timer no client owns: a recovery's */        \
+    X(OP_MAX_KEYS, 0x7FFF)   /* keys of one operation (OPH's field) */                     \
+    X(CACHE_MAX, 256)        /* reserved slots (and blocks) a client caches */
+CONTRACT_INT(LIMITS)
 
 /* ---- the side table: 2 words per slot (task, payload, owner) ------------------------- */
-#define SIDE_WORDS 2
-#define S_META 0
-#define S_PAYLOAD 1       /* up to 8 inline msgpack bytes, or an arena block index */
-
 /* meta = task | flags << 16 | arena class << 24 | payload length << 32 | ring << 48 */
-#define META_TASK_SHIFT 0
-#define META_TASK_MASK 0xFFFFLL
-#define META_FLAGS_SHIFT 16
-#define META_FLAGS_MASK 0xFFLL
-#define META_CLASS_SHIFT 24
-#define META_CLASS_MASK 0xFFLL
-#define META_LEN_SHIFT 32
-#define META_LEN_MASK 0xFFFFLL
-#define META_RING_SHIFT 48
-#define META_RING_MASK 0xFFFFLL
+#define SIDE_RECORD(X)                                                                     \
+    X(SIDE_WORDS, 2)                                                                       \
+    X(S_META, 0)                                                                           \
+    X(S_PAYLOAD, 1)       /* up to 8 inline msgpack bytes, or an arena block index */      \
+    X(META_TASK_SHIFT, 0)                                                                  \
+    X(META_TASK_MASK, 0xFFFF)                                                              \
+    X(META_FLAGS_SHIFT, 16)                                                                \
+    X(META_FLAGS_MASK, 0xFF)                                                               \
+    X(META_CLASS_SHIFT, 24)                                                                \
+    X(META_CLASS_MASK, 0xFF)                                                               \
+    X(META_LEN_SHIFT, 32)                                                                  \
+    X(META_LEN_MASK, 0xFFFF)                                                               \
+    X(META_RING_SHIFT, 48)                                                                 \
+    X(META_RING_MASK, 0xFFFF)
+CONTRACT_INT(SIDE_RECORD)
 #define META_FIELD(m, F) (((m) >> META_##F##_SHIFT) & META_##F##_MASK)
 #define META_MAKE(task, flags, cls, len, ring)                              \
     ((((i64)(task) & META_TASK_MASK) << META_TASK_SHIFT) |                  \
@@ -211,117 +253,172 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
      (((i64)(cls) & META_CLASS_MASK) << META_CLASS_SHIFT) |                 \
      (((i64)(len) & META_LEN_MASK) << META_LEN_SHIFT) |                     \
      (((i64)(ring) & META_RING_MASK) << META_RING_SHIFT))
+/* the same meta word with field F (TASK, FLAGS, ...) set to v */
+#define META_WITH(m, F, v)                                              \
+    (((m) & ~((i64)META_##F##_MASK << META_##F##_SHIFT)) |              \
+     (((i64)(v) & META_##F##_MASK) << META_##F##_SHIFT))
 
-#define FLAG_KEY 1        /* the blob is msgpack [key, payload] */
-#define FLAG_ARENA 2      /* the payload lives in an arena block */
-#define FLAG_REPEAT 8     /* the arena block starts with (period, runs): REPEAT_HEADER */
-#define FLAG_OP 16        /* an operation (the purgatory): the arena block starts with its
-                             OP_HEADER, then msgpack [keys, payload]; the slot's task is its
-                             on_expire task */
-#define FLAG_COMPLETED 32 /* set by the reaper as it takes a COMPLETED operation: the task
-                             is now its on_complete task */
-#define TASK_NONE 0xFFFF  /* an operation without an on_complete / on_expire task */
-/* An operation's block header: word 0 = required | on_complete << 32 | nkeys << 48;
- * word OPH_COUNT = its count, the amount signalled to it so far (written under the
- * segment lock only; 0 as op_store stores the block) */
-#define OP_HEADER 16
-#define OPH_COUNT 1
-#define OPH_REQUIRED_MASK 0xFFFFFFFFLL
-#define OPH_TASK_SHIFT 32
-#define OPH_NKEYS_SHIFT 48
-#define OPH_MAKE(required, on_complete, nkeys)                                     \
-    (((i64)(required) & OPH_REQUIRED_MASK) | (((i64)(on_complete) & 0xFFFFLL) << OPH_TASK_SHIFT) | \
-     (((i64)(nkeys) & 0x7FFFLL) << OPH_NKEYS_SHIFT))
-#define OPH_REQUIRED(w) ((w) & OPH_REQUIRED_MASK)
-#define OPH_TASK(w) (((w) >> OPH_TASK_SHIFT) & 0xFFFFLL)
-#define OPH_NKEYS(w) (((w) >> OPH_NKEYS_SHIFT) & 0x7FFFLL)
-#define REPEAT_HEADER 16  /* bytes before a repeating timer's payload in its block */
-#define INLINE_MAX 8      /* bytes of msgpack stored in the payload word itself */
-#define NIL_INLINE 0xC0   /* msgpack nil: the payload word of a None payload */
+/* What a side record's flags say, and the blocks that start with a header: a repeating
+ * timer's (period, runs: REPEAT_HEADER bytes), an operation's (OP_HEADER bytes: the OPH
+ * word, its count), each built in one place (op_block_header below; Python's in
+ * segment/contract.py, repeat_header and op_header_bytes). */
+#define PAYLOADS(X)                                                                        \
+    X(FLAG_KEY, 1)        /* the blob is msgpack [key, payload] */                         \
+    X(FLAG_ARENA, 2)      /* the payload lives in an arena block */                        \
+    X(FLAG_REPEAT, 8)     /* the arena block starts with (period, runs): REPEAT_HEADER */  \
+    X(FLAG_OP, 16)        /* an operation (the purgatory): its block starts with its     */ \
+                          /* OP_HEADER, then msgpack [keys, payload]; the slot's task is */ \
+                          /* its on_expire task */                                         \
+    X(FLAG_COMPLETED, 32) /* set by the reaper as it takes a COMPLETED operation: the    */ \
+                          /* task is now its on_complete task */                           \
+    X(TASK_NONE, 0xFFFF)  /* an operation without an on_complete / on_expire task */       \
+    X(REPEAT_HEADER, 16)  /* bytes before a repeating timer's payload in its block: */    \
+    X(RH_PERIOD, 0)       /* its words: the period (ms), */                                \
+    X(RH_RUNS, 1)         /* the run it is on, from 1 */                                   \
+    X(OP_HEADER, 16)      /* bytes before an operation's [keys, payload] in its block: */  \
+    X(OH_OPH, 0)          /* its words: OPH, */                                            \
+    X(OPH_COUNT, 1)       /* then its count: the amount signalled to it so far        */ \
+                          /* (under the segment lock only; 0 as op_store stores it)    */ \
+    X(OPH_TASK_SHIFT, 32) /* OPH = required | on_complete << 32 | nkeys << 48 */           \
+    X(OPH_NKEYS_SHIFT, 48)                                                                 \
+    X(INLINE_MAX, 8)      /* bytes of msgpack stored in the payload word itself */         \
+    X(NIL_INLINE, 0xC0)   /* msgpack nil: the payload word of a None payload */
+CONTRACT_INT(PAYLOADS)
+#define OPH_MAKE(required, on_complete, nkeys)                           \
+    (((i64)(required) & OP_MAX_AMOUNT) |                                 \
+     (((i64)(on_complete) & META_TASK_MASK) << OPH_TASK_SHIFT) |         \
+     (((i64)(nkeys) & OP_MAX_KEYS) << OPH_NKEYS_SHIFT))
+#define OPH_REQUIRED(w) ((w) & OP_MAX_AMOUNT)
+#define OPH_TASK(w) (((w) >> OPH_TASK_SHIFT) & META_TASK_MASK)
+#define OPH_NKEYS(w) (((w) >> OPH_NKEYS_SHIFT) & OP_MAX_KEYS)
+/* An operation's block header, written (the C side builds it here only; Python in
+ * segment/contract.py, op_header_bytes) */
+static inline void op_block_header(void *block, i64 required, i64 on_complete, i64 nkeys) {
+    i64 w[OP_HEADER / 8] = {0};
+    w[OH_OPH] = OPH_MAKE(required, on_complete, nkeys);
+    memcpy(block, w, sizeof w);   /* (block: any bytes, aligned or not) */
+}
 
 /* ---- the payload arena: 4 size classes, each a block table and a free stack ---------- */
-#define ARENA_CLASSES 4
+#define ARENA(X)                                                                           \
+    X(ARENA_CLASSES, 4)                                                                    \
+    X(MAX_PAYLOAD, 64 << (2 * (ARENA_CLASSES - 1)))   /* the largest block: 4096 bytes */  \
+    X(A_CLASS_WORDS, 8)   /* header words per class, at the arena's start */               \
+    X(A_NBLOCKS, 0)                                                                        \
+    X(A_FREE, 1)          /* top of the class's free stack, -1 when empty */               \
+    X(A_OFF_NEXT, 2)      /* word offset (in the arena) of the class's next-free table */  \
+    X(A_OFF_OWNER, 3)     /* word offset of the owner table: 0 free, slot + 1, or      */  \
+                          /* -(ring + 1) for a block in that client's cache */            \
+    X(A_DATA, 4)          /* word offset of the class's blocks in the arena data */        \
+    X(A_BLOCK_WORDS, 5)                                                                    \
+    X(OWNER_FREE, 0)                                                                       \
+    X(BLOCK_REF_SHIFT, 32)   /* a block named in one word: class << 32 | index */
+CONTRACT_INT(ARENA)
 #define ARENA_CLASS_BYTES(c) (64LL << (2 * (c)))   /* 64, 256, 1024, 4096 */
-#define MAX_PAYLOAD ARENA_CLASS_BYTES(ARENA_CLASSES - 1)
-#define A_CLASS_WORDS 8   /* header words per class, at the arena's start */
-#define A_NBLOCKS 0
-#define A_FREE 1          /* top of the class's free stack, -1 when empty */
-#define A_OFF_NEXT 2      /* word offset (in the arena) of the class's next-free table */
-#define A_OFF_OWNER 3     /* word offset of the owner table: 0 free, slot + 1, or
-                             -(ring + 1) for a block in that client's cache */
-#define A_DATA 4          /* word offset of the class's blocks in the arena data */
-#define A_BLOCK_WORDS 5
-#define OWNER_FREE 0
+_Static_assert(ARENA_CLASS_BYTES(ARENA_CLASSES - 1) == MAX_PAYLOAD, "MAX_PAYLOAD");
 #define OWNER_SLOT(s) ((i64)(s) + 1)
 #define OWNER_RING(r) (-(i64)(r) - 1)
+/* A block named by its class and index in one word (what op_store returns) */
+#define BLOCK_REF_MAKE(cls, block) (((i64)(cls) << BLOCK_REF_SHIFT) | (i64)(block))
+#define BLOCK_REF_CLASS(r) ((r) >> BLOCK_REF_SHIFT)
+#define BLOCK_REF_INDEX(r) ((r) & (((i64)1 << BLOCK_REF_SHIFT) - 1))
 
-/* ---- rings: single producer, single consumer ----------------------------------------- */
-#define RING_HEAD 0       /* records ever published: the producer's word */
-#define RING_TAIL 8       /* records ever consumed: the consumer's word (own cache line) */
-#define RING_HEADER_WORDS 16
-/* producer ring: (handle, handle ^ CHECK_SUBMIT) schedules, (handle, handle ^
- * CHECK_CANCEL) asks the coordinator to retire a slot a cancel won, (handle, handle ^
- * CHECK_RESET) to relink (and journal) a timer a reset moved */
-#define PRODUCER_RECORD 2
-#define CHECK_SUBMIT 0x5A17C0DE3A11F00DLL
-#define CHECK_CANCEL 0x2C4BCE1D0F5EA5EDLL
-#define CHECK_RESET 0x6B3D91E47C25A0F1LL
-/* dispatch ring (reaper -> executor): handle, fired_ns */
-#define DISPATCH_RECORD 2
-/* result ring (executor -> reaper): handle, outcome, dispatch seq, lateness_us, duration_us */
-#define RESULT_RECORD 5
+/* ---- rings: single producer, single consumer, and their records ---------------------- */
+#define RINGS(X)                                                                           \
+    X(RING_HEAD, 0)       /* records ever published: the producer's word */                \
+    X(RING_TAIL, 8)       /* records ever consumed: the consumer's word (own cache line) */ \
+    X(RING_HEADER_WORDS, 16)                                                               \
+    /* producer ring (client -> coordinator): handle, handle ^ CHECK_SUBMIT schedules,  */ \
+    /* ^ CHECK_CANCEL asks the coordinator to retire a slot a cancel won, ^ CHECK_RESET */ \
+    /* to relink (and journal) a timer a reset moved */                                   \
+    X(PRODUCER_RECORD, 2)                                                                  \
+    X(PR_HANDLE, 0)                                                                        \
+    X(PR_CHECK, 1)                                                                         \
+    /* dispatch ring (reaper -> executor) */                                              \
+    X(DISPATCH_RECORD, 2)                                                                  \
+    X(DR_HANDLE, 0)                                                                        \
+    X(DR_FIRED_NS, 1)                                                                      \
+    /* result ring (executor -> reaper) */                                                \
+    X(RESULT_RECORD, 5)                                                                    \
+    X(RR_HANDLE, 0)                                                                        \
+    X(RR_OUTCOME, 1)      /* OUTCOME_* */                                                  \
+    X(RR_SEQ, 2)          /* its dispatch record's sequence number */                      \
+    X(RR_LATENESS_US, 3)                                                                   \
+    X(RR_DURATION_US, 4)                                                                   \
+    /* outcome ring (freer -> waiting client), and its header's spare words */            \
+    X(OUTQ_RECORD, 2)                                                                      \
+    X(OQ_HANDLE, 0)                                                                        \
+    X(OQ_CODE, 1)                                                                          \
+    X(OUTQ_DROPPED, 2)    /* records that did not fit (the client rechecks its waiters) */ \
+    X(OUTQ_SLEEPING, 3)   /* the client's listener is waiting on OUTQ_BELL */              \
+    X(OUTQ_BELL, 4)       /* a 32-bit futex word: bumped after a push to a sleeper */
+CONTRACT_INT(RINGS)
 
-/* what a cancel did (slot_cancel) */
-#define CANCEL_LOST 0     /* nothing: fired already, cancelled already, or a stale handle */
-#define CANCEL_WON 1      /* PENDING/SUBMITTED -> CANCELLED: the task will never run */
-#define CANCEL_STOPPED 2  /* FIRING -> STOPPING: this run goes on, no further runs */
-
-/* what a reset did (slot_reset) */
-#define RESET_LOST 0      /* nothing: fired, cancelled, ended, or a stale handle */
-#define RESET_WON 1       /* the timer runs at the new deadline, not the old one */
-#define RESET_NOT_TIMER 2 /* an operation: its timeout is not moved by reset */
-#define RESET_BUSY 3      /* another client's reset held the slot past the wait */
-
-#define OUTCOME_OK 1
-#define OUTCOME_ERROR 2
-#define OUTCOME_CRASHED 3
+/* ---- what a call did: its return codes and result arrays ----------------------------- */
+#define RESULTS(X)                                                                         \
+    /* what a cancel did (slot_cancel) */                                                 \
+    X(CANCEL_LOST, 0)     /* nothing: fired already, cancelled already, or stale */        \
+    X(CANCEL_WON, 1)      /* PENDING/SUBMITTED -> CANCELLED: the task will never run */    \
+    X(CANCEL_STOPPED, 2)  /* FIRING -> STOPPING: this run goes on, no further runs */      \
+    /* what a reset did (slot_reset) */                                                   \
+    X(RESET_LOST, 0)      /* nothing: fired, cancelled, ended, or a stale handle */        \
+    X(RESET_WON, 1)       /* the timer runs at the new deadline, not the old one */        \
+    X(RESET_NOT_TIMER, 2) /* an operation: its timeout is not moved by reset */            \
+    X(RESET_BUSY, 3)      /* another client's reset held the slot past the wait */         \
+    /* how a run ended (an executor's result record) */                                   \
+    X(OUTCOME_OK, 1)                                                                       \
+    X(OUTCOME_ERROR, 2)                                                                    \
+    X(OUTCOME_CRASHED, 3)                                                                  \
+    /* link_records' result array (slot_link_records) */                                  \
+    X(LINK_RESULT_WORDS, 5)                                                                \
+    X(LR_LINKED, 0)                                                                        \
+    X(LR_STALE, 1)        /* retired since, linked already, or its cancel applied */       \
+    X(LR_GARBAGE, 2)      /* not a record of this ring's client */                         \
+    X(LR_EARLIEST, 3)     /* the earliest deadline linked (min with its input) */          \
+    X(LR_RETIRED, 4)      /* cancelled slots retired */                                    \
+    /* settle's result array (slot_settle) */                                             \
+    X(SETTLE_RESULT_WORDS, 2)                                                              \
+    X(SR_FREED, 0)                                                                         \
+    X(SR_REARMED, 1)
+CONTRACT_INT(RESULTS)
 
 /* ---- outcomes as a waiting client sees them (purgatory.c; waiters.c) ---------------
  * An outcome: generation << 32 | code; code = OUTCOME_* or OC_CANCELLED, | OC_COMPLETED or
  * OC_EXPIRED for an operation; OC_NONE for a use that ended without one (a dead client's
  * slot reclaimed, a deadline refused). A FREE slot's payload word (S_PAYLOAD) holds the
  * outcome of its last use, written by the freer before the free, until the slot is
- * reserved again (then its next client writes its own payload there). */
-#define OC_NONE 0
-#define OC_CANCELLED 4
-#define OC_TASK_MASK 0xF
-#define OC_COMPLETED 0x10
-#define OC_EXPIRED 0x20
+ * reserved again (then its next client writes its own payload there). The outcome ring's
+ * records and header words are in RINGS (OUTQ_*, OQ_*). */
+#define OUTCOME_CODES(X)                                                                   \
+    X(OC_NONE, 0)                                                                          \
+    X(OC_CANCELLED, 4)                                                                     \
+    X(OC_TASK_MASK, 0xF)                                                                   \
+    X(OC_COMPLETED, 0x10)                                                                  \
+    X(OC_EXPIRED, 0x20)                                                                    \
+    X(OUT_CODE_MASK, 0xFF)
+CONTRACT_INT(OUTCOME_CODES)
 #define OUT_MAKE(gen, code) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(code))
 #define OUT_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
-#define OUT_CODE(w) ((w) & 0xFFLL)
-/* outcome ring (freer -> waiting client): handle, code; its header's spare words: */
-#define OUTQ_RECORD 2
-#define OUTQ_DROPPED 2    /* records that did not fit (the client rechecks its waiters) */
-#define OUTQ_SLEEPING 3   /* the client's listener is waiting on OUTQ_BELL */
-#define OUTQ_BELL 4       /* a 32-bit futex word: bumped after a push to a sleeper */
+#define OUT_CODE(w) ((w) & OUT_CODE_MASK)
 
 /* ---- the purgatory's watch lists (the "watch" region; all under the segment lock) ----
  * A hash table of chains: header words, then WT_BUCKETS(n) chain heads (-1: empty), then
  * entries of WE_WORDS: key hash, operation handle, next entry (-1: end). Free entries
  * form a stack through WE_NEXT with WE_HANDLE = -1. */
-#define WT_HEADER 8
-#define WT_NBUCKETS 0
-#define WT_CAPACITY 1
-#define WT_FREE 2
-#define WT_USED 3
-#define WT_CURSOR 4       /* the next bucket the reaper's purge step looks at */
-#define WT_PURGED 5       /* entries of finished operations purged, ever */
-#define WE_WORDS 4
-#define WE_KEY 0
-#define WE_HANDLE 1
-#define WE_NEXT 2
-#define WE_BLOCK 3        /* the operation's arena block: class << 32 | block (op_store) */
+#define WATCH_LISTS(X)                                                                     \
+    X(WT_HEADER, 8)                                                                        \
+    X(WT_NBUCKETS, 0)                                                                      \
+    X(WT_CAPACITY, 1)                                                                      \
+    X(WT_FREE, 2)                                                                          \
+    X(WT_USED, 3)                                                                          \
+    X(WT_CURSOR, 4)       /* the next bucket the reaper's purge step looks at */           \
+    X(WT_PURGED, 5)       /* entries of finished operations purged, ever */                \
+    X(WE_WORDS, 4)                                                                         \
+    X(WE_KEY, 0)                                                                           \
+    X(WE_HANDLE, 1)                                                                        \
+    X(WE_NEXT, 2)                                                                          \
+    X(WE_BLOCK, 3)        /* the operation's arena block: class << 32 | block (op_store) */
+CONTRACT_INT(WATCH_LISTS)
 
 /* ---- the waiter table (the "waiters" region; waiters.c) -------------------------------
  * Who waits for which handle's outcome, found by handle: WAIT_HEADER words, then
@@ -329,90 +426,74 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
  * then WAIT_WAYS value words. A handle's entries are in one of its two buckets. An entry
  * belongs to the client that claimed it (lock-free, by CAS of an empty key) until that
  * client empties it again; the freer of the handle's slot only reads the key and, once,
- * writes the outcome (value, then WK_DONE). A zeroed region is an empty table. */
-#define WAIT_HEADER 8
-#define WA_NBUCKETS 0
-#define WA_REFUSED 1      /* asks refused: both buckets full (an atomic add, any client) */
-#define WAIT_WAYS 8
-#define WAIT_BUCKET_WORDS (2 * WAIT_WAYS)
-#define WK_EMPTY 0LL
-#define WK_OF(h) ((i64)(h) + 1)          /* a client waits for handle h (h >= 0) */
-#define WK_DONE INT64_MIN                /* | WK_OF(h): h's outcome is in the value */
-/* claimed by the client of `ring`, which is writing the value (-2 - ring: no handle with
- * a slot below 2^31 gives such a key, waiting or done) */
-#define WK_CLAIMED(ring) (-2 - (i64)(ring))
-#define WK_IS_CLAIMED(k) ((k) <= -2 && (k) >= -2 - 0xFFFFLL)
-#define WK_CLAIMED_RING(k) (-2 - (k))
-/* value: ring + 1 (bits 0..15) of the waiting client; once done, the outcome's code
- * (bits 16..23) and the handle's generation (bits 32..62) */
-#define WV_MAKE(gen, code, ring) \
-    (OUT_MAKE(gen, ((i64)(code) & 0xFFLL) << 16) | (((i64)(ring) + 1) & 0xFFFFLL))
-#define WV_RING(v) (((v) & 0xFFFFLL) - 1)
-#define WV_CODE(v) (((v) >> 16) & 0xFFLL)
+ * writes the outcome (value, then WK_DONE). A zeroed region is an empty table.
+ * A key: WK_EMPTY, WK_OF(h) (a client waits for handle h >= 0), WK_DONE | WK_OF(h) (h's
+ * outcome is in the value), or WK_CLAIMED(ring) = WK_CLAIMED_BASE - ring (the client of
+ * `ring` is writing the value; no handle with a slot below 2^31 gives such a key). A
+ * value: ring + 1 of the waiting client (WV_RING); once done, also the outcome's code
+ * (WV_CODE) and the handle's generation (bits 32..62, as OUT_GEN). */
+#define WAITERS(X)                                                                         \
+    X(WAIT_HEADER, 8)                                                                      \
+    X(WA_NBUCKETS, 0)                                                                      \
+    X(WA_REFUSED, 1)      /* asks refused: both buckets full (an atomic add, any client) */ \
+    X(WAIT_WAYS, 8)                                                                        \
+    X(WAIT_BUCKET_WORDS, 2 * WAIT_WAYS)                                                    \
+    X(WK_EMPTY, 0)                                                                         \
+    X(WK_CLAIMED_BASE, -2)                                                                 \
+    X(WV_RING_MASK, 0xFFFF)                                                                \
+    X(WV_CODE_SHIFT, 16)                                                                   \
+    X(WV_CODE_MASK, 0xFF)
+CONTRACT_INT(WAITERS)
+#define WAITER_WORDS(X) X(WK_DONE, INT64_MIN)
+CONTRACT_I64(WAITER_WORDS)
+#define WK_OF(h) ((i64)(h) + 1)
+#define WK_CLAIMED(ring) ((i64)WK_CLAIMED_BASE - (i64)(ring))
+#define WK_IS_CLAIMED(k) ((k) <= WK_CLAIMED_BASE && (k) >= WK_CLAIMED_BASE - (i64)WV_RING_MASK)
+#define WK_CLAIMED_RING(k) ((i64)WK_CLAIMED_BASE - (k))
+#define WV_MAKE(gen, code, ring)                                              \
+    (OUT_MAKE(gen, ((i64)(code) & WV_CODE_MASK) << WV_CODE_SHIFT) |           \
+     (((i64)(ring) + 1) & WV_RING_MASK))
+#define WV_RING(v) (((v) & WV_RING_MASK) - 1)
+#define WV_CODE(v) (((v) >> WV_CODE_SHIFT) & WV_CODE_MASK)
 #define WV_GEN(v) OUT_GEN(v)
 
 /* ---- per-writer counter rows (COUNTER_WORDS words; every word has one writer) -------- */
-#define COUNTER_WORDS 24
-#define C_SCHEDULED 0
-#define C_FIRED 1
-#define C_CANCELLED 2     /* cancels won (counted by the cancelling client) */
-#define C_COMPLETED 3
-#define C_ERRORS 4
-#define C_CRASHED 5
-#define C_GARBAGE 6
-#define C_STALE 7
-#define C_REARMED 8
-#define C_EARLY 9
-#define C_LINKED 10
-#define C_FREED 11
-#define C_RETIRED 12      /* cancelled slots unlinked and freed */
-#define C_JOURNAL_BYTES 13 /* bytes this writer wrote to its journal files */
-#define C_JOURNAL_SYNCS 14 /* fdatasync calls on them */
-#define C_OPS_COMPLETED 15 /* operations this writer's completions won */
-#define C_OPS_WATCHED 16  /* operations this client watched */
-#define C_OPS_EXPIRED 17  /* operations the reaper took at their timeout */
-#define C_RESETS 18       /* resets won (counted by the resetting client) */
+#define COUNTERS(X)                                                                        \
+    X(COUNTER_WORDS, 24)                                                                   \
+    X(C_SCHEDULED, 0)                                                                      \
+    X(C_FIRED, 1)                                                                          \
+    X(C_CANCELLED, 2)     /* cancels won (counted by the cancelling client) */             \
+    X(C_COMPLETED, 3)                                                                      \
+    X(C_ERRORS, 4)                                                                         \
+    X(C_CRASHED, 5)                                                                        \
+    X(C_GARBAGE, 6)                                                                        \
+    X(C_STALE, 7)                                                                          \
+    X(C_REARMED, 8)                                                                        \
+    X(C_EARLY, 9)                                                                          \
+    X(C_LINKED, 10)                                                                        \
+    X(C_FREED, 11)                                                                         \
+    X(C_RETIRED, 12)      /* cancelled slots unlinked and freed */                         \
+    X(C_JOURNAL_BYTES, 13) /* bytes this writer wrote to its journal files */              \
+    X(C_JOURNAL_SYNCS, 14) /* fdatasync calls on them */                                   \
+    X(C_OPS_COMPLETED, 15) /* operations this writer's completions won */                  \
+    X(C_OPS_WATCHED, 16)  /* operations this client watched */                             \
+    X(C_OPS_EXPIRED, 17)  /* operations the reaper took at their timeout */                \
+    X(C_RESETS, 18)       /* resets won (counted by the resetting client) */
+CONTRACT_INT(COUNTERS)
 
-/* ---- the journal's retention: live-timer counters per coordinator segment ------------ */
-#define JOURNAL_WINDOW 4096   /* segments a service can have open at once */
+/* ---- the journal's retention, and the lateness histogram: bucket 0 is < 1 us; i >= 1
+ * covers [2^((i-1)/8), 2^(i/8)) us ------------------------------------------------------ */
+#define WINDOWS(X)                                                                         \
+    X(JOURNAL_WINDOW, 4096)   /* coordinator segments a service can have open at once */   \
+    X(HIST_BUCKETS, 256)                                                                   \
+    X(HIST_PER_OCTAVE, 8)
+CONTRACT_INT(WINDOWS)
 
-/* ---- lateness histogram: bucket 0 is < 1 us; i >= 1 covers [2^((i-1)/8), 2^(i/8)) us -- */
-#define HIST_BUCKETS 256
-#define HIST_PER_OCTAVE 8
 
-/* ---- task error records (the "errors" region; errlog.c owns it) ---------------------
- * ERR_REGION_HEADER words (ERR_STAMP: the stamps drawn so far, every executor's
- * fetch-and-add), then a log per executor: ERR_HEADER_WORDS words (ERR_NEXT: records it
- * ever wrote; ERR_EVICTED: the stamp of the newest record it has overwritten; both its
- * single writer's), then ERR_RECORDS records of ERR_RECORD_WORDS. Record k is at position
- * k % ERR_RECORDS: the newest ERR_RECORDS failures of each executor are kept. A record:
- * ER_SEQ is 2k + 1 while record k is written and 2k + 2 once it is complete (0: never
- * written); the failed timer's handle; its stamp (larger for every later record, whatever
- * the executor); its run number (1 for a one-shot); its task id; ER_FLAGS (ERF_REPEATING:
- * a repeating timer's run); the byte lengths of its texts (type | message << 16 |
- * traceback << 32); a checksum of those words and the texts (errlog.c, err_check); the
- * texts, UTF-8, back to back from ER_TEXT (the exception's type name at most ER_TYPE_MAX
- * bytes, its message ER_MESSAGE_MAX, all three ER_TEXT_BYTES). */
-#define ERR_REGION_HEADER 8
-#define ERR_STAMP 0
-#define ERR_RECORDS 64
-#define ERR_RECORD_WORDS 512      /* 4 KiB */
-#define ERR_HEADER_WORDS 8
-#define ERR_NEXT 0
-#define ERR_EVICTED 1
-#define ERR_LOG_WORDS (ERR_HEADER_WORDS + ERR_RECORDS * ERR_RECORD_WORDS)
-#define ER_SEQ 0
-#define ER_HANDLE 1
-#define ER_STAMP 2
-#define ER_RUN 3
-#define ER_TASK 4
-#define ER_FLAGS 5
-#define ER_LENGTHS 6
-#define ER_CHECK 7
-#define ER_TEXT 8
-#define ER_TEXT_BYTES ((ERR_RECORD_WORDS - ER_TEXT) * 8)   /* 4032 */
-#define ER_TYPE_MAX 256
-#define ER_MESSAGE_MAX 1024
-#define ERF_REPEATING 1
+/* Every list above, for the extension's export (module.c) and Python */
+#define CONTRACT_LISTS(L)                                                                  \
+    L(WHEEL_HEADER) L(NODE_FIELDS) L(STATE_WORD) L(SLOT_RULES) L(HANDLES) L(WIDE_WORDS)    \
+    L(LIMITS) L(SIDE_RECORD) L(PAYLOADS) L(ARENA) L(RINGS) L(RESULTS) L(OUTCOME_CODES)     \
+    L(WATCH_LISTS) L(WAITERS) L(WAITER_WORDS) L(COUNTERS) L(WINDOWS)
 
 #endif

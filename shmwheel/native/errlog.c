@@ -1,5 +1,5 @@
 /* errlog.c: the channel that carries a failed task's exception from its executor to the
- * clients (contract.h, "task error records": the layout). An executor whose task raised
+ * clients (errlog.h, "task error records": the layout). An executor whose task raised
  * writes a record (the handle, a stamp, the run, the task, the exception's type name,
  * message and traceback text) into its own log before it publishes the outcome "error"
  * on its result ring (executor.c calls its logger before ring_push). A client that learns
@@ -49,14 +49,9 @@
 #include <Python.h>
 #include <string.h>
 
-#include "contract.h"
+#include "errlog.h"
 #include "pybuf.h"
 
-/* errlog_find's verdicts (exported; shmwheel/service/tracebacks.py words them) */
-#define ERRLOG_FOUND 0
-#define ERRLOG_MISSING 1   /* no record of the timer is left in any log */
-#define ERRLOG_STALE 2     /* a repeating timer's newest record found may not be its last */
-#define ERRLOG_DAMAGED 3   /* a record names the timer but does not check out */
 
 static u64 err_check(i64 k, const i64 *rec, i64 text_words) {
     u64 h = 0xcbf29ce484222325ULL ^ (u64)k;   /* FNV-1a over words, then murmur3's */
@@ -225,22 +220,13 @@ static PyMethodDef errlog_methods[] = {
      "within contract.h's ER_* limits."},
     {"errlog_find", py_errlog_find, METH_VARARGS,
      "errlog_find(region, handle) -> (verdict, executor, record, ...): the newest whole "
-     "record of a timer in every log, checked (the ERRLOG_* verdicts, errlog.c)."},
+     "record of a timer in every log, checked (the ERRLOG_* verdicts, errlog.h)."},
     {NULL, NULL, 0, NULL},
 };
 
-#define EXPORT(name) \
-    if (PyModule_AddObject(m, #name, PyLong_FromLongLong((long long)(name))) < 0) return -1
-
-/* errlog_write / errlog_find and the constants of contract.h's "task error records"
- * section (called from executor.c's shmwheel_add_executor_type) */
+/* errlog_write / errlog_find (called from executor.c's shmwheel_add_executor_type); the
+ * constants of errlog.h's ERROR_LOGS reach Python with every other list (module.c) */
 int shmwheel_add_errlog(PyObject *m) {
     if (PyModule_AddFunctions(m, errlog_methods) < 0) return -1;
-    EXPORT(ERR_REGION_HEADER); EXPORT(ERR_STAMP); EXPORT(ERR_RECORDS);
-    EXPORT(ERR_RECORD_WORDS); EXPORT(ERR_HEADER_WORDS); EXPORT(ERR_NEXT); EXPORT(ERR_EVICTED);
-    EXPORT(ERR_LOG_WORDS); EXPORT(ER_SEQ); EXPORT(ER_HANDLE); EXPORT(ER_STAMP); EXPORT(ER_RUN);
-    EXPORT(ER_TASK); EXPORT(ER_FLAGS); EXPORT(ER_LENGTHS); EXPORT(ER_CHECK); EXPORT(ER_TEXT);
-    EXPORT(ER_TEXT_BYTES); EXPORT(ER_TYPE_MAX); EXPORT(ER_MESSAGE_MAX); EXPORT(ERF_REPEATING);
-    EXPORT(ERRLOG_FOUND); EXPORT(ERRLOG_MISSING); EXPORT(ERRLOG_STALE); EXPORT(ERRLOG_DAMAGED);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "atomics.h"
+#include "errlog.h"
 #include "pybuf.h"
 #include "ring.h"
 #include "slot_record.h"
@@ -157,7 +158,8 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
     i64 n = ring_peek(&e->dispatch, buf, BATCH, &seq0);
     if (n <= 0) return PyLong_FromLongLong(n);
     for (i64 i = 0; i < n; i++) {
-        i64 h = buf[2 * i], fired_ns = buf[2 * i + 1], seq = seq0 + i;
+        const i64 *d = &buf[DISPATCH_RECORD * i];
+        i64 h = d[DR_HANDLE], fired_ns = d[DR_FIRED_NS], seq = seq0 + i;
         i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0, duration_us = 0;
         relaxed_store(e->started, seq);
         i64 deadline;
@@ -172,7 +174,12 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
         } else {
             e->tally[C_GARBAGE]++;
         }
-        i64 rec[RESULT_RECORD] = {h, outcome, seq, late_us, duration_us};
+        i64 rec[RESULT_RECORD];
+        rec[RR_HANDLE] = h;
+        rec[RR_OUTCOME] = outcome;
+        rec[RR_SEQ] = seq;
+        rec[RR_LATENESS_US] = late_us;
+        rec[RR_DURATION_US] = duration_us;
         while (!ring_push(&e->results, rec, 1)) {
             PyObject *r = PyObject_CallNoArgs(e->on_full);
             int go_on = r && PyObject_IsTrue(r) == 1;

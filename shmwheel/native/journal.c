@@ -178,11 +178,10 @@ static int native_arity(i64 kind, int *bin_last) {
 }
 
 /* journal_scan(data, start, out) -> (rows, next offset, end): frames from `start`, one
- * row of SCAN_WORDS per frame in out: frame offset, status (0 decoded, 1 for the Python
- * decoder, 2 bad CRC), kind, up to 8 integer fields, blob offset, blob length, and the
- * blob as a little-endian word when it has at most 8 bytes (the payload word). `end`: 0
- * the data ended cleanly, 1 torn frame, 2 torn body, 3 bad length, 4 out is full. */
-#define SCAN_WORDS 14
+ * row of SCAN_WORDS per frame in out (journal.h, JOURNAL_SCAN: offset, status, kind, up
+ * to SCAN_MAX_FIELDS integer fields, the blob's offset and length, and the blob as a
+ * little-endian word when it has at most 8 bytes: the payload word); `end` says why the
+ * scan stopped (SCAN_END_*). */
 static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "journal_scan(data, start, out)");
     Py_buffer d, o;
@@ -196,37 +195,38 @@ static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     const unsigned char *base = d.buf;
     i64 *out = o.buf, cap = o.len / (8 * SCAN_WORDS), rows = 0;
     Py_ssize_t at = start;
-    int reason = 0;
+    int reason = SCAN_END_CLEAN;
     while (at < d.len) {
-        if (rows == cap) { reason = 4; break; }
-        if (at + J_FRAME_BYTES > d.len) { reason = 1; break; }
+        if (rows == cap) { reason = SCAN_END_FULL; break; }
+        if (at + J_FRAME_BYTES > d.len) { reason = SCAN_END_TORN_FRAME; break; }
         const unsigned char *f = base + at;
         uint32_t n = f[0] | f[1] << 8 | f[2] << 16 | (uint32_t)f[3] << 24;
         uint32_t crc = f[4] | f[5] << 8 | f[6] << 16 | (uint32_t)f[7] << 24;
-        if (n == 0 || n > J_MAX_BODY) { reason = 3; break; }
-        if (at + J_FRAME_BYTES + (Py_ssize_t)n > d.len) { reason = 2; break; }
+        if (n == 0 || n > J_MAX_BODY) { reason = SCAN_END_BAD_LENGTH; break; }
+        if (at + J_FRAME_BYTES + (Py_ssize_t)n > d.len) { reason = SCAN_END_TORN_BODY; break; }
         const unsigned char *b = f + J_FRAME_BYTES, *bend = b + n, *p = b;
         i64 *row = &out[rows++ * SCAN_WORDS];
         memset(row, 0, 8 * SCAN_WORDS);
-        row[0] = at;
+        row[SCAN_OFFSET] = at;
         at += J_FRAME_BYTES + n;
-        if (jcrc32(0, b, n) != crc) { row[1] = 2; continue; }
-        row[1] = 1;   /* unless decoded below */
+        if (jcrc32(0, b, n) != crc) { row[SCAN_STATUS] = SCAN_BAD_CRC; continue; }
+        row[SCAN_STATUS] = SCAN_UNDECODED;   /* unless decoded below */
         int bin_last, arity = (*p & 0xf0) == 0x90 ? (*p & 0x0f) - 1 : -1;
         p++;
         i64 kind;
         if (arity < 1 || !mp_get_int(&p, bend, &kind)) continue;
-        row[2] = kind;
+        row[SCAN_KIND] = kind;
         if (native_arity(kind, &bin_last) != arity) continue;
         int ints = arity - bin_last, ok = 1;
-        for (int k = 0; k < ints && ok; k++) ok = p < bend && mp_get_int(&p, bend, &row[3 + k]);
-        if (ok && bin_last) ok = p < bend && mp_get_bin(&p, bend, base, &row[11], &row[12]);
-        if (ok && bin_last && row[12] <= 8) {   /* a blob that fits a payload word */
+        i64 *field = &row[SCAN_FIELDS], *at_ = &row[SCAN_BLOB_AT], *len = &row[SCAN_BLOB_LEN];
+        for (int k = 0; k < ints && ok; k++) ok = p < bend && mp_get_int(&p, bend, &field[k]);
+        if (ok && bin_last) ok = p < bend && mp_get_bin(&p, bend, base, at_, len);
+        if (ok && bin_last && *len <= 8) {   /* a blob that fits a payload word */
             uint64_t w = 0;
-            for (i64 i = row[12] - 1; i >= 0; i--) w = w << 8 | base[row[11] + i];
-            row[13] = (i64)w;
+            for (i64 i = *len - 1; i >= 0; i--) w = w << 8 | base[*at_ + i];
+            row[SCAN_WORD] = (i64)w;
         }
-        if (ok && p == bend) row[1] = 0;
+        if (ok && p == bend) row[SCAN_STATUS] = SCAN_DECODED;
     }
     PyBuffer_Release(&o);
     PyBuffer_Release(&d);
@@ -236,7 +236,7 @@ static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 static PyMethodDef journal_functions[] = {
     {"journal_scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "journal_scan(data, start, out) -> (rows, next offset, end reason): the frames of a "
-     "segment as rows of 14 int64 (see journal.c)."},
+     "segment as rows of SCAN_WORDS int64 (journal.h, JOURNAL_SCAN)."},
     {"journal_crc32", (PyCFunction)py_crc32, METH_O,
      "journal_crc32(data) -> the CRC-32 the journal frames records with (= zlib.crc32)."},
     {NULL, NULL, 0, NULL},

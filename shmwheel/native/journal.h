@@ -19,23 +19,52 @@
 
 #include "contract.h"
 
-/* record kinds: the first element of every body */
-#define J_HEADER 0
-#define J_SCHEDULED 1   /* id, t_us, deadline_ms, task, producer, flags, period_ms, run, blob */
-#define J_CANCELLED 2   /* id, t_us */
-#define J_FIRED 3       /* id, t_us, run, deadline_ms */
-#define J_OUTCOME 4     /* id, t_us, run, outcome, duration_us, next_deadline_ms (-1: ends) */
-#define J_WATCHED 5     /* id, t_us, deadline_ms (timeout), required, keys (their count),
-                           on_complete, on_expire (task ids, TASK_NONE: none), blob
-                           (msgpack [keys, payload]) */
-#define J_COMPLETED 6   /* id, t_us: a completion won; its on_complete runs */
-#define J_EXPIRED 7     /* id, t_us: the timeout won; its on_expire runs */
-#define J_FRAME_BYTES 8
-#define J_MAX_BODY (1 << 20)   /* a longer length field is corruption */
+/* record kinds (the first element of every body), framing, flags (contract.h says how a
+ * list becomes constants and reaches Python) */
+#define JOURNAL_RECORDS(X)                                                                 \
+    X(J_HEADER, 0)                                                                         \
+    X(J_SCHEDULED, 1)   /* id, t_us, deadline_ms, task, producer, flags, period_ms, run, */ \
+                        /* blob */                                                         \
+    X(J_CANCELLED, 2)   /* id, t_us */                                                     \
+    X(J_FIRED, 3)       /* id, t_us, run, deadline_ms */                                   \
+    X(J_OUTCOME, 4)     /* id, t_us, run, outcome, duration_us, next_deadline_ms (-1: */   \
+                        /* ends) */                                                        \
+    X(J_WATCHED, 5)     /* id, t_us, deadline_ms (timeout), required, keys (their count), */ \
+                        /* on_complete, on_expire (task ids, TASK_NONE: none), blob */     \
+                        /* (msgpack [keys, payload]) */                                    \
+    X(J_COMPLETED, 6)   /* id, t_us: a completion won; its on_complete runs */             \
+    X(J_EXPIRED, 7)     /* id, t_us: the timeout won; its on_expire runs */                \
+    X(J_FRAME_BYTES, 8)                                                                    \
+    X(J_MAX_BODY, 1 << 20)   /* a longer length field is corruption */                    \
+    /* SCHEDULED flags besides the slot's FLAG_KEY / FLAG_REPEAT */                       \
+    X(J_FLAG_RECOVERED, 0x100)  /* re-armed by a recovery, not a new schedule */           \
+    X(J_FLAG_RESET, 0x200)      /* a reset moved the timer: deadline_ms is its new one */
+CONTRACT_INT(JOURNAL_RECORDS)
 
-/* SCHEDULED flags besides the slot's FLAG_KEY / FLAG_REPEAT */
-#define J_FLAG_RECOVERED 0x100  /* re-armed by a recovery, not a new schedule */
-#define J_FLAG_RESET 0x200      /* a reset moved the timer: deadline_ms is its new deadline */
+/* The native scanner's rows (journal.c, journal_scan; journal/reader.py reads them): one
+ * row of SCAN_WORDS per frame, its status, and why a scan ended */
+#define JOURNAL_SCAN(X)                                                                    \
+    X(SCAN_WORDS, 14)                                                                      \
+    X(SCAN_OFFSET, 0)     /* the frame's offset in the data */                             \
+    X(SCAN_STATUS, 1)                                                                      \
+    X(SCAN_KIND, 2)                                                                        \
+    X(SCAN_FIELDS, 3)     /* up to SCAN_MAX_FIELDS integer fields from here */             \
+    X(SCAN_MAX_FIELDS, 8)                                                                  \
+    X(SCAN_BLOB_AT, 11)   /* the blob's offset in the data */                              \
+    X(SCAN_BLOB_LEN, 12)                                                                   \
+    X(SCAN_WORD, 13)      /* the blob as a little-endian word, if at most 8 bytes */       \
+    X(SCAN_DECODED, 0)    /* statuses */                                                   \
+    X(SCAN_UNDECODED, 1)  /* a record for the Python decoder */                            \
+    X(SCAN_BAD_CRC, 2)                                                                     \
+    X(SCAN_END_CLEAN, 0)  /* why a scan ended: the data ended cleanly, */                 \
+    X(SCAN_END_TORN_FRAME, 1)   /* in a frame, */                                          \
+    X(SCAN_END_TORN_BODY, 2)    /* in a body, */                                           \
+    X(SCAN_END_BAD_LENGTH, 3)   /* at a bad length field, */                               \
+    X(SCAN_END_FULL, 4)         /* or the rows were full */
+CONTRACT_INT(JOURNAL_SCAN)
+_Static_assert(SCAN_FIELDS + SCAN_MAX_FIELDS == SCAN_BLOB_AT, "the scan row's fields");
+
+#define JOURNAL_LISTS(L) L(JOURNAL_RECORDS) L(JOURNAL_SCAN)
 
 typedef struct JBuf {
     unsigned char *p;

@@ -1,10 +1,11 @@
 /* module.c: shmwheel._native, the native core. It gathers the method tables and types
- * of the other files and exports every constant of contract.h, so that Python takes the
- * encodings from the one definition (shmwheel/segment/contract.py re-exports them). */
+ * of the other files and exports every constant of contract.h, journal.h and errlog.h,
+ * so that Python takes the encodings from the one definition (segment/constants.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "contract.h"
+#include "errlog.h"
 #include "journal.h"
 
 extern PyMethodDef shmwheel_wheel_methods[];
@@ -24,8 +25,67 @@ static struct PyModuleDef native_module = {
     -1, NULL, NULL, NULL, NULL, NULL,
 };
 
-#define EXPORT(name) \
-    if (PyModule_AddObject(m, #name, PyLong_FromLongLong((long long)(name))) < 0) goto fail
+/* ---- the contract's constants: every row of every list, in one loop ------------------
+ * contract.h, journal.h and errlog.h write each constant once, as a row of a list; here
+ * each list becomes a table of (name, value), and CONTRACT (a dict, name -> value, in the
+ * lists' order) and CONTRACT_LISTS ((list, names) pairs) are what Python takes
+ * (segment/constants.py). The slot states (SLOT_STATES) come as ST_<name>, with ST_COUNT
+ * and TR_COUNT. */
+typedef struct {
+    const char *name;
+    long long value;
+} Row;
+#define ROW_(name, value) {#name, (long long)(name)},
+#define ROWS_(list) static const Row list##_rows[] = {list(ROW_)};
+CONTRACT_LISTS(ROWS_)
+JOURNAL_LISTS(ROWS_)
+ERRLOG_LISTS(ROWS_)
+#define STATE_ROW_(name, value, doc) {"ST_" #name, ST_##name},
+static const Row SLOT_STATES_rows[] = {
+    SLOT_STATES(STATE_ROW_) {"ST_COUNT", ST_COUNT}, {"TR_COUNT", TR_COUNT},
+};
+static const struct {
+    const char *list;
+    const Row *rows;
+    size_t n;
+} lists[] = {
+#define LIST_(list) {#list, list##_rows, sizeof list##_rows / sizeof(Row)},
+    CONTRACT_LISTS(LIST_) JOURNAL_LISTS(LIST_) ERRLOG_LISTS(LIST_) LIST_(SLOT_STATES)
+};
+
+static int add_contract(PyObject *m) {
+    PyObject *all = PyDict_New(), *listed = PyTuple_New(sizeof lists / sizeof lists[0]);
+    if (!all || !listed) goto fail;
+    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
+        PyObject *names = PyTuple_New((Py_ssize_t)lists[l].n), *pair;
+        if (!names) goto fail;
+        for (size_t i = 0; i < lists[l].n; i++) {
+            PyObject *v = PyLong_FromLongLong(lists[l].rows[i].value);
+            PyObject *k = PyUnicode_FromString(lists[l].rows[i].name);
+            /* a name in two lists would be two definitions: refuse to load */
+            int dup = k && PyDict_Contains(all, k);
+            if (!v || !k || dup || PyDict_SetItem(all, k, v) < 0) {
+                if (dup) PyErr_Format(PyExc_SystemError, "contract: %U listed twice", k);
+                Py_XDECREF(v);
+                Py_XDECREF(k);
+                Py_DECREF(names);
+                goto fail;
+            }
+            Py_DECREF(v);
+            PyTuple_SET_ITEM(names, (Py_ssize_t)i, k);
+        }
+        if (!(pair = Py_BuildValue("(sN)", lists[l].list, names))) goto fail;
+        PyTuple_SET_ITEM(listed, (Py_ssize_t)l, pair);
+    }
+    if (PyModule_AddObject(m, "CONTRACT", all) < 0) goto fail;
+    all = NULL;
+    if (PyModule_AddObject(m, "CONTRACT_LISTS", listed) < 0) goto fail;
+    return 0;
+fail:
+    Py_XDECREF(all);
+    Py_XDECREF(listed);
+    return -1;
+}
 
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&native_module);
@@ -39,56 +99,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (shmwheel_add_types(m) < 0) goto fail;
     if (shmwheel_add_journal_type(m) < 0) goto fail;
     if (shmwheel_add_inproc_types(m) < 0) goto fail;
-    EXPORT(H_MAGIC); EXPORT(H_VERSION); EXPORT(H_CAPACITY); EXPORT(H_LEVELS);
-    EXPORT(H_WHEEL); EXPORT(H_SLOTS); EXPORT(H_WORDS); EXPORT(H_TICK); EXPORT(H_NOW);
-    EXPORT(H_FREE); EXPORT(H_PENDING); EXPORT(H_OFF_TICKS); EXPORT(H_OFF_BEXP);
-    EXPORT(H_OFF_BITS); EXPORT(H_OFF_NODES); EXPORT(H_TOTAL); EXPORT(H_SENTINELS);
-    EXPORT(WHEEL_HEADER_WORDS); EXPORT(WHEEL_MAGIC); EXPORT(WHEEL_LAYOUT_VERSION);
-    EXPORT(NODE_WORDS); EXPORT(F_NEXT); EXPORT(F_PREV); EXPORT(F_DEADLINE); EXPORT(F_GS);
-    EXPORT(GS_STATE_MASK); EXPORT(GS_GEN_SHIFT); EXPORT(GS_GEN_MASK);
-    EXPORT(ST_FREE); EXPORT(ST_PENDING); EXPORT(ST_FIRING); EXPORT(ST_RESERVED);
-    EXPORT(ST_SUBMITTED); EXPORT(ST_CANCELLED); EXPORT(ST_STOPPING); EXPORT(ST_COMPLETED);
-    EXPORT(ST_RESETTING); EXPORT(ST_COUNT); EXPORT(TR_COUNT);
-    EXPORT(TR_LOCKED); EXPORT(TR_LOCKFREE); EXPORT(TR_CAS); EXPORT(TR_STORE);
-    EXPORT(TR_GEN_KEEP); EXPORT(TR_GEN_BUMP); EXPORT(TR_GEN_SET); EXPORT(SM_BAD);
-    EXPORT(GS_FROM_SHIFT); EXPORT(GS_FROM_MASK); EXPORT(GS_AUX_SHIFT); EXPORT(GS_AUX_MASK);
-    EXPORT(HANDLE_SLOT_MASK);
-    EXPORT(INS_ALREADY_DUE); EXPORT(INS_OUT_OF_RANGE); EXPORT(INS_NO_SLOT);
-    EXPORT(NO_TIME); EXPORT(NEVER);
-    EXPORT(SIDE_WORDS); EXPORT(S_META); EXPORT(S_PAYLOAD);
-    EXPORT(META_TASK_SHIFT); EXPORT(META_TASK_MASK); EXPORT(META_FLAGS_SHIFT);
-    EXPORT(META_FLAGS_MASK); EXPORT(META_CLASS_SHIFT); EXPORT(META_CLASS_MASK);
-    EXPORT(META_LEN_SHIFT); EXPORT(META_LEN_MASK); EXPORT(META_RING_SHIFT);
-    EXPORT(META_RING_MASK);
-    EXPORT(FLAG_KEY); EXPORT(FLAG_ARENA); EXPORT(FLAG_REPEAT); EXPORT(REPEAT_HEADER);
-    EXPORT(FLAG_OP); EXPORT(FLAG_COMPLETED); EXPORT(TASK_NONE); EXPORT(OP_HEADER);
-    EXPORT(OPH_REQUIRED_MASK); EXPORT(OPH_TASK_SHIFT); EXPORT(OPH_NKEYS_SHIFT);
-    EXPORT(OC_CANCELLED); EXPORT(OC_TASK_MASK); EXPORT(OC_COMPLETED); EXPORT(OC_EXPIRED);
-    EXPORT(OUTQ_RECORD); EXPORT(OUTQ_DROPPED); EXPORT(OUTQ_SLEEPING); EXPORT(OUTQ_BELL);
-    EXPORT(WT_HEADER); EXPORT(WT_NBUCKETS); EXPORT(WT_CAPACITY); EXPORT(WT_FREE);
-    EXPORT(WT_USED); EXPORT(WT_CURSOR); EXPORT(WT_PURGED); EXPORT(WE_WORDS);
-    EXPORT(WE_KEY); EXPORT(WE_HANDLE); EXPORT(WE_NEXT);
-    EXPORT(INLINE_MAX); EXPORT(NIL_INLINE);
-    EXPORT(ARENA_CLASSES); EXPORT(MAX_PAYLOAD); EXPORT(A_CLASS_WORDS); EXPORT(A_NBLOCKS);
-    EXPORT(A_FREE); EXPORT(A_OFF_NEXT); EXPORT(A_OFF_OWNER); EXPORT(A_DATA);
-    EXPORT(A_BLOCK_WORDS);
-    EXPORT(RING_HEAD); EXPORT(RING_TAIL); EXPORT(RING_HEADER_WORDS);
-    EXPORT(PRODUCER_RECORD); EXPORT(CHECK_SUBMIT); EXPORT(CHECK_CANCEL); EXPORT(CHECK_RESET);
-    EXPORT(DISPATCH_RECORD); EXPORT(RESULT_RECORD);
-    EXPORT(CANCEL_LOST); EXPORT(CANCEL_WON); EXPORT(CANCEL_STOPPED);
-    EXPORT(RESET_LOST); EXPORT(RESET_WON); EXPORT(RESET_NOT_TIMER); EXPORT(RESET_BUSY);
-    EXPORT(OUTCOME_OK); EXPORT(OUTCOME_ERROR); EXPORT(OUTCOME_CRASHED);
-    EXPORT(COUNTER_WORDS); EXPORT(C_SCHEDULED); EXPORT(C_FIRED); EXPORT(C_CANCELLED);
-    EXPORT(C_COMPLETED); EXPORT(C_ERRORS); EXPORT(C_CRASHED); EXPORT(C_GARBAGE);
-    EXPORT(C_STALE); EXPORT(C_REARMED); EXPORT(C_EARLY); EXPORT(C_LINKED); EXPORT(C_FREED);
-    EXPORT(C_RETIRED); EXPORT(C_JOURNAL_BYTES); EXPORT(C_JOURNAL_SYNCS);
-    EXPORT(C_OPS_COMPLETED); EXPORT(C_OPS_WATCHED); EXPORT(C_OPS_EXPIRED); EXPORT(C_RESETS);
-    EXPORT(HIST_BUCKETS); EXPORT(HIST_PER_OCTAVE);
-    EXPORT(J_HEADER); EXPORT(J_SCHEDULED); EXPORT(J_CANCELLED); EXPORT(J_FIRED);
-    EXPORT(J_OUTCOME); EXPORT(J_WATCHED); EXPORT(J_COMPLETED); EXPORT(J_EXPIRED);
-    EXPORT(JOURNAL_WINDOW); EXPORT(J_FRAME_BYTES); EXPORT(J_MAX_BODY); EXPORT(J_FLAG_RECOVERED); EXPORT(J_FLAG_RESET);
-    EXPORT(OC_NONE); EXPORT(OPH_COUNT); EXPORT(WE_BLOCK); EXPORT(WAIT_HEADER);
-    EXPORT(WA_NBUCKETS); EXPORT(WA_REFUSED); EXPORT(WAIT_WAYS); EXPORT(WAIT_BUCKET_WORDS);
+    if (add_contract(m) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

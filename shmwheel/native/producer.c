@@ -8,7 +8,8 @@
  * stores SUBMITTED with release, and publishes (handle, handle ^ CHECK_SUBMIT) on the
  * client's ring with a release store of head. Anything else (and every error) goes to the
  * Python method `_schedule_slow`, which validates and raises what the API promises.
- * The caches are refilled in batches by the Python method `_restock` (segment lock).
+ * The caches are refilled in batches by the Python method `_restock` (segment lock). The
+ * Python methods called are the hooks of producer.h (PRODUCER_HOOKS), and only those.
  *
  * cancel() is slot_cancel's compare-and-swap; when it wins it publishes (handle, handle ^
  * CHECK_CANCEL) so the coordinator unlinks and frees the slot within its next drain. A
@@ -18,7 +19,8 @@
  *
  * Threads: nothing here releases the GIL, so one Client may be shared by the threads of
  * its process; the Python callbacks (_restock, _bell, ...) are made between, never inside,
- * updates of the caches or the ring.
+ * updates of the caches or the ring. With the fast paths off (Producer.fast = 0, service/
+ * client_base.py's SHMWHEEL_CLIENT_SLOW_PATHS) every schedule goes to Python as given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,16 +37,12 @@
 
 
 static PyObject *s_delay_ms, *s_deadline_ms, *s_key, *s_every_ms;
-static PyObject *s_schedule_slow, *s_schedule_checked, *s_restock, *s_bell, *s_check;
-static PyObject *s_refuse_foreign;
 
 i64 producer_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);   /* time.monotonic_ns() on Linux */
     return (i64)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
-
-static inline i64 ceil_div(i64 a, i64 b) { return -((-a) / b); }
 
 int producer_bound(Producer *p) {
     if (p->holds.n) return 1;
@@ -63,7 +61,7 @@ int producer_due(Producer *p, PyObject *delay, i64 *now_ns, i64 *due) {
     } else return 0;
     if (!(d >= 0 && d < (double)p->max_delay_ms)) return 0;   /* NaN fails too */
     *now_ns = producer_now_ns();
-    *due = ceil_div(*now_ns + (i64)ceil(d * 1e6), 1000000);
+    *due = producer_due_ms(*now_ns, d);
     return 1;
 }
 
@@ -80,12 +78,9 @@ int producer_submit(Producer *p, i64 h, i64 meta, i64 word, i64 deadline) {
         relaxed_store(&p->counters[C_SCHEDULED], ++p->scheduled);
         return 0;
     }
-    /* ring full: wait for the coordinator (_push counts it once published) */
-    PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
-                                      (long long)CHECK_SUBMIT);
-    if (!r) return -1;   /* it took the slot back and raised Full */
-    Py_DECREF(r);
-    return 0;
+    /* ring full: wait for the coordinator (_push counts it once published); -1: it took
+     * the slot back and raised Full */
+    return producer_wait_push(p, h, CHECK_SUBMIT);
 }
 
 /* ---- schedule ------------------------------------------------------------------- */
@@ -101,39 +96,17 @@ PyObject *producer_new_handle(Producer *p, PyTypeObject *type, i64 h, i64 deadli
 
 static PyObject *go_slow(Producer *p, PyObject *task, PyObject *payload, PyObject *delay,
                          PyObject *deadline, PyObject *key, PyObject *every) {
-    PyObject *args[7] = {(PyObject *)p, task, payload, delay ? delay : Py_None,
-                         deadline ? deadline : Py_None, key ? key : Py_None,
-                         every ? every : Py_None};
-    return PyObject_VectorcallMethod(s_schedule_slow, args,
-                                     7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *args[6] = {task, payload, delay ? delay : Py_None, deadline ? deadline : Py_None,
+                         key ? key : Py_None, every ? every : Py_None};
+    return producer_hook(p, HOOK_SCHEDULE_SLOW, args, 6, NULL);
 }
-
-PyObject *producer_pass_on(Producer *p, PyObject *name, PyObject *const *args,
-                           Py_ssize_t nargs, PyObject *kwnames) {
-    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject *stack[16];
-    if (total + 1 > 16) return PyErr_Format(PyExc_TypeError, "too many arguments");
-    stack[0] = (PyObject *)p;
-    for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
-    return PyObject_VectorcallMethod(name, stack, (size_t)(nargs + 1), kwnames);
-}
-
-int producer_call0(Producer *p, PyObject *name) {
-    PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, name);
-    if (!r) return -1;
-    Py_DECREF(r);
-    return 0;
-}
-
-int producer_restock(Producer *p) { return producer_call0(p, s_restock); }
-int producer_bell(Producer *p) { return producer_call0(p, s_bell); }
 
 static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames) {
     PyObject *task = nargs > 0 ? args[0] : NULL, *payload = nargs > 1 ? args[1] : Py_None;
     PyObject *delay = NULL, *deadline = NULL, *key = NULL, *every = NULL;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs < 1 || nargs > 2) goto unusual;
+    if (nargs < 1 || nargs > 2 || !p->fast) goto unusual;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[nargs + i];
         if (k == s_delay_ms) delay = v;
@@ -210,7 +183,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
 
 unusual:
     /* argument shapes only Python can judge (it raises the TypeError): pass them as given */
-    return producer_pass_on(p, s_schedule_checked, args, nargs, kwnames);
+    return producer_hook(p, HOOK_SCHEDULE_CHECKED, args, nargs, kwnames);
 slow:
     return go_slow(p, task, payload, delay, deadline, key, every);
 }
@@ -228,7 +201,7 @@ int producer_handle_id(Producer *p, PyObject *o, i64 *h, const char *what) {
         PyObject *owner = ((Handle *)o)->client;
         if (owner != (PyObject *)p && !(owner && PyObject_TypeCheck(owner, &ProducerType) &&
                                         ((Producer *)owner)->instance == p->instance)) {
-            PyObject *r = PyObject_CallMethodOneArg((PyObject *)p, s_refuse_foreign, o);
+            PyObject *r = producer_hook(p, HOOK_REFUSE_FOREIGN, &o, 1, NULL);
             Py_XDECREF(r);   /* it raises; if it did not, still refuse */
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "a handle of another service");
@@ -257,10 +230,7 @@ static int cancel_one(Producer *p, i64 h) {
     if (!producer_push(p, h, CHECK_CANCEL)) {
         /* ring full: the slot stays CANCELLED until the record gets through (or the
          * reaper meets it); the cancel itself is decided already */
-        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_push", "LL", (long long)h,
-                                          (long long)CHECK_CANCEL);
-        if (!r) return -1;
-        Py_DECREF(r);
+        if (producer_wait_push(p, h, CHECK_CANCEL) < 0) return -1;
     }
     return code;
 }
@@ -278,7 +248,7 @@ int producer_accepting(Producer *p) {
 
 int producer_usable(Producer *p) {
     if (producer_ready(p)) return 1;
-    PyObject *r = PyObject_CallMethodNoArgs((PyObject *)p, s_check);   /* raises */
+    PyObject *r = producer_hook(p, HOOK_CHECK, NULL, 0, NULL);   /* raises */
     Py_XDECREF(r);
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "this client is closed");
     return 0;
@@ -318,10 +288,11 @@ static PyObject *prod_bind(Producer *p, PyObject *args) {
     PyObject *wheel, *side, *arena, *adata, *ring, *counters, *header, *task_ids, *encode;
     PyObject *htype;
     long long ring_index, w_sleeping, w_stopping, max_delay, batch, instance, w_refuse;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLLLLLO!OO!LL:_bind", &wheel, &side, &arena, &adata,
+    int fast;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLLLLO!OO!LLp:_bind", &wheel, &side, &arena, &adata,
                           &ring, &counters, &header, &ring_index, &w_sleeping, &w_stopping,
                           &max_delay, &batch, &PyDict_Type, &task_ids, &encode, &PyType_Type,
-                          &htype, &instance, &w_refuse))
+                          &htype, &instance, &w_refuse, &fast))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)htype, &HandleType))
         return PyErr_Format(PyExc_TypeError, "handle type must derive from Handle");
@@ -349,6 +320,7 @@ static PyObject *prod_bind(Producer *p, PyObject *args) {
     p->max_delay_ms = max_delay;
     p->instance = instance;
     p->w_refuse = w_refuse;
+    p->fast = fast;
     p->batch = batch < 1 ? 1 : batch > CACHE_MAX ? CACHE_MAX : batch;
     p->scheduled = relaxed_load(&p->counters[C_SCHEDULED]);
     p->cancelled = relaxed_load(&p->counters[C_CANCELLED]);
@@ -419,6 +391,8 @@ static PyMethodDef prod_methods[] = {
 static PyMemberDef prod_members[] = {
     {"_closed", T_BOOL, offsetof(Producer, closed), 0, NULL},
     {"_forked", T_BOOL, offsetof(Producer, forked), 0, NULL},
+    {"_fast_paths", T_BOOL, offsetof(Producer, fast), READONLY,
+     "True unless the native fast paths are off (SHMWHEEL_CLIENT_SLOW_PATHS=1)."},
     {"_instance", T_LONGLONG, offsetof(Producer, instance), READONLY,
      "The instance word of the segment this client was bound to (0 before)."},
     {NULL, 0, 0, 0, NULL},
@@ -442,12 +416,11 @@ int shmwheel_add_client_types(PyObject *m) {
     struct { PyObject **s; const char *v; } names[] = {
         {&s_delay_ms, "delay_ms"}, {&s_deadline_ms, "deadline_ms"}, {&s_key, "key"},
         {&s_every_ms, "every_ms"},
-        {&s_schedule_slow, "_schedule_slow"}, {&s_schedule_checked, "_schedule_checked"}, {&s_restock, "_restock"}, {&s_bell, "_bell"},
-        {&s_check, "_check"}, {&s_refuse_foreign, "_refuse_foreign"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].s = PyUnicode_InternFromString(names[i].v))) return -1;
-    if (producer_ops_init() < 0 || producer_reset_init() < 0) return -1;
+    if (producer_hooks_init(m) < 0 || producer_ops_init() < 0 || producer_reset_init() < 0)
+        return -1;
     if (PyType_Ready(&ProducerType) < 0 || PyType_Ready(&HandleType) < 0) return -1;
     Py_INCREF(&ProducerType);
     if (PyModule_AddObject(m, "Producer", (PyObject *)&ProducerType) < 0) return -1;

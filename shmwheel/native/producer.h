@@ -6,12 +6,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
+
 #include "pybuf.h"
 #include "ring.h"
 #include "slot_record.h"
 #include "slots.h"
-
-#define CACHE_MAX 256
 
 typedef struct {
     PyObject_HEAD
@@ -31,6 +31,8 @@ typedef struct {
                                another service, or another run of this one (producer.c) */
     i64 scheduled, cancelled;
     int closed, forked;
+    int fast;               /* the native fast paths are on (0: every schedule, reset, watch
+                               and check_and_complete takes its Python path) */
     int ncache, nblocks;
     i64 cache[CACHE_MAX];   /* RESERVED handles of this ring */
     i64 blocks[CACHE_MAX];  /* class-0 arena blocks owned by OWNER_RING(ring) */
@@ -57,21 +59,66 @@ typedef struct {
 
 extern PyTypeObject ProducerType, HandleType;
 
-/* producer.c, for watch.c */
+/* ---- the Python half: what the native paths call of it -------------------------------
+ * A Client is one object of two halves: this native type and the Python class that derives
+ * from it (service/client.py). The native paths call the Python half only through the
+ * methods below, by name: _native.pyi declares them (ProducerHooks, which mypy checks
+ * Client against), N.PRODUCER_HOOKS exports this list, and tests/test_client_interface.py
+ * checks the three are one. PRODUCER_HOOKS(X): X(id, method, when it is called) */
+#define PRODUCER_HOOKS(X)                                                                   \
+    X(SCHEDULE_SLOW, "_schedule_slow", "schedule() beyond the common case, as (task, "      \
+      "payload, delay_ms, deadline_ms, key, every_ms)")                                     \
+    X(SCHEDULE_CHECKED, "_schedule_checked", "a schedule() whose arguments the native "     \
+      "parser does not take, or any while the fast paths are off: as given")                \
+    X(RESET_SLOW, "_reset_slow", "reset() beyond a number of ms: as given")                 \
+    X(WATCH_SLOW, "_watch_slow", "watch() beyond the common case: as given")                \
+    X(CAC_SLOW, "_check_and_complete_slow", "check_and_complete() beyond the common case: " \
+      "as given")                                                                           \
+    X(RESTOCK, "_restock", "a cache of reserved slots or blocks is empty: refill (lock)")   \
+    X(BELL, "_bell", "wake the coordinator")                                                \
+    X(WAKE_REAPER, "_wake_reaper", "wake the reaper: an operation completed")               \
+    X(CHECK, "_check", "raise why this client cannot be used")                              \
+    X(REFUSE_FOREIGN, "_refuse_foreign", "raise the ValueError for a handle of another "    \
+      "service instance")                                                                   \
+    X(WAIT_PUSH, "_wait_push", "a full ring: publish (h, check) once there is room, or "    \
+      "take the slot back and raise Full")                                                  \
+    X(WAIT_ROOM, "_wait_room", "a full ring before a reset: wait for room, or raise Full")
+#define HOOK_ENUM_(id, name, doc) HOOK_##id,
+enum { PRODUCER_HOOKS(HOOK_ENUM_) HOOK_COUNT };
+#undef HOOK_ENUM_
+
+/* producer_hooks.c: p.<hook>(*args), the arguments as a vectorcall takes them (nargs
+ * positional, then the values of kwnames); the result, or NULL with the error set */
+PyObject *producer_hook(Producer *p, int hook, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames);
+int producer_hook0(Producer *p, int hook);       /* p.<hook>(); -1 if it raised */
+int producer_restock(Producer *p);               /* _restock: refill the caches */
+int producer_bell(Producer *p);                  /* _bell: wake the coordinator */
+int producer_wait_push(Producer *p, i64 h, i64 check);   /* _wait_push; -1 if it raised */
+int producer_hooks_init(PyObject *m);            /* the names; N.PRODUCER_HOOKS, due_ms */
+
+/* The one deadline rule of a client: a delay (ms, checked: finite, in [0, max_delay)) from
+ * the monotonic clock's `now_ns` is due at now_ns plus the delay rounded up to the ns,
+ * rounded up to the ms, so that a timer never fires before its delay. schedule, reset and
+ * watch's timeout use it here (producer_due); their Python paths through N.due_ms and
+ * N.due_ms_many (service/times.py), which are this function. */
+static inline i64 producer_due_ms(i64 now_ns, double delay_ms) {
+    i64 at = now_ns + (i64)ceil(delay_ms * 1e6);   /* >= 0: the monotonic clock */
+    /* rounded up. (Not -((-at) / 1000000): C's division truncates towards zero, so that is
+     * the floor, up to a ms before the delay; Python's // floors, where it is the ceiling.
+     * The fast paths rounded down so until the two were run side by side.) */
+    return at / 1000000 + (at % 1000000 > 0);
+}
+
+/* producer.c, for watch.c and reset.c */
 PyObject *producer_cancel(PyObject *producer, PyObject *handle);   /* Producer.cancel */
 i64 producer_now_ns(void);                                        /* CLOCK_MONOTONIC */
-/* a delay given as an int or float in [0, max_delay_ms): now and its deadline (ms, rounded
- * up); 0 for anything else (the slow path raises what the API says) */
+/* a delay given as an int or float in [0, max_delay_ms): now and its deadline (ms,
+ * producer_due_ms); 0 for anything else (the slow path raises what the API says) */
 int producer_due(Producer *p, PyObject *delay, i64 *now_ns, i64 *due);
 int producer_ready(Producer *p);    /* open, bound, not forked, the service not stopping */
 int producer_accepting(Producer *p);   /* producer_ready, and new timers not refused */
 int producer_usable(Producer *p);  /* producer_ready, or 0 with the API's exception set */
-int producer_call0(Producer *p, PyObject *name);   /* p.name(); -1 if it raised */
-int producer_restock(Producer *p);                 /* p._restock(): refill the caches */
-int producer_bell(Producer *p);                    /* p._bell(): wake the coordinator */
-/* the arguments of a call as given, to the Python method `name` of p */
-PyObject *producer_pass_on(Producer *p, PyObject *name, PyObject *const *args,
-                           Py_ssize_t nargs, PyObject *kwnames);
 /* write a RESERVED slot's record and deadline, then store SUBMITTED (release) */
 void producer_write_slot(Producer *p, i64 h, i64 meta, i64 word, i64 deadline);
 int producer_push(Producer *p, i64 h, i64 check);   /* 1 if it fit on the ring */

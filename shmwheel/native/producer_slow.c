@@ -74,12 +74,12 @@ PyObject *producer_publish(Producer *p, PyObject *const *args, Py_ssize_t nargs)
     if (!producer_bound(p) || i64buf_get(args[0], &hs, 0) < 0) return NULL;
     check = PyLong_AsLongLong(args[1]);
     if (check == -1 && PyErr_Occurred()) { i64buf_release(&hs); return NULL; }
-    i64 done = 0, recs[2 * 64];
+    i64 done = 0, recs[PRODUCER_RECORD * 64];
     while (done < hs.n) {
         i64 k = hs.n - done < 64 ? hs.n - done : 64;
         for (i64 i = 0; i < k; i++) {
-            recs[2 * i] = hs.p[done + i];
-            recs[2 * i + 1] = hs.p[done + i] ^ check;
+            recs[PRODUCER_RECORD * i + PR_HANDLE] = hs.p[done + i];
+            recs[PRODUCER_RECORD * i + PR_CHECK] = hs.p[done + i] ^ check;
         }
         i64 pushed = ring_push(&p->ring, recs, k);
         done += pushed;

@@ -175,7 +175,7 @@ static i64 op_live(Seg *s, i64 h) {
 /* The header of the block `where` (class << 32 | block) if it is still slot's; else NULL.
  * relaxed: clients write the owner words of their cached blocks lock-free (slot_write). */
 static i64 *op_block(Seg *s, i64 slot, i64 where) {
-    i64 c = where >> 32, b = where & 0xFFFFFFFFLL;
+    i64 c = BLOCK_REF_CLASS(where), b = BLOCK_REF_INDEX(where);
     if (where < 0 || c >= ARENA_CLASSES || b >= s->arena[c * A_CLASS_WORDS + A_NBLOCKS] ||
             relaxed_load(arena_owner(s, (int)c, b)) != OWNER_SLOT(slot))
         return NULL;
@@ -188,7 +188,7 @@ static i64 op_where(Seg *s, i64 slot) {
     int c;
     if (!(META_FIELD(relaxed_load(side_meta(s, slot)), FLAGS) & FLAG_OP)) return -1;
     i64 b = slot_block(s, slot, &c);
-    return b < 0 ? -1 : (i64)c << 32 | b;
+    return b < 0 ? -1 : BLOCK_REF_MAKE(c, b);
 }
 
 /* Complete a PENDING or SUBMITTED operation (state word `gs`): the CAS against a
@@ -211,7 +211,7 @@ int op_complete_if_ready(Seg *s, i64 slot) {
     i64 gs = gs_load(gs_word(s->mem, wheel_node(s->mem, slot)));
     if (GS_STATE(gs) != ST_PENDING || !s->watch) return 0;
     i64 *hdr = op_block(s, slot, op_where(s, slot));
-    return hdr && hdr[OPH_COUNT] >= OPH_REQUIRED(hdr[0]) && complete(s, slot, gs);
+    return hdr && hdr[OPH_COUNT] >= OPH_REQUIRED(hdr[OH_OPH]) && complete(s, slot, gs);
 }
 
 /* ---- the watch lists ---------------------------------------------------------------- */
@@ -280,7 +280,7 @@ i64 op_store(Seg *s, i64 h, const void *data, i64 len, const i64 *keys, i64 n) {
         if (len > ARENA_CLASS_BYTES(c)) continue;
         i64 b = arena_alloc(s, c, slot);
         if (b < 0) continue;
-        i64 *hdr = arena_block(s, c, b), where = (i64)c << 32 | b;
+        i64 *hdr = arena_block(s, c, b), where = BLOCK_REF_MAKE(c, b);
         memcpy(hdr, data, (size_t)len);
         hdr[OPH_COUNT] = 0;   /* nothing signalled yet, whatever the caller wrote */
         watch_link(s, h, where, keys, n);
@@ -304,10 +304,10 @@ i64 watch_signal(Seg *s, i64 key, i64 amount) {
         i64 slot = HANDLE_SLOT(h), *hdr = op_block(s, slot, E[WE_BLOCK]);
         if (!hdr) continue;   /* cannot be: a live operation's entry names its block */
         i64 count = hdr[OPH_COUNT] + amount;
-        if (count > OPH_REQUIRED_MASK) count = OPH_REQUIRED_MASK;
+        if (count > OP_MAX_AMOUNT) count = OP_MAX_AMOUNT;
         hdr[OPH_COUNT] = count;
         i64 st = GS_STATE(gs);
-        if ((st == ST_PENDING || st == ST_SUBMITTED) && count >= OPH_REQUIRED(hdr[0]) &&
+        if ((st == ST_PENDING || st == ST_SUBMITTED) && count >= OPH_REQUIRED(hdr[OH_OPH]) &&
                 complete(s, slot, gs))
             done++;
     }

@@ -19,7 +19,7 @@
 
 #include "atomics.h"
 
-static PyObject *s_reset_slow, *s_delay_ms_kw;
+static PyObject *s_delay_ms_kw;
 
 /* the deadline checked by the caller (in the wheel's range): True iff the reset won */
 static PyObject *reset_to(Producer *p, PyObject *target, i64 deadline, i64 now_ns) {
@@ -29,9 +29,7 @@ static PyObject *reset_to(Producer *p, PyObject *target, i64 deadline, i64 now_n
      * it): room first. From the check to the push the GIL is held, so no other thread of
      * this process takes it; the coordinator only makes more. */
     while (ring_room(&p->ring, relaxed_load(&p->ring.w[RING_HEAD])) < 1) {
-        PyObject *r = PyObject_CallMethod((PyObject *)p, "_wait_room", NULL);
-        if (!r) return NULL;   /* Full: nothing changed */
-        Py_DECREF(r);
+        if (producer_hook0(p, HOOK_WAIT_ROOM) < 0) return NULL;   /* Full: nothing changed */
     }
     int code = slot_reset(&p->seg, h, deadline, p->ring_index);
     if (code == RESET_NOT_TIMER)
@@ -64,9 +62,9 @@ PyObject *producer_reset(Producer *p, PyObject *const *args, Py_ssize_t nargs,
              PyTuple_GET_ITEM(kwnames, 0) == s_delay_ms_kw)
         delay = args[1];
     /* (refused while the service stops or its journal refuses: the slow path says why) */
-    if (delay && producer_accepting(p) && producer_due(p, delay, &now_ns, &due))
+    if (delay && p->fast && producer_accepting(p) && producer_due(p, delay, &now_ns, &due))
         return reset_to(p, args[0], due, now_ns);
-    return producer_pass_on(p, s_reset_slow, args, nargs, kwnames);
+    return producer_hook(p, HOOK_RESET_SLOW, args, nargs, kwnames);
 }
 
 PyObject *producer_reset_to(Producer *p, PyObject *args) {
@@ -77,7 +75,6 @@ PyObject *producer_reset_to(Producer *p, PyObject *args) {
 }
 
 int producer_reset_init(void) {
-    s_reset_slow = PyUnicode_InternFromString("_reset_slow");
     s_delay_ms_kw = PyUnicode_InternFromString("delay_ms");
-    return s_reset_slow && s_delay_ms_kw ? 0 : -1;
+    return s_delay_ms_kw ? 0 : -1;
 }

@@ -63,7 +63,7 @@ int slot_payload(Seg *s, i64 slot, SlotPayload *p) {
                 *arena_owner(s, (int)c, word) != OWNER_SLOT(slot))
             return PAYLOAD_BAD_BLOCK;
         i64 *w = arena_block(s, (int)c, word);
-        if (flags & FLAG_REPEAT) p->attempt = w[1];
+        if (flags & FLAG_REPEAT) p->attempt = w[RH_RUNS];
         p->bytes = (const char *)w + skip;
         return PAYLOAD_OK;
     }

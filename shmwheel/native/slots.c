@@ -123,12 +123,9 @@ int slot_retire_hook(void *ctx, i64 *mem, i64 slot) {
          * COMPLETED has no lock-free writer, so a plain release store moves it on. */
         int c;
         i64 b = slot_block(s, slot, &c), *m = side_meta(s, slot);
-        i64 task = b >= 0 ? OPH_TASK(arena_block(s, c, b)[0]) : TASK_NONE;
-        relaxed_store(m, (*m & ~(META_TASK_MASK << META_TASK_SHIFT) &
-                          ~(META_FLAGS_MASK << META_FLAGS_SHIFT)) |
-                         ((task & META_TASK_MASK) << META_TASK_SHIFT) |
-                         (((META_FIELD(*m, FLAGS) | FLAG_COMPLETED) & META_FLAGS_MASK)
-                          << META_FLAGS_SHIFT));
+        i64 task = b >= 0 ? OPH_TASK(arena_block(s, c, b)[OH_OPH]) : TASK_NONE;
+        relaxed_store(m, META_WITH(META_WITH(*m, TASK, task), FLAGS,
+                                   META_FIELD(*m, FLAGS) | FLAG_COMPLETED));
         slot_move(w, gs, GS_MAKE(GS_GEN(gs), ST_FIRING), TR_RUN_COMPLETED);
         return 1;
     }
@@ -163,15 +160,16 @@ i64 slot_relink(Seg *s, i64 slot) {
 void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
     i64 *mem = s->mem, limit = wheel_limit(mem), tick = mem[H_TICK];
     for (i64 j = 0; j < n; j++) {
-        i64 h = recs[2 * j], check = recs[2 * j + 1];
+        const i64 *r = &recs[PRODUCER_RECORD * j];
+        i64 h = r[PR_HANDLE], check = r[PR_CHECK];
         int submit = check == (h ^ CHECK_SUBMIT), reset = check == (h ^ CHECK_RESET);
-        if (!submit && !reset && check != (h ^ CHECK_CANCEL)) { res[2]++; continue; }
+        if (!submit && !reset && check != (h ^ CHECK_CANCEL)) { res[LR_GARBAGE]++; continue; }
         i64 slot = slot_of(s, h);
-        if (slot < 0) { res[2]++; continue; }
+        if (slot < 0) { res[LR_GARBAGE]++; continue; }
         i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gen = HANDLE_GEN(h);
     again:;
         i64 gs = gs_load(w);
-        if (GS_GEN(gs) != gen) { res[1]++; continue; }   /* retired since */
+        if (GS_GEN(gs) != gen) { res[LR_STALE]++; continue; }   /* retired since */
         i64 st = GS_STATE(gs);
         int linked = *wheel_field(mem, node, F_PREV) != -1;
         if (reset) {
@@ -180,7 +178,7 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
              * is in flight, and its own record follows. */
             if (st == ST_PENDING && linked) {
                 i64 d = slot_relink(s, slot);
-                if (d < res[3]) res[3] = d;
+                if (d < res[LR_EARLIEST]) res[LR_EARLIEST] = d;
             }
             continue;
         }
@@ -194,28 +192,28 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
                 goto again;   /* out of range cannot be (the reset checked it); else moved */
             wheel_relink(mem, node);
             mem[H_PENDING]++;
-            res[0]++;
-            if (d < res[3]) res[3] = d;
+            res[LR_LINKED]++;
+            if (d < res[LR_EARLIEST]) res[LR_EARLIEST] = d;
             continue;
         }
         if (submit && st == ST_SUBMITTED) {
-            if (META_FIELD(*side_meta(s, slot), RING) != ring) { res[2]++; continue; }
+            if (META_FIELD(*side_meta(s, slot), RING) != ring) { res[LR_GARBAGE]++; continue; }
             /* dl_load: a reset may hold the slot (and write it) from this load's moment */
             i64 deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             if (deadline > limit - tick) {   /* a client wrote one beyond the wheel's range */
                 if (!slot_move(w, gs, GS_MAKE(gen, ST_CANCELLED), TR_REFUSE)) goto again;
                 slot_retire(s, mem, slot, TR_FINISH);
-                res[2]++;
+                res[LR_GARBAGE]++;
                 continue;
             }
             if (!slot_move(w, gs, GS_MAKE(gen, ST_PENDING), TR_LINK)) goto again; /* lost */
             wheel_relink(mem, node);   /* a cancel (or reset) may now win PENDING: fine */
             deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             mem[H_PENDING]++;
-            res[0]++;
+            res[LR_LINKED]++;
             /* an operation whose amounts arrived before its link completes now */
             if (op_complete_if_ready(s, slot)) deadline = mem[H_NOW];
-            if (deadline < res[3]) res[3] = deadline;
+            if (deadline < res[LR_EARLIEST]) res[LR_EARLIEST] = deadline;
         } else if (st == ST_CANCELLED && submit && !linked) {
             /* A cancel won it before it was linked: link it as it is. The cancel record
              * that follows on the same ring retires it, and that is where the journal
@@ -227,18 +225,18 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
             i64 deadline = dl_load(wheel_field(mem, node, F_DEADLINE));
             if (deadline > limit - tick) {   /* never a timer: see the SUBMITTED case */
                 slot_retire(s, mem, slot, TR_FINISH);
-                res[2]++;
+                res[LR_GARBAGE]++;
                 continue;
             }
             wheel_relink(mem, node);
             mem[H_PENDING]++;
-            res[0]++;
+            res[LR_LINKED]++;
         } else if (st == ST_COMPLETED && submit && !linked) {
             /* an operation completed before its link (purgatory.c): due now */
             wheel_link(mem, node, mem[H_NOW]);
             mem[H_PENDING]++;
-            res[0]++;
-            if (mem[H_NOW] < res[3]) res[3] = mem[H_NOW];
+            res[LR_LINKED]++;
+            if (mem[H_NOW] < res[LR_EARLIEST]) res[LR_EARLIEST] = mem[H_NOW];
         } else if (st == ST_CANCELLED && !submit) {
             /* its cancel record: unlink, free (slot_journal_records recorded it) */
             if (linked) {
@@ -246,9 +244,9 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
                 mem[H_PENDING]--;
             }
             slot_finish(s, mem, slot, OC_CANCELLED);
-            res[4]++;
+            res[LR_RETIRED]++;
         } else {
-            res[1]++;   /* linked already, or its cancel was applied */
+            res[LR_STALE]++;   /* linked already, or its cancel was applied */
         }
     }
 }
@@ -258,7 +256,7 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
     s->jnow = jnow_us();
     for (i64 j = 0; j < n; j++) {
         const i64 *r = &results[RESULT_RECORD * j];
-        i64 h = r[0], outcome = r[1];
+        i64 h = r[RR_HANDLE], outcome = r[RR_OUTCOME];
         i64 slot = slot_of(s, h);
         if (slot < 0) continue;
         i64 node = wheel_node(mem, slot), *w = gs_word(mem, node), gen = HANDLE_GEN(h);
@@ -275,20 +273,21 @@ void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
                 (*runs)++;
                 if (wheel_relink(mem, node) >= 0) {   /* d: a reset may rewrite it now */
                     mem[H_PENDING]++;
-                    res[1]++;
-                    if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], d);
+                    res[SR_REARMED]++;
+                    if (s->jb)
+                        jrec_outcome(s->jb, h, s->jnow, run, outcome, r[RR_DURATION_US], d);
                     continue;
                 }
                 /* cannot happen (every < range); a cancel may win it first: the same end */
                 slot_move(w, GS_MAKE(gen, ST_PENDING), GS_MAKE(gen, ST_CANCELLED), TR_REFUSE);
             }
         }
-        if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[4], -1);
+        if (s->jb) jrec_outcome(s->jb, h, s->jnow, run, outcome, r[RR_DURATION_US], -1);
         i64 flags = META_FIELD(*side_meta(s, slot), FLAGS);
         slot_finish(s, mem, slot, (outcome & OC_TASK_MASK) |
                                       ((flags & FLAG_COMPLETED) ? OC_COMPLETED
                                        : (flags & FLAG_OP)      ? OC_EXPIRED : 0));
-        res[0]++;
+        res[SR_FREED]++;
     }
 }
 

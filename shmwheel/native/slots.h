@@ -175,12 +175,16 @@ i64 slot_journal_pending(Seg *s, const i64 *handles, i64 n, i64 flags);
 i64 slot_journal_carry(Seg *s, i64 from);
 /* A FIRED record for a slot advance just won (FIRING, generation stable). */
 void slot_journal_fired(Seg *s, i64 handle);
-/* Apply n producer records of `ring`. res: [0] linked, [1] stale, [2] garbage,
- * [3] earliest deadline linked (min with its input), [4] cancelled slots retired. */
+/* Apply n producer records of `ring`; res: LINK_RESULT_WORDS counts (contract.h, LR_*:
+ * linked, stale, garbage, the earliest deadline linked (min with its input), cancelled
+ * slots retired). */
 void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res);
-/* Apply n executor outcomes (with an OUTCOME record each). res: [0] freed, [1] re-armed. */
+/* Apply n executor outcomes (with an OUTCOME record each); res: SETTLE_RESULT_WORDS
+ * counts (SR_FREED, SR_REARMED). */
 void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res);
-i64 slot_reclaim(Seg *s, i64 ring);           /* a dead or closed client's slots and blocks */
+/* a dead or closed client's slots and blocks; `producer` is its pid (the ring table's
+ * RT_PID), the producer field of what the reclaim journals */
+i64 slot_reclaim(Seg *s, i64 ring, i64 producer);
 i64 slot_rebuild(Seg *s);                     /* crash repair: the states are the truth;
                                                  cancelled slots are relinked, not freed */
 /* A recovery, before any process attaches (slots_repair.c): every slot FREE at generation

@@ -37,7 +37,7 @@ int slot_journal_submit(Seg *s, i64 h, i64 producer, i64 jflags) {
     if (!blob) return 0;
     if (flags & FLAG_OP) {
         int c;
-        i64 b = slot_block(s, slot, &c), w = b >= 0 ? arena_block(s, c, b)[0] : 0;
+        i64 b = slot_block(s, slot, &c), w = b >= 0 ? arena_block(s, c, b)[OH_OPH] : 0;
         jrec_watched(s->jb, h, s->jnow, deadline, OPH_REQUIRED(w), OPH_NKEYS(w), OPH_TASK(w),
                      META_FIELD(meta, TASK), blob, len);
     } else {
@@ -54,9 +54,10 @@ i64 slot_journal_records(Seg *s, const i64 *recs, i64 n, i64 producer) {
     if (!s->jb) return 0;
     s->jnow = jnow_us();
     for (i64 j = 0; j < n; j++) {
-        i64 h = recs[2 * j], submit = recs[2 * j + 1] == (h ^ CHECK_SUBMIT);
-        int reset = recs[2 * j + 1] == (h ^ CHECK_RESET);
-        if (!submit && !reset && recs[2 * j + 1] != (h ^ CHECK_CANCEL)) continue;
+        const i64 *r = &recs[PRODUCER_RECORD * j];
+        i64 h = r[PR_HANDLE], submit = r[PR_CHECK] == (h ^ CHECK_SUBMIT);
+        int reset = r[PR_CHECK] == (h ^ CHECK_RESET);
+        if (!submit && !reset && r[PR_CHECK] != (h ^ CHECK_CANCEL)) continue;
         i64 slot = slot_of(s, h);
         if (slot < 0) continue;
         i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
@@ -133,16 +134,17 @@ i64 slot_journal_settled(Seg *s, const i64 *results, i64 n) {
     s->jnow = jnow_us();
     for (i64 j = 0; j < n; j++) {
         const i64 *r = &results[RESULT_RECORD * j];
-        i64 slot = slot_of(s, r[0]);
+        i64 h = r[RR_HANDLE], outcome = r[RR_OUTCOME], took = r[RR_DURATION_US];
+        i64 slot = slot_of(s, h);
         if (slot < 0) continue;
         i64 node = wheel_node(mem, slot), gs = gs_load(gs_word(mem, node));
         i64 st = GS_STATE(gs);
-        if (GS_GEN(gs) != HANDLE_GEN(r[0])) {   /* settled and freed: its run is gone */
-            jrec_outcome(s->jb, r[0], s->jnow, 0, r[1], r[4], -1);
+        if (GS_GEN(gs) != HANDLE_GEN(h)) {   /* settled and freed: its run is gone */
+            jrec_outcome(s->jb, h, s->jnow, 0, outcome, took, -1);
             k++;
         } else if (st == ST_PENDING || st == ST_CANCELLED) {   /* settled and re-armed */
             i64 period, run = slot_run(s, slot, &period);
-            jrec_outcome(s->jb, r[0], s->jnow, run - 1, r[1], r[4],
+            jrec_outcome(s->jb, h, s->jnow, run - 1, outcome, took,
                          dl_load(wheel_field(mem, node, F_DEADLINE)));   /* a reset's */
             k++;
         }

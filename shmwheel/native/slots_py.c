@@ -121,7 +121,8 @@ static PyObject *tables_apply(Tables *self, PyObject *const *args, Py_ssize_t na
     if (i64buf_get(args[0], &recs, 0) < 0) return NULL;
     if (i64buf_get(args[link ? 3 : 2], &res, 1) < 0) { i64buf_release(&recs); return NULL; }
     i64 width = link ? PRODUCER_RECORD : RESULT_RECORD;
-    int ok = n >= 0 && n * width <= recs.n && res.n >= (link ? 5 : 2);
+    int ok = n >= 0 && n * width <= recs.n &&
+             res.n >= (link ? LINK_RESULT_WORDS : SETTLE_RESULT_WORDS);
     if (!ok) PyErr_SetString(PyExc_ValueError, "record count or result array out of range");
     else if (link) slot_link_records(&self->seg, recs.p, n, ring, res.p);
     else slot_settle(&self->seg, recs.p, n, res.p);
@@ -140,11 +141,11 @@ static PyObject *tables_settle(Tables *self, PyObject *const *args, Py_ssize_t n
 }
 
 static PyObject *tables_reclaim(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
-    i64 ring;
+    i64 ring, producer;
     OPEN(self);
-    NARGS(1, "reclaim");
-    if (arg_i64(args[0], &ring) < 0) return NULL;
-    return PyLong_FromLongLong(slot_reclaim(&self->seg, ring));
+    NARGS(2, "reclaim");
+    if (arg_i64(args[0], &ring) < 0 || arg_i64(args[1], &producer) < 0) return NULL;
+    return PyLong_FromLongLong(slot_reclaim(&self->seg, ring, producer));
 }
 
 /* _reset_hold(h, deadline, ring) -> (code, held) and _reset_put_back(h, ring, held) ->
@@ -361,7 +362,8 @@ static PyMethodDef tables_methods[] = {
     {"settle", (PyCFunction)(void (*)(void))tables_settle, METH_FASTCALL,
      "settle(results, n, res): apply n executor outcomes (see slots.h)."},
     {"reclaim", (PyCFunction)(void (*)(void))tables_reclaim, METH_FASTCALL,
-     "reclaim(ring) -> slots freed of a dead or closed client (and its cached blocks)."},
+     "reclaim(ring, pid) -> slots freed of a dead or closed client (and its cached blocks); "
+     "pid, its process, is the producer of what it journals."},
     {"_reset_hold", (PyCFunction)(void (*)(void))tables_reset_hold, METH_FASTCALL,
      "_reset_hold(h, deadline, ring) -> (code, held): a reset's first half (tests)."},
     {"_reset_put_back", (PyCFunction)(void (*)(void))tables_reset_put_back, METH_FASTCALL,

@@ -7,7 +7,7 @@
 #include "atomics.h"
 #include "wheel.h"
 
-i64 slot_reclaim(Seg *s, i64 ring) {
+i64 slot_reclaim(Seg *s, i64 ring, i64 producer) {
     i64 *mem = s->mem, cap = seg_capacity(s), n = 0;
     s->jnow = jnow_us();
     for (i64 slot = 0; slot < cap; slot++) {
@@ -21,7 +21,7 @@ i64 slot_reclaim(Seg *s, i64 ring) {
             slot_move(w, gs, GS_MAKE(GS_GEN(gs), GS_FROM(gs)), TR_UNHOLD) &&
             GS_FROM(gs) == ST_PENDING) {
             slot_relink(s, slot);
-            if (s->jb) slot_journal_submit(s, HANDLE_MAKE(GS_GEN(gs), slot), ring, J_FLAG_RESET);
+            if (s->jb) slot_journal_submit(s, HANDLE_MAKE(GS_GEN(gs), slot), producer, J_FLAG_RESET);
         }
         i64 st = GS_STATE(gs_load(w));
         /* its ring is drained: a SUBMITTED slot was never published, and a CANCELLED one
@@ -32,7 +32,8 @@ i64 slot_reclaim(Seg *s, i64 ring) {
         if (st == ST_COMPLETED && unlinked && mine) {
             /* an operation completed before its submit record, which never came: it ran
              * through its watcher's death, so it is recorded and run */
-            if (s->jb) slot_journal_submit(s, HANDLE_MAKE(GS_GEN(gs_load(gs_of(s, slot))), slot), ring, 0);
+            if (s->jb)
+                slot_journal_submit(s, HANDLE_MAKE(GS_GEN(gs_load(gs_of(s, slot))), slot), producer, 0);
             wheel_link(mem, wheel_node(mem, slot), mem[H_NOW]);
             mem[H_PENDING]++;
             continue;

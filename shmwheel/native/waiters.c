@@ -130,7 +130,9 @@ static void outq_push(Seg *s, i64 ring, i64 h, i64 code) {
     if (!s->outq || ring < 0 || ring >= s->nrings) return;
     Ring r = {s->outq + ring * (RING_HEADER_WORDS + s->outq_cap * OUTQ_RECORD), s->outq_cap,
               OUTQ_RECORD};
-    i64 rec[OUTQ_RECORD] = {h, code};
+    i64 rec[OUTQ_RECORD];
+    rec[OQ_HANDLE] = h;
+    rec[OQ_CODE] = code;
     /* ring_push treats head as its own word: the freers all hold the segment lock */
     if (!ring_push(&r, rec, 1))   /* the client finds the outcome in its entry instead */
         relaxed_store(&r.w[OUTQ_DROPPED], relaxed_load(&r.w[OUTQ_DROPPED]) + 1);

@@ -7,7 +7,7 @@
  * are encoded and hashed, its block and watch entries written under the segment lock taken
  * here (op_store), and its slot submitted on the client's ring as schedule() submits a
  * timer. Anything else, and every refusal, goes to the Python methods _watch_slow /
- * _check_and_complete_slow (service/operations.py) with the arguments as given: they
+ * _check_and_complete_slow (service/purgatory.py) with the arguments as given: they
  * validate and raise what the API promises, so the native path never decides an error.
  * Keys have one encoder, key_encode below: Python's operations.key_id is this file's
  * key_id.
@@ -37,10 +37,8 @@
 
 #define FAST_KEYS 16                         /* more keys: the Python path */
 #define BLOB_MAX (MAX_PAYLOAD - OP_HEADER)   /* msgpack [keys, payload] in one block */
-#define MAX_AMOUNT 0xFFFFFFFFLL              /* an operation's count saturates here */
 
 static PyObject *s_on_complete, *s_on_expire, *s_payload, *s_required, *s_amount;
-static PyObject *s_watch_slow, *s_cac_slow, *s_wake_reaper;
 static PyObject *s_acquire, *s_release;
 
 /* ---- keys ---------------------------------------------------------------------------- */
@@ -182,15 +180,15 @@ static void seglock_drop(Producer *p) {
 static Seg *ops_seg(Producer *p) { return &((Tables *)p->tables)->seg; }
 
 static int fast_ok(Producer *p) {
-    return p->tables && ((Tables *)p->tables)->seg.watch && producer_ready(p);
+    return p->fast && p->tables && ((Tables *)p->tables)->seg.watch && producer_ready(p);
 }
 
-/* an int in [1, MAX_AMOUNT], else 0 */
+/* an int in [1, OP_MAX_AMOUNT], else 0 */
 static i64 amount_of(PyObject *o) {
     if (!PyLong_CheckExact(o)) return 0;
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    return (!overflow && v >= 1 && v <= MAX_AMOUNT) ? v : 0;
+    return (!overflow && v >= 1 && v <= OP_MAX_AMOUNT) ? v : 0;
 }
 
 /* a task's id, TASK_NONE for None; -1 if the Python path must judge it */
@@ -293,8 +291,7 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     memcpy(o, kb, (size_t)kn);
     memcpy(o + kn, pb, (size_t)pn);
     Py_XDECREF(blob);
-    i64 head[2] = {OPH_MAKE(need, done_task, nkeys), 0};   /* little-endian, as "<qq" */
-    memcpy(data, head, sizeof head);
+    op_block_header(data, need, done_task, nkeys);
 
     /* a slot (refilled under the Python lock, before this takes it), then the lock */
     if (!p->ncache && (producer_restock(p) < 0 || !p->ncache)) {
@@ -315,9 +312,9 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     seglock_drop(p);
     if (where < 0) goto slow;   /* the Python path tries again, and raises Full */
 
-    i64 meta = META_MAKE(expire_task, FLAG_OP | FLAG_ARENA, where >> 32, blob_len,
+    i64 meta = META_MAKE(expire_task, FLAG_OP | FLAG_ARENA, BLOCK_REF_CLASS(where), blob_len,
                          p->ring_index);
-    if (producer_submit(p, h, meta, where & 0xFFFFFFFFLL, due) < 0) return NULL;
+    if (producer_submit(p, h, meta, BLOCK_REF_INDEX(where), due) < 0) return NULL;
     relaxed_store(&p->counters[C_OPS_WATCHED], relaxed_load(&p->counters[C_OPS_WATCHED]) + 1);
     /* a sleeping coordinator links the operation only when it wakes: a signal that
      * completes it meanwhile would wait for that (seq_cst fence, as for a schedule) */
@@ -326,7 +323,7 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     return producer_new_handle(p, p->op_type, h, due);
 
 slow:
-    return producer_pass_on(p, s_watch_slow, args, nargs, kwnames);
+    return producer_hook(p, HOOK_WATCH_SLOW, args, nargs, kwnames);
 }
 
 /* ---- check_and_complete --------------------------------------------------------------- */
@@ -356,13 +353,13 @@ PyObject *producer_check_and_complete(Producer *p, PyObject *const *args, Py_ssi
                       relaxed_load(&p->counters[C_OPS_COMPLETED]) + done);
         /* they are due now: wake the reaper if it sleeps past its hot step (reaper.py) */
         if (relaxed_load(&p->header[p->w_reaper_wake_at]) > producer_now_ns() / 1000000 + 1 &&
-                producer_call0(p, s_wake_reaper) < 0)
+                producer_hook0(p, HOOK_WAKE_REAPER) < 0)
             return NULL;
     }
     return PyLong_FromLongLong(done);
 
 slow:
-    return producer_pass_on(p, s_cac_slow, args, nargs, kwnames);
+    return producer_hook(p, HOOK_CAC_SLOW, args, nargs, kwnames);
 }
 
 /* _bind_ops(tables, lock_fd, thread_lock, w_dirty, w_reaper_wake_at, op_type) */
@@ -395,8 +392,6 @@ int producer_ops_init(void) {
     struct { PyObject **s; const char *v; } names[] = {
         {&s_on_complete, "on_complete"}, {&s_on_expire, "on_expire"},
         {&s_payload, "payload"}, {&s_required, "required"}, {&s_amount, "amount"},
-        {&s_watch_slow, "_watch_slow"}, {&s_cac_slow, "_check_and_complete_slow"},
-        {&s_wake_reaper, "_wake_reaper"},
         {&s_acquire, "acquire"}, {&s_release, "release"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -29,8 +29,11 @@ journal's epochs ran on one boot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as f
 
@@ -65,99 +68,136 @@ COLUMNS = (
     "reason",
 )
 DEFAULT_GRACE_MS = 10_000
+#: violations/ (``fleet_violations``)
+VIOLATIONS_SCHEMA = pa.schema([("service", pa.string()), ("rule", pa.string()),
+                               ("id", pa.int64()), ("type", pa.string()),
+                               ("detail", pa.string())])  # fmt: skip
 
 
-def rules(b: Bounds) -> list[tuple[str, Column, Column]]:
-    """(rule, condition on the per-timer table, detail) of every violation."""
-    typ = f.col("type")
-    single = typ.isin("one-shot", "operation")
+@dataclass(frozen=True)
+class Ops:
+    """How a rule's condition is built: Spark's Column functions (``SPARK``) or pyarrow's
+    compute expressions (``ARROW``, the single-process pass of ``bench/audit_scale.py``).
+    Both evaluate nulls as SQL does (``|`` and ``&`` are Kleene's)."""
+
+    col: Callable[[str], Any]
+    when: Callable[[Any, Any, Any], Any]  # when(condition, then, otherwise)
+    isin: Callable[..., Any]  # isin(column, *values)
+    is_null: Callable[[Any], Any]
+
+
+SPARK = Ops(
+    col=f.col,
+    when=lambda c, a, b: f.when(c, a).otherwise(b),
+    isin=lambda c, *v: c.isin(*v),
+    is_null=lambda c: c.isNull(),
+)
+
+
+def _arrow_isin(c: Any, *values: str) -> Any:
+    import pyarrow.compute as pc
+
+    # SQL's IN: null for a null value (pyarrow's is_in says false)
+    return pc.if_else(c.is_valid(), c.isin(list(values)), None)
+
+
+def arrow_ops() -> Ops:
+    """``Ops`` over pyarrow compute expressions (``pyarrow.compute.field``)."""
+    import pyarrow.compute as pc
+
+    return Ops(col=pc.field, when=pc.if_else, isin=_arrow_isin, is_null=lambda c: c.is_null())
+
+
+def conditions(b: Bounds, ops: Ops = SPARK) -> list[tuple[str, Any]]:
+    """(rule, condition on the per-timer table) of every rule, built with `ops`."""
+    col = ops.col
+    typ = col("type")
+    single = ops.isin(typ, "one-shot", "operation")
     rep = typ == "repeating"
-    no_next = f.col("last_next_deadline_ms").isNull() | (f.col("last_next_deadline_ms") < 0)
+    no_next = ops.is_null(col("last_next_deadline_ms")) | (col("last_next_deadline_ms") < 0)
     rep_overdue = (
         rep
-        & (f.col("n_cancelled") == 0)
-        & (f.col("in_flight_runs") == 0)
-        & f.when(f.col("runs_fired") == 0, b.overdue(f.col("deadline_ms"))).otherwise(
-            ~no_next & b.overdue(f.col("last_next_deadline_ms"))
+        & (col("n_cancelled") == 0)
+        & (col("in_flight_runs") == 0)
+        & ops.when(
+            col("runs_fired") == 0,
+            b.overdue(col("deadline_ms")),
+            ~no_next & b.overdue(col("last_next_deadline_ms")),
         )
     )
-    ids = f.format_string("%s id %d", typ, f.col("id"))
     return [
-        (
-            "two outcomes",
-            single & (f.col("decisions") > 1),
-            f.format_string(
-                "%s: fired %d runs, cancelled %d, completed %d, expired %d records",
-                ids,
-                "runs_fired",
-                "n_cancelled",
-                "n_completed",
-                "n_expired",
-            ),
-        ),
+        ("two outcomes", single & (col("decisions") > 1)),
         (
             "no outcome",
-            (single & (f.col("decisions") == 0) & b.overdue(f.col("deadline_ms"))) | rep_overdue,
-            f.format_string(
-                "%s: deadline %d ms (next %s), journal ends at %d ms",
-                ids,
-                "deadline_ms",
-                f.coalesce(f.col("last_next_deadline_ms").cast("string"), f.lit("-")),
-                f.lit(b.end_us // 1000),
-            ),
+            (single & (col("decisions") == 0) & b.overdue(col("deadline_ms"))) | rep_overdue,
         ),
-        (
-            "fired without a schedule",
-            typ == "unscheduled",
-            f.format_string(
-                "id %d: %d runs fired, %d cancels, no scheduled or watched record",
-                "id",
-                "runs_fired",
-                "n_cancelled",
-            ),
-        ),
+        ("fired without a schedule", typ == "unscheduled"),
         (
             "early",
-            (f.col("early_runs") > 0)
-            | ((typ == "operation") & (f.col("expired_us") < f.col("deadline_ms") * 1000)),
-            f.format_string(
-                "%s: %d runs fired before their deadline (%d us at most); deadline %d ms, "
-                "expired at %s us",
-                ids,
-                "early_runs",
-                f.least(f.col("late_min_us"), f.lit(0)),
-                "deadline_ms",
-                f.coalesce(f.col("expired_us").cast("string"), f.lit("-")),
-            ),
+            (col("early_runs") > 0)
+            | ((typ == "operation") & (col("expired_us") < col("deadline_ms") * 1000)),
         ),
         (
             "ran twice",
-            (f.col("twice_runs") > 0) | ((typ == "operation") & (f.col("outcome_epochs") > 1)),
-            f.format_string(
-                "%s: %d runs repeated outside the crash window (outcomes in %d epochs)",
-                ids,
-                "twice_runs",
-                "outcome_epochs",
-            ),
+            (col("twice_runs") > 0) | ((typ == "operation") & (col("outcome_epochs") > 1)),
         ),
-        (
-            "fired, no outcome",
-            f.col("lost_runs") > 0,
-            f.format_string("%s: %d fired runs have no outcome anywhere", ids, "lost_runs"),
-        ),
-        (
-            "outcome without a fire",
-            (typ != "operation") & (f.col("outcomes_without_fire") > 0),
-            f.format_string("%s: %d runs", ids, "outcomes_without_fire"),
-        ),
-        (
-            "ran after its cancel",
-            rep & (f.col("last_fire_us") > f.col("cancel_us")),
-            f.format_string(
-                "%s: cancelled at %d us, fired at %d us", ids, "cancel_us", "last_fire_us"
-            ),
-        ),
+        ("fired, no outcome", col("lost_runs") > 0),
+        ("outcome without a fire", (typ != "operation") & (col("outcomes_without_fire") > 0)),
+        ("ran after its cancel", rep & (col("last_fire_us") > col("cancel_us"))),
     ]
+
+
+def _details(b: Bounds) -> dict[str, Column]:
+    """What a violation's row says of its timer, by rule (Spark's format_string)."""
+    # ids in hex, as the rest of shmwheel prints them (a handle: slot and generation)
+    ids = f.format_string("%s %#x", f.col("type"), f.col("id"))
+    return {
+        "two outcomes": f.format_string(
+            "%s: fired %d runs, cancelled %d, completed %d, expired %d records",
+            ids, "runs_fired", "n_cancelled", "n_completed", "n_expired",
+        ),
+        "no outcome": f.format_string(
+            "%s: deadline %d ms (next %s), journal ends at %d ms",
+            ids, "deadline_ms",
+            f.coalesce(f.col("last_next_deadline_ms").cast("string"), f.lit("-")),
+            f.lit(b.end_us // 1000),
+        ),
+        "fired without a schedule": f.format_string(
+            "id %#x: %d runs fired, %d cancels, no scheduled or watched record",
+            "id", "runs_fired", "n_cancelled",
+        ),
+        "early": f.format_string(
+            "%s: %d runs fired before their deadline (%d us at most); deadline %d ms, "
+            "expired at %s us",
+            ids, "early_runs", f.least(f.col("late_min_us"), f.lit(0)), "deadline_ms",
+            f.coalesce(f.col("expired_us").cast("string"), f.lit("-")),
+        ),
+        "ran twice": f.format_string(
+            "%s: %d runs repeated outside the crash window (outcomes in %d epochs)",
+            ids, "twice_runs", "outcome_epochs",
+        ),
+        "fired, no outcome": f.format_string(
+            "%s: %d fired runs have no outcome anywhere", ids, "lost_runs"
+        ),
+        "outcome without a fire": f.format_string("%s: %d runs", ids, "outcomes_without_fire"),
+        "ran after its cancel": f.format_string(
+            "%s: cancelled at %d us, fired at %d us", ids, "cancel_us", "last_fire_us"
+        ),
+    }  # fmt: skip
+
+
+def rules(b: Bounds) -> list[tuple[str, Column, Column]]:
+    """(rule, condition on the per-timer table, detail) of every violation (Spark)."""
+    details = _details(b)
+    return [(rule, cond, details[rule]) for rule, cond in conditions(b)]
+
+
+def count_violations(table: Any, b: Bounds) -> dict[str, int]:
+    """The violations of each rule broken in a per-timer table held by pyarrow (one
+    service's; ``pertimer.OUTPUT``): the same conditions as the Spark job's."""
+    return {
+        rule: n for rule, cond in conditions(b, arrow_ops()) if (n := table.filter(cond).num_rows)
+    }
 
 
 def violations(timers: DataFrame, b: Bounds) -> DataFrame:

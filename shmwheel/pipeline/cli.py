@@ -1,5 +1,6 @@
 """``python -m shmwheel.pipeline audit JOURNAL... OUT`` (also ``shmwheel-audit JOURNAL...
-OUT``): the command line of the audit job.
+OUT``): the command line of the audit job; ``python -m shmwheel.pipeline ship ZIP`` packs
+shmwheel for a cluster's executors (``ship.py``).
 
 Exit status: 0 the journals are clean; 1 a violation or a reject was found (a gap in a
 service's segment chain among them); 2 bad input: bad arguments, no such journal
@@ -65,6 +66,18 @@ def parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--json", action="store_true", help="print the summary as JSON")
     a.add_argument("--verbose", action="store_true", help="Spark's own logs (default: errors)")
+    z = sub.add_parser(
+        "ship",
+        help="pack shmwheel and what it needs into ZIP for a cluster's executors "
+        "(spark-submit --archives ZIP#shmwheel-ship; docs/pipeline.md)",
+    )
+    z.add_argument("zip", metavar="ZIP", help="the zip file to write")
+    z.add_argument(
+        "--no-deps",
+        action="store_true",
+        help="shmwheel only (the executors' Python has numpy, msgpack, posix-ipc, psutil "
+        "and rich already)",
+    )
     return p
 
 
@@ -85,6 +98,8 @@ def _progress(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    if args.command == "ship":
+        return _ship(args.zip, not args.no_deps)
     if len(args.paths) < 2:
         p.error("audit needs at least one JOURNAL and OUT")
     *journals, args.out = args.paths
@@ -136,6 +151,23 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_CLEAN if summary["clean"] else EXIT_FOUND
 
 
+def _ship(out: str, deps: bool) -> int:
+    """``ship ZIP``: pack, then print the spark-submit options that use it."""
+    from . import __main__ as entry
+    from .ship import NAME, pack, spark_submit_args
+
+    if os.path.isdir(out):
+        print(f"error: {out!r} is a directory; give the zip file to write", file=sys.stderr)
+        return EXIT_USAGE
+    packed = pack(out, deps)
+    here = os.path.dirname(os.path.abspath(out))
+    print(f"packed {', '.join(packed)} into {out} (unpacked as {here}/{NAME}); from {here}, "
+          "submit with", file=sys.stderr)  # fmt: skip
+    args = " ".join(spark_submit_args(os.path.abspath(out)))
+    print(f"spark-submit --master URL {args} {entry.__file__} audit JOURNAL... OUT")
+    return EXIT_CLEAN
+
+
 def _failed(what: str, e: BaseException) -> int:
     """Exit 3: the traceback, then the cause on the last line of stderr."""
     traceback.print_exception(e, file=sys.stderr)
@@ -184,6 +216,15 @@ def text_summary(s: dict, out: str) -> str:
         lines.append(f"    {v['rule']}: {v['detail']}")
     for r in s["reject_sample"][:5]:
         lines.append(f"  REJECT {r}")
-    verdict = "clean" if s["clean"] else "NOT clean"
-    lines.append(f"{verdict}; tables and report under {out} (report/index.md)")
+    from .report import verdict
+
+    head, covers = verdict(s)
+    for t in s.get("task_failures") or []:
+        rate = (t["error_rate"] or 0) + (t["crash_rate"] or 0)
+        lines.append(
+            f"  TASK FAILURES {t['task']}: {100 * rate:.1f} % of {t['runs']:,} runs "
+            f"({t['error']:,} raised, {t['crashed']:,} crashed)"
+        )
+    lines.append(f"{'clean' if s['clean'] else 'NOT clean'}: {head}: {'; '.join(covers)}")
+    lines.append(f"tables and report under {out} (report/index.md)")
     return "\n".join(lines)

@@ -55,23 +55,50 @@ def write_demo_journal(
     spread_ms: float = 300.0,
     seed: int = 1,
     segment_bytes: int = 64 << 20,
+    epochs: int = 1,
+    pause_s: float = 0.0,
+    name: str | None = None,
 ) -> DemoCounts:
     """Run a service on `directory` (a new journal) and stop it once every timer has its
     outcome; returns what was done (`segment_bytes`: the journal's segment size, small
     for a journal of many segments). A tenth of the one-shots are cancelled before they
     are due, a tenth run the failing task, the repeating timers run every 10 ms until
-    cancelled, half the operations are completed and half expire."""
-    from .. import TimerService
-    from .. import journal as J
-
+    cancelled, half the operations are completed and half expire. With `epochs` > 1 the
+    service is stopped and started again on the same journal that many times, `pause_s`
+    apart (an outage between epochs), the timers shared out between the epochs; the
+    service is named `name` in every epoch (by default one name made up for the run)."""
     rng = np.random.default_rng(seed)
     n = DemoCounts()
+    name = name or f"demo-{os.getpid()}-{rng.integers(1 << 32):08x}"
+    for e in range(epochs):
+        if e:
+            time.sleep(pause_s)
+        share = (one_shots * (e + 1) // epochs - one_shots * e // epochs,
+                 operations * (e + 1) // epochs - operations * e // epochs)  # fmt: skip
+        _one_epoch(directory, name, n, rng, share[0], repeating, share[1], spread_ms,
+                   segment_bytes)  # fmt: skip
+    from .. import journal as J
+
+    n.records = sum(len(seg.rows) for seg in J.read(directory))
+    n.repeating_runs = _count_repeating_runs(directory)
+    log.info("demo journal in %s: %s", directory, n.as_dict())
+    return n
+
+
+def _one_epoch(
+    directory: str, name: str, n: DemoCounts, rng: np.random.Generator, one_shots: int,
+    repeating: int, operations: int, spread_ms: float, segment_bytes: int,
+) -> None:  # fmt: skip
+    """One run of the service on the journal: its timers added to `n`."""
+    from .. import TimerService
+
     cap = max(1024, 2 * (one_shots + operations + repeating))
     # the failing task's tracebacks are expected: the service processes log errors only
     level = os.environ.get("SHMWHEEL_LOG_LEVEL")
     os.environ["SHMWHEEL_LOG_LEVEL"] = "CRITICAL"
     try:
         svc = TimerService(
+            name=name,
             tasks=TASKS,
             capacity=cap,
             executors=1,
@@ -90,8 +117,9 @@ def write_demo_journal(
         c = svc.client()
         try:
             reps = [c.schedule("noop", i, delay_ms=5.0, every_ms=10.0) for i in range(repeating)]
-            n.repeating = repeating
+            n.repeating += repeating
             chunk = 5000
+            cancelled = failing = 0
             for start in range(0, one_shots, chunk):
                 k = min(chunk, one_shots - start)
                 delays = rng.uniform(0, spread_ms, k)
@@ -100,22 +128,24 @@ def write_demo_journal(
                 delays[cancel] += 60_000.0  # not due before the cancel
                 ok = c.schedule_many("noop", delays[~fail])
                 c.schedule_many("fail", delays[fail])
-                n.cancelled += int(np.count_nonzero(c.cancel_many(ok.ids[cancel[~fail]])))
-                n.failing += int(np.count_nonzero(fail))
-            n.one_shots = one_shots
-            keys = [f"job:{i}" for i in range(operations)]
+                cancelled += int(np.count_nonzero(c.cancel_many(ok.ids[cancel[~fail]])))
+                failing += int(np.count_nonzero(fail))
+            n.one_shots += one_shots
+            n.cancelled += cancelled
+            n.failing += failing
+            keys = [f"job:{n.operations + i}" for i in range(operations)]
             for i, key in enumerate(keys):
                 timeout = 50.0 if i % 2 else 60_000.0
                 c.watch([key], timeout, on_complete="noop", on_expire="noop", payload=i)
-            n.operations = operations
-            for key in keys[::2]:
-                n.completed += c.check_and_complete(key)
-            n.expired = operations - n.completed
+            completed = sum(c.check_and_complete(key) for key in keys[::2])
+            n.operations += operations
+            n.completed += completed
+            n.expired += operations - completed
             time.sleep(0.06)  # let the repeating timers run a few times
             for h in reps:
                 h.cancel()
-            expect_runs = (one_shots - n.cancelled) + operations
-            give_up = time.monotonic() + 60
+            expect_runs = (one_shots - cancelled) + operations
+            give_up = time.monotonic() + 60 + spread_ms / 1000
             while time.monotonic() < give_up:
                 s = svc.stats()
                 done = s["completed"] + s["task_errors"] + s["crashed"]
@@ -123,19 +153,12 @@ def write_demo_journal(
                     break
                 time.sleep(0.02)
             else:
-                raise TimeoutError("the demo service did not finish its timers in 60 s")
+                raise TimeoutError("the demo service did not finish its timers in time")
         finally:
             c.close()
         time.sleep(0.05)  # the reaper settles the last outcomes before the stop
     finally:
         svc.stop()
-    records = 0
-    for seg in J.read(directory):
-        records += len(seg.rows)
-    n.records = records
-    n.repeating_runs = _count_repeating_runs(directory)
-    log.info("demo journal in %s: %s", directory, n.as_dict())
-    return n
 
 
 def _count_repeating_runs(directory: str) -> int:

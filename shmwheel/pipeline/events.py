@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..journal import format as F
 from ..journal.reader import Segment
+from ..segment.constants import TASK_NONE
 
 #: the event table: (column, Arrow type, Spark DDL type, what it holds). A column that does
 #: not apply to a row's kind is null.
@@ -80,7 +82,6 @@ _KINDS = np.array(
     [F.KIND_NAMES.get(k, "") for k in range(max(F.KIND_NAMES) + 1)] + [REJECT], dtype=object
 )
 _OUTCOMES = [F.OUTCOMES.get(k, "") for k in range(max(F.OUTCOMES) + 1)]
-_NO_TASK = 0xFFFF  # watched: on_complete / on_expire not given
 
 # where field k of a record is in a reader row (reader.Segment.rows): column 3 + k
 _BLOB_LEN = 12
@@ -155,7 +156,7 @@ def segment_batch(
             return _names(rows[:, _field(F.SCHEDULED, "task")], sched, tasks)
         if name in ("on_complete", "on_expire"):
             idx = rows[:, _field(F.WATCHED, name)]
-            return _names(idx, watched & (idx != _NO_TASK), tasks)
+            return _names(idx, watched & (idx != TASK_NONE), tasks)
         if name == "outcome":
             return _names(rows[:, _field(F.OUTCOME, "outcome")], outcome, _OUTCOMES)
         if name == "reason":
@@ -190,9 +191,15 @@ def _string_form(col: pa.Array, typ: pa.DataType, dictionary: bool) -> pa.Array:
 
 def _per_file(seg: Segment) -> dict[str, object]:
     """The columns every row of a segment shares (its records' and its rejects')."""
-    hdr = seg.header or {}
+    return per_file(seg.path, seg.header)
+
+
+def per_file(path: str, header: dict[str, Any] | None) -> dict[str, object]:
+    """The values of the columns every row of the segment at `path` with `header` shares
+    (its records' and its rejects'; None where it has no header)."""
+    hdr = header or {}
     return {
-        "file": seg.path,
+        "file": path,
         "epoch": hdr.get("epoch"),
         "role": F.ROLES.get(hdr.get("role", 0)),
         "writer_pid": hdr.get("pid"),

@@ -1,5 +1,5 @@
 """Several journals in one audit (issue 24): which directories, whose segments, and whether
-each service's chains are whole — on the driver, before Spark.
+each service's chains are whole.
 
 **Identity.** A row's service is the ``service`` of its segment's header: the name the
 service was made with (``TimerService(name=...)``; by default ``s<pid>-<8 hex digits>``,
@@ -12,10 +12,13 @@ host). Two journals made with the same ``name=`` read as one service's: their ch
 then fork or double (two first segments of an epoch), a reject, never a silent merge.
 
 **Completeness.** Each service's segments (from every directory given) are judged by the
-journal's own rules, ``shmwheel.journal.check.inspect`` (docs/journal.md, "The
-chain"): a missing first, middle or last segment, a missing writer's chain, a segment cut
-short, a fork. Damage of that kind is a reject of the audit (``Gap``); the decoder's own
-rejects (a bad CRC, a torn tail) are counted by the Spark tasks, not again here.
+journal's own rules (docs/journal.md, "The chain"), as ``shmwheel journal check`` judges
+a directory: a missing first, middle or last segment, a missing writer's chain, a segment
+cut short, a fork. Each file is judged by itself in the Spark task that decodes it
+(``segment_report``), the chains of each service on the driver (``completeness``), from
+those reports: the journal is read once. Damage of that kind is a reject of the audit
+(``Gap``); the decoder's own rejects (a bad CRC, a torn tail) are counted by the Spark
+tasks, not again here.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from typing import Any
 
 from ..journal import check
 from ..journal import format as F
-from ..journal.reader import read_header
+from ..journal.chains import analyse
+from ..journal.reader import Segment
 
 UNKNOWN = "unknown"  # a segment with no readable header whose service nothing else tells
 
@@ -91,6 +95,9 @@ class Service:
     directories: list[str] = field(default_factory=list)
     boot_ids: list[str] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
+    #: epoch -> when its first segment was begun (wall us: the earliest header's)
+    epoch_starts: dict[int, int] = field(default_factory=dict)
+    reports: list[check.SegmentReport] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -115,46 +122,66 @@ class Gap:
         return f"service {self.service!r}: {self.what}"
 
 
-def services(dirs: Sequence[str]) -> dict[str, Service]:
-    """The local directories' segments grouped by the service their headers name. A
-    segment without a readable header goes with the segment of the same epoch and
-    process that has one (in its directory), else with the directory's only service,
-    else under ``UNKNOWN``."""
+def segment_report(seg: Segment) -> check.SegmentReport:
+    """The journal's own judgement of one segment file by itself (``check._read``: its
+    header, END and RETIRED records, its frames' problems, a torn tail, the time of its
+    last record), of a segment the caller has decoded already, without the pending-state
+    scan recovery needs and the audit does not. The decoding tasks call it on the segment
+    they hold (``decode.py``), so the chain rules run on the driver without a second read
+    of the journal: judged there by ``check.inspect``, a 10 M-record journal took twice as
+    long as decoding it (docs/pipeline.md). journal/check.py has no entry point that takes
+    a decoded segment, so its reader and its state scan are replaced for this one call."""
+    real_read, real_collect = check.read_segment, check.collect
+    check.read_segment = lambda path, limit=-1: seg  # type: ignore[assignment]
+    check.collect = lambda *args: None  # type: ignore[assignment]
+    try:
+        return check._read(seg.path, 0)
+    finally:
+        check.read_segment, check.collect = real_read, real_collect
+
+
+def services(reports: Sequence[check.SegmentReport]) -> dict[str, Service]:
+    """The segments (their reports, ``segment_report``) grouped by the service their
+    headers name. A segment without a readable header goes with the segment of the same
+    epoch and process that has one (in its directory), else with its directory's only
+    service, else under ``UNKNOWN``."""
+    by_dir: dict[str, list[check.SegmentReport]] = {}
+    for r in reports:
+        by_dir.setdefault(os.path.dirname(r.path), []).append(r)
     by_name: dict[str, Service] = {}
-    for d in dirs:
-        if is_uri(d):
-            continue
-        headers = {p: read_header(p) for p in F.segment_files(d)}
-        named: dict[tuple[int, int], str] = {}
-        for p, h in headers.items():
-            if h is not None:
-                n = F.SegmentName.parse(os.path.basename(p))
-                assert n is not None
-                named[(n.epoch, n.pid)] = h["service"]
+    for d, reps in sorted(by_dir.items()):
+        named = {(r.name.epoch, r.name.pid): str(r.header["service"])
+                 for r in reps if r.header is not None}  # fmt: skip
         here = set(named.values())
-        for p, h in headers.items():
+        for r in sorted(reps, key=lambda r: r.basename):
+            h = r.header
             if h is not None:
                 name = str(h["service"])
             else:
-                n = F.SegmentName.parse(os.path.basename(p))
-                assert n is not None
-                name = named.get((n.epoch, n.pid), next(iter(here)) if len(here) == 1 else UNKNOWN)
+                guess = next(iter(here)) if len(here) == 1 else UNKNOWN
+                name = named.get((r.name.epoch, r.name.pid), guess)
             s = by_name.setdefault(name, Service(name))
-            s.segments.append(p)
+            s.segments.append(r.path)
+            s.reports.append(r)
             if d not in s.directories:
                 s.directories.append(d)
-            if h is not None:
-                if h.get("boot_id") and h["boot_id"] not in s.boot_ids:
-                    s.boot_ids.append(h["boot_id"])
-                if h["epoch"] not in s.epochs:
-                    s.epochs.append(int(h["epoch"]))
+            if h is None:
+                continue
+            if h.get("boot_id") and h["boot_id"] not in s.boot_ids:
+                s.boot_ids.append(h["boot_id"])
+            e = int(h["epoch"])
+            if e not in s.epochs:
+                s.epochs.append(e)
+            if e not in s.epoch_starts or int(h["wall_us"]) < s.epoch_starts[e]:
+                s.epoch_starts[e] = int(h["wall_us"])
     for s in by_name.values():
         s.epochs.sort()
     return by_name
 
 
 def completeness(groups: dict[str, Service]) -> tuple[list[Gap], list[Gap]]:
-    """Each service's segments judged by ``check.inspect``: (rejects, warnings).
+    """Each service's segments judged together by the journal's chain rules
+    (``chains.analyse``, as ``check.inspect`` judges a directory): (rejects, warnings).
     The rejects are the damage that is not a decoder's reject (those the Spark tasks
     count): a missing segment or writer's chain, a segment cut short, a fork, a renamed
     file; the warnings, check's (gaps in superseded epochs, a start killed early)."""
@@ -167,7 +194,9 @@ def completeness(groups: dict[str, Service]) -> tuple[list[Gap], list[Gap]]:
                 for p in s.segments
             ]
             continue
-        insp = check.inspect(s.directories[0], s.segments)
+        insp = check.Inspection(s.directories[0])
+        insp.reports = sorted(s.reports, key=lambda r: r.basename)
+        analyse(insp)
         decoded = {
             id(p) for r in insp.reports for p in r.frame if "does not match its name" not in p.what
         }
@@ -177,3 +206,11 @@ def completeness(groups: dict[str, Service]) -> tuple[list[Gap], list[Gap]]:
             gap = Gap(name, os.path.basename(p.file), str(p))
             (rejects if p.severity == check.DAMAGE else warnings).append(gap)
     return rejects, warnings
+
+
+def local_reports(dirs: Sequence[str]) -> list[check.SegmentReport]:
+    """The reports (``segment_report``) of the segments of local journal directories,
+    read here in this process (the audit has its Spark tasks make them)."""
+    from ..journal.reader import read_segment
+
+    return [segment_report(read_segment(p)) for d in dirs for p in F.segment_files(d)]

@@ -1,12 +1,17 @@
 """The audit job's stages: decode the journal once, check it, write the tables and report.
 
-    read     the journal through one of the two entry points, written as events/
-             (Parquet) by the decoding tasks themselves (``write_events``), which also
-             reduce their segments to per-second figures (``seconds.py``): the
-             throughput, the lateness, the journal's extent and task names; rejects/
+    read     the journal's segments, opened by path or handed over by binaryFile
+             (``decode.py``), written as events/ (Parquet) by the decoding tasks
+             themselves, which also reduce their segments to per-second figures
+             (``seconds.py``: the throughput, the lateness, the journal's extent and
+             task names) and judge each file by the journal's rules
+             (``fleet.segment_report``); on the driver, each service's chains
+             (``fleet.completeness``); rejects/
     timers   the per-timer table (timers.py: a task per bucket of events/, numpy)
-             written as timers/, and what it adds up to (``figures.py``)
-    rules    violations/ (Spark: a filter of timers/)
+             written as timers/, what it adds up to (``figures.py``) and how many
+             timers break each rule (``audit.count_violations``)
+    rules    violations/: Spark's filter of timers/, with each violation's detail, when
+             the tasks counted any; else written empty
     figures  lateness/, throughput/, per_producer/, per_task/, the operations, from
              what the tasks added up
     report   report/summary.json, the plots, report/index.md
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,8 +32,8 @@ import pyarrow as pa
 from pyspark.sql import functions as f
 
 from . import audit as A
+from . import decode, fleet, parts
 from . import events as E
-from . import fleet, parts
 from . import pertimer as P
 from . import timers as T
 from .datasource import NAME, binaryfile_events
@@ -37,7 +43,7 @@ from .seconds import Seconds
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-READERS = ("datasource", "binaryfile")
+READERS = decode.READERS
 TABLES = (
     "events", "timers", "violations", "lateness", "throughput", "per_producer", "per_task",
     "rejects",
@@ -50,43 +56,29 @@ def read_journal(
     journal: str | Sequence[str],
     reader: str = "datasource",
     columns: tuple[str, ...] = A.COLUMNS,
-    write_to: tuple[str, int] | None = None,
 ) -> DataFrame:
-    """The journal's events (rejects included) through the entry point `reader`; with
-    `write_to` (directory, buckets), a table of one row per segment
-    (``datasource.WRITTEN``) whose tasks write the events there instead, one Parquet
-    file per segment bucketed by id (``buckets.py``)."""
+    """The journal's events (rejects included), `columns` only, through the entry point
+    `reader`: the ``shmwheel-journal`` data source, or binaryFile + mapInArrow."""
+    dirs = [journal] if isinstance(journal, str) else list(journal)
     if reader == "datasource":
-        dirs = [journal] if isinstance(journal, str) else list(journal)
-        if not any("://" in d for d in dirs):
-            E.segment_paths(dirs)  # a clear error before Spark plans anything
-        source = spark.read.format(NAME)
+        cols = E.check_columns(columns)
+        source = spark.read.format(NAME).option("columns", ",".join(cols))
         if len(dirs) > 1:  # the data source takes one path, or a JSON list of them
-            source = source.option("paths", json.dumps(dirs))
-        if write_to is not None:
-            source = (
-                source.option("writeTo", write_to[0])
-                .option("buckets", str(write_to[1]))
-                .option("columns", ",".join(columns))
-            )
-        else:
-            source = source.schema(
-                ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in columns)
-            )
-        return source.load(dirs[0]) if len(dirs) == 1 else source.load()
+            return source.option("paths", json.dumps(dirs)).load()
+        return source.load(dirs[0])
     if reader == "binaryfile":
-        return binaryfile_events(spark, journal, columns, write_to)
+        return binaryfile_events(spark, journal, columns)
     raise ValueError(f"unknown reader {reader!r}: use one of {', '.join(READERS)}")
 
 
 def write_events(
     spark: SparkSession, journal: str | Sequence[str], directory: str, reader: str = "datasource"
 ) -> tuple[int, int, Seconds]:
-    """The journal's events (the audit's columns, rejects included) through the entry
-    point `reader`, written by the decoding tasks as Parquet under `directory` (emptied
-    first), one file per segment, bucketed by id for the per-timer table (as many
-    buckets as ``timers.buckets_for`` the journal's size). (segments, buckets, and the
-    per-second figures of every segment, merged)."""
+    """The journal's events (the audit's columns, rejects included) decoded once by the
+    tasks of ``decode.write_events`` and written under `directory` (emptied first), one
+    file per segment, bucketed by id for the per-timer table (as many buckets as
+    ``timers.buckets_for`` the journal's size). (segments, buckets, and the per-second
+    figures of every segment, merged)."""
     segments, n, by_service = write_service_events(spark, journal, directory, reader)
     return segments, n, Seconds.merge(by_service.values())
 
@@ -96,14 +88,27 @@ def write_service_events(
 ) -> tuple[int, int, dict[str | None, Seconds]]:
     """``write_events``, with the per-second figures of each service apart (the header's
     name; None: segments without a header)."""
+    rows, n = decode_journal(spark, journal, directory, reader)
+    return len(rows), n, seconds_by_service(rows)
+
+
+def decode_journal(
+    spark: SparkSession, journal: str | Sequence[str], directory: str, reader: str = "datasource"
+) -> tuple[list[Any], int]:
+    """Run the decoding job (``decode.write_events``) into `directory` (emptied first):
+    its rows (a row per segment, ``decode.WRITTEN``) and the number of buckets."""
     n = T.buckets_for(spark, journal_bytes(spark, journal))
-    df = read_journal(spark, journal, reader, write_to=(parts.location(directory), n))
+    df = decode.write_events(spark, journal, parts.location(directory), n, reader, A.COLUMNS)
     parts.prepare(directory)  # only once the journal is known to be there
-    rows = df.collect()
+    return df.collect(), n
+
+
+def seconds_by_service(rows: Sequence[Any]) -> dict[str | None, Seconds]:
+    """The per-second figures of the decoding job's rows, added up by service."""
     grouped: dict[str | None, list[Seconds]] = {}
     for r in rows:
         grouped.setdefault(r["service"], []).append(Seconds.from_bytes(r["seconds"]))
-    return len(rows), n, {svc: Seconds.merge(secs) for svc, secs in grouped.items()}
+    return {svc: Seconds.merge(secs) for svc, secs in grouped.items()}
 
 
 def journal_bytes(spark: SparkSession, journal: str | Sequence[str]) -> int:
@@ -135,20 +140,20 @@ def run(
 
     mode = "overwrite"
     dirs = fleet.journal_dirs([journal] if isinstance(journal, str) else journal)
-    # whose segments, and whether each service's chains are whole: the journal's own
-    # rules, on the driver (fleet.py); a URI's segments are not checked here
-    groups = fleet.services(dirs)
-    gaps, gap_warnings = fleet.completeness(groups)
-    unchecked = [d for d in dirs if fleet.is_uri(d)]
-    note = f", {len(unchecked)} URI journal(s) not checked" if unchecked else ""
-    stage("chains", f"{len(groups)} service(s): {len(gaps)} gap(s){note}")
     # one decoding pass: the journal's table goes to events/ as it is read (reject rows
-    # included, kind "reject"), and its per-second figures come back with the tasks'
-    # rows; everything after reads the columns it needs from Parquet
+    # included, kind "reject"), and each segment's per-second figures and the journal's
+    # judgement of the file come back with the tasks' rows; everything after reads the
+    # columns it needs from Parquet
     events_dir = os.path.join(out, "events")
     source: str | list[str] = dirs[0] if len(dirs) == 1 else dirs
-    segments, n_buckets, secs_of = write_service_events(spark, source, events_dir, reader)
+    rows, n_buckets = decode_journal(spark, source, events_dir, reader)
+    segments = len(rows)
+    secs_of = seconds_by_service(rows)
     secs = Seconds.merge(secs_of.values())
+    # whose segments, and whether each service's chains are whole: the journal's own
+    # rules on the files' reports (fleet.py)
+    groups = fleet.services([pickle.loads(r["report"]) for r in rows])
+    gaps, gap_warnings = fleet.completeness(groups)
     table = spark.read.parquet(events_dir)
     kinds = secs.kinds()
     records = sum(n for k, n in kinds.items() if k != E.REJECT)
@@ -176,27 +181,30 @@ def run(
         )
         parts.write(gap_rows, rejects_dir, "gaps.parquet")
     stage("read", f"{segments} segment(s) decoded into events/ ({n_buckets} buckets by id): "
-                  f"{records:,} records, {secs.rejects:,} rejects")  # fmt: skip
+                  f"{records:,} records, {secs.rejects:,} rejects; {len(groups)} "
+                  f"service(s), {len(gaps)} gap(s) in their chains")  # fmt: skip
 
-    timers, figs_of = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
+    timers, figs_of, counted = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
     figs = TimerFigures.merge(figs_of.values())
     tally = figs.tally
     stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
 
-    A.fleet_violations(timers, bounds).write.mode(mode).parquet(os.path.join(out, "violations"))
-    viol = spark.read.parquet(os.path.join(out, "violations"))
-    by_service_rule = [
-        (r["service"], r["rule"], int(r["n"]))
-        for r in viol.groupBy("service", "rule").agg(f.count("*").alias("n")).collect()
-    ]
+    # the per-timer tasks evaluated the rules already (audit.count_violations): Spark
+    # writes violations/ with each one's detail only when there is one to write
+    by_service_rule = sorted((svc, rule, n) for svc, c in counted.items() for rule, n in c.items())
+    viol_dir = os.path.join(out, "violations")
+    sample: list[dict[str, Any]] = []
+    if by_service_rule:
+        A.fleet_violations(timers, bounds).write.mode(mode).parquet(viol_dir)
+        viol = spark.read.parquet(viol_dir)
+        sample = [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
+    else:
+        parts.write(
+            A.VIOLATIONS_SCHEMA.empty_table(), parts.prepare(viol_dir), "part-00000.parquet"
+        )
     by_rule: dict[str, int] = {}
     for _, rule, n in by_service_rule:
         by_rule[rule] = by_rule.get(rule, 0) + n
-    sample = (
-        [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
-        if by_rule
-        else []
-    )
     stage("rules", f"{sum(by_rule.values()):,} violations")
 
     # the small tables (a row per second, producer or task) are written from the driver
@@ -220,25 +228,12 @@ def run(
         else []
     )
     rej_list = [f"missing: {g}" for g in gaps[:SAMPLE]] + rej_list[: max(0, SAMPLE - len(gaps))]
-    services = []
-    for svc in sorted(set(groups) | {s for s in secs_of if s is not None}):
-        x = secs_of.get(svc)
-        g = groups.get(svc)
-        services.append(
-            {
-                "service": svc,
-                "hosts": (g.boot_ids if g else []) or [fleet.UNKNOWN],
-                "directories": g.directories if g else [],
-                "segments": len(g.segments) if g else 0,
-                "epochs": x.final_epoch if x else 0,
-                "records": sum(n for k, n in x.kinds().items() if k != E.REJECT) if x else 0,
-                "rejects": x.rejects if x else 0,
-                "gaps": [g.what for g in gaps if g.service == svc],
-                "timers": figs_of[svc].tally if svc in figs_of else {},
-                "violations": sum(n for s_, _, n in by_service_rule if s_ == svc),
-                "violations_by_rule": {r: n for s_, r, n in by_service_rule if s_ == svc},
-            }
-        )
+    services = _services(groups, secs_of, figs_of, gaps, by_service_rule)
+    if len(secs_of) > 1:  # each service's own per-second figures, for the report's plots
+        small["services"] = {
+            str(svc): (x.throughput().to_pandas(), x.lateness().to_pandas())
+            for svc, x in sorted(secs_of.items(), key=lambda kv: str(kv[0]))
+        }
     summary = {
         "journal": " ".join(dirs),
         "journals": dirs,
@@ -249,7 +244,6 @@ def run(
         "reject_sample": rej_list,
         "gaps": [str(g) for g in gaps],
         "gap_warnings": [str(g) for g in gap_warnings],
-        "unchecked": unchecked,
         "services": services,
         "epochs": secs.final_epoch,
         "span_s": (secs.end_us - secs.start_us) / 1e6,
@@ -261,6 +255,7 @@ def run(
         "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
         "operations": ops,
         "per_task": _records(small["per_task"]),
+        "task_failures": failing_tasks(figs),
         "clean": not by_rule and not secs.rejects and not gaps,
     }
     from .report import write_report
@@ -269,6 +264,55 @@ def run(
     summary["seconds"] = time.perf_counter() - t0
     stage("report", f"report/ written; {summary['seconds']:.1f} s in all")
     return summary
+
+
+def _services(
+    groups: dict[str, fleet.Service],
+    secs_of: dict[str | None, Seconds],
+    figs_of: dict[str, TimerFigures],
+    gaps: list[fleet.Gap],
+    by_service_rule: list[tuple[str, str, int]],
+) -> list[dict[str, Any]]:
+    """The summary's row of each service (the report's Services table)."""
+    out = []
+    for svc in sorted(set(groups) | {s for s in secs_of if s is not None}):
+        x = secs_of.get(svc)
+        g = groups.get(svc)
+        lat = x.overall() if x else {}
+        out.append(
+            {
+                "service": svc,
+                "hosts": (g.boot_ids if g else []) or [fleet.UNKNOWN],
+                "directories": g.directories if g else [],
+                "segments": len(g.segments) if g else 0,
+                "epochs": x.final_epoch if x else 0,
+                "epoch_starts_us": {str(e): t for e, t in sorted(g.epoch_starts.items())}
+                if g
+                else {},
+                "records": sum(n for k, n in x.kinds().items() if k != E.REJECT) if x else 0,
+                "rejects": x.rejects if x else 0,
+                "gaps": [g.what for g in gaps if g.service == svc],
+                "timers": figs_of[svc].tally if svc in figs_of else {},
+                "lateness_ms": {k: v for k, v in lat.items() if k != "cdf"},
+                "task_failures": failing_tasks(figs_of[svc]) if svc in figs_of else [],
+                "violations": sum(n for s_, _, n in by_service_rule if s_ == svc),
+                "violations_by_rule": {r: n for s_, r, n in by_service_rule if s_ == svc},
+            }
+        )
+    return out
+
+
+def failing_tasks(figs: TimerFigures) -> list[dict[str, Any]]:
+    """The tasks some of whose runs raised or crashed: name, runs, error, crashed and the
+    two rates, worst error rate first. A failing task is no violation of the service's
+    promises (the timer ran, once); the report names it beside the verdict."""
+    rows = [r for r in _records(figs.per_task().to_pandas()) if r["error"] or r["crashed"]]
+    keys = ("task", "runs", "error", "crashed", "error_rate", "crash_rate")
+
+    def worst(r: dict[str, Any]) -> tuple[float, str]:
+        return (-(r["error_rate"] or 0) - (r["crash_rate"] or 0), r["task"])
+
+    return sorted(({k: r[k] for k in keys} for r in rows), key=worst)
 
 
 def _records(df: Any) -> list[dict[str, Any]]:

@@ -114,12 +114,12 @@ def spark_session(
         builder = builder.config("spark.sql.shuffle.partitions", str(default_partitions()))
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     spark = builder.getOrCreate()
+    from .datasource import register
+
     if spark.sparkContext.getConf().get(ARROW_BATCH) is None:  # not set by spark-submit
         spark.conf.set(ARROW_BATCH, str(ARROW_BATCH_ROWS))
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
-    from .datasource import register
-
     register(spark)
     return spark
 

@@ -25,14 +25,17 @@ buckets grows with the journal (``buckets_for``): about ``ROWS_PER_TASK`` record
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
+from . import asnumpy as AN
+from . import audit as A
 from . import buckets, parts
 from . import pertimer as P
 from .figures import TimerFigures
@@ -67,12 +70,15 @@ def per_timer(
     events_dir: str,
     bounds: P.Bounds | dict[str, P.Bounds],
     directory: str,
-) -> tuple[DataFrame, dict[str, TimerFigures]]:
+) -> tuple[DataFrame, dict[str, TimerFigures], dict[str, dict[str, int]]]:
     """The per-timer table (``SERVICE`` then ``pertimer.OUTPUT``) of the bucketed events
-    under `events_dir`, written as Parquet under `directory` (emptied first), read back,
-    and its figures per service (``figures.TimerFigures``). A timer is a (service, id):
-    each service's records are judged apart, against its own `bounds` (its journal's end
-    and last epoch; one ``Bounds``: the same for every service). One task per bucket
+    under `events_dir`, written as Parquet under `directory` (emptied first), read back;
+    its figures per service (``figures.TimerFigures``); and per service, the timers
+    breaking each rule (``audit.count_violations``: the rules' conditions evaluated by
+    the tasks with pyarrow, so a clean journal needs no Spark job for its rules). A timer
+    is a (service, id): each service's records are judged apart, against its own
+    `bounds` (its journal's end and last epoch; one ``Bounds``: the same for every
+    service). One task per bucket
     reads it, computes its rows with numpy, writes them itself with pyarrow
     (``parts.py``) as ``part-NNNNN.parquet`` and adds them up.
     Both directories are local or shared paths, or URIs pyarrow opens (hdfs://, s3://)."""
@@ -82,10 +88,14 @@ def per_timer(
     task = functools.partial(_bucket_task, files=files, n=n, bounds=bounds, directory=directory)
     rows = spark.range(0, n, 1, n).mapInArrow(task, _TASK_OUT).collect()
     by_service: dict[str, list[TimerFigures]] = {}
+    broken: dict[str, dict[str, int]] = {}
     for r in rows:
         by_service.setdefault(r["service"], []).append(TimerFigures.from_json(r["figures"]))
+        mine = broken.setdefault(r["service"], {})
+        for rule, k in json.loads(r["violations"]).items():
+            mine[rule] = mine.get(rule, 0) + k
     figures = {svc: TimerFigures.merge(fs) for svc, fs in sorted(by_service.items())}
-    return spark.read.parquet(directory), figures
+    return spark.read.parquet(directory), figures, broken
 
 
 def event_files(events_dir: str) -> list[str]:
@@ -107,19 +117,18 @@ def _bucket_task(
         for k in batch.column(0).to_pylist():
             events = buckets.read(files, k, n, (*P.EVENT_COLUMNS, SERVICE))
             tables = []
-            service = events.column(SERVICE).cast(pa.string())
-            if isinstance(bounds, dict):
-                each = dict(bounds)
-            else:
-                each = {str(v): bounds for v in pc.unique(service.drop_null()).to_pylist()}
-            for svc, b in sorted(each.items()):
-                mine = events.filter(pc.equal(service, svc))
+            for svc, mine in _by_service(events, bounds):
+                b = bounds[svc] if isinstance(bounds, dict) else bounds
                 table = P.per_timer_of(mine.drop_columns([SERVICE]), b)
-                table = table.add_column(0, SERVICE, pa.array([svc] * table.num_rows, pa.string()))
+                name = pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(table.num_rows, np.int32)), pa.array([svc], pa.string())
+                )
+                table = table.add_column(0, SERVICE, name.cast(pa.string()))
                 tables.append(table)
                 yield pa.RecordBatch.from_pydict(
                     {"bucket": [k], "service": [svc], "timers": [table.num_rows],
-                     "figures": [TimerFigures.of_table(table, b).to_json()]},
+                     "figures": [TimerFigures.of_table(table, b).to_json()],
+                     "violations": [json.dumps(A.count_violations(table, b))]},
                     schema=_TASK_SCHEMA,
                 )  # fmt: skip
             empty = P.empty()
@@ -128,9 +137,28 @@ def _bucket_task(
             parts.write(out, directory, f"part-{k:05d}.parquet")
 
 
+def _by_service(
+    events: pa.Table, bounds: P.Bounds | dict[str, P.Bounds]
+) -> Iterator[tuple[str, pa.Table]]:
+    """Each service's rows of a bucket (the services of `bounds` if it names them, else
+    every one present; rows of no service left out), by name: slices of one copy ordered
+    by service, or the bucket itself when it holds one service's rows only."""
+    service = events.column(SERVICE)
+    names = sorted(bounds) if isinstance(bounds, dict) else sorted(AN.strings(service))
+    code = AN.index_in(service, names)
+    if len(names) == 1 and (code == 0).all():
+        yield names[0], events
+        return
+    order = np.argsort(code, kind="stable")
+    ordered = events.take(pa.array(order))
+    at = np.searchsorted(code[order], np.arange(len(names) + 1))
+    for i, svc in enumerate(names):
+        yield svc, ordered.slice(int(at[i]), int(at[i + 1] - at[i]))
+
+
 SERVICE = "service"
-_TASK_OUT = "bucket bigint, service string, timers bigint, figures string"
+_TASK_OUT = "bucket bigint, service string, timers bigint, figures string, violations string"
 _TASK_SCHEMA = pa.schema(
     [("bucket", pa.int64()), ("service", pa.string()), ("timers", pa.int64()),
-     ("figures", pa.string())]
+     ("figures", pa.string()), ("violations", pa.string())]
 )  # fmt: skip

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import _native as N
 from . import contract as C
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,9 +71,9 @@ def waiter_words(cfg: ServiceConfig) -> int:
 
 
 def error_words(cfg: ServiceConfig) -> int:
-    """The failed tasks' records (contract.h, "task error records"): a header, then a log
-    of N.ERR_RECORDS records per executor."""
-    return int(N.ERR_REGION_HEADER + cfg.executors * N.ERR_LOG_WORDS)
+    """The failed tasks' records (errlog.h, "task error records"): a header, then a log
+    of C.ERR_RECORDS records per executor."""
+    return int(C.ERR_REGION_HEADER + cfg.executors * C.ERR_LOG_WORDS)
 
 
 def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from .. import _native as N
+from . import constants as K
 
 #: state value -> name, and name -> value
 NAMES: dict[int, str] = {value: name for name, value, _ in N.SLOT_STATES}
@@ -20,12 +21,12 @@ VALUES: dict[str, int] = {name: value for value, name in NAMES.items()}
 MEANINGS: dict[str, str] = {name: doc for name, _, doc in N.SLOT_STATES}
 BAD = "(torn)"  # a word whose state is no state (SM_BAD)
 
-_GEN = {N.TR_GEN_KEEP: "kept", N.TR_GEN_BUMP: "+1", N.TR_GEN_SET: "set"}
+_GEN = {K.TR_GEN_KEEP: "kept", K.TR_GEN_BUMP: "+1", K.TR_GEN_SET: "set"}
 
 
 def _states(mask: int) -> tuple[str, ...]:
     names = tuple(NAMES[v] for v in sorted(NAMES) if mask & (1 << v))
-    return names + ((BAD,) if mask & N.SM_BAD else ())
+    return names + ((BAD,) if mask & K.SM_BAD else ())
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
         _states(to),
         _GEN[gen],
         actor,
-        lock == N.TR_LOCKED,
-        atomic == N.TR_CAS,
+        lock == K.TR_LOCKED,
+        atomic == K.TR_CAS,
         doc,
     )
     for i, (name, frm, to, gen, actor, lock, atomic, doc) in enumerate(N.SLOT_TRANSITIONS)

@@ -45,7 +45,7 @@ def _states(mem: ServiceMemory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _last_reported(mem: ServiceMemory, i: int) -> int:
     """The dispatch seq of executor i's last published outcome (-1 if none)."""
     results = mem.results[i]
-    return int(results.record_at(results.head - 1)[2]) if results.head > 0 else -1
+    return int(results.record_at(results.head - 1)[C.RR_SEQ]) if results.head > 0 else -1
 
 
 def held_places(mem: ServiceMemory) -> list[tuple[str, np.ndarray]]:
@@ -56,9 +56,10 @@ def held_places(mem: ServiceMemory) -> list[tuple[str, np.ndarray]]:
         tail, n = ring.tail, ring.pending()
         seqs = tail + np.arange(n)
         recs = ring.data[seqs & ring.mask]
-        places.append((f"dispatch{i}", recs[seqs > _last_reported(mem, i), 0].copy()))
+        held = recs[seqs > _last_reported(mem, i), C.DR_HANDLE].copy()
+        places.append((f"dispatch{i}", held))
     for i, ring in enumerate(mem.results):
-        places.append((f"results{i}", ring.column(0)))
+        places.append((f"results{i}", ring.column(C.RR_HANDLE)))
     return places
 
 
@@ -85,8 +86,8 @@ def moved_by_reset(mem: ServiceMemory) -> set[int]:
     for ring in mem.producer:
         seqs = ring.tail + np.arange(ring.pending())
         recs = ring.data[seqs & ring.mask]
-        resets = recs[:, 1] == recs[:, 0] ^ C.CHECK_RESET
-        moved.update(C.handle_slot(recs[resets, 0]).tolist())
+        resets = recs[:, C.PR_CHECK] == recs[:, C.PR_HANDLE] ^ C.CHECK_RESET
+        moved.update(C.handle_slot(recs[resets, C.PR_HANDLE]).tolist())
     return moved
 
 

@@ -44,7 +44,7 @@ class Coordinator(ServiceProcess):
     def __init__(self, service: str) -> None:
         super().__init__(service, "coordinator")
         self.recs = np.empty((BATCH, C.PRODUCER_RECORD), np.int64)
-        self.res = np.zeros(5, np.int64)
+        self.res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
         self.row = self.mem.counters[L.ROW_COORDINATOR]
         opts = options_of(self.mem.config)
         self.retention = Retention(self.mem, opts) if opts is not None else None
@@ -71,7 +71,7 @@ class Coordinator(ServiceProcess):
             return 0  # the disk holds nothing more (writer.py, "Faults"): the ring waits
         res = self.res
         res[:] = 0
-        res[3] = np.iinfo(np.int64).max
+        res[C.LR_EARLIEST] = C.NEVER
         if self.journal is not None:  # write-ahead: on disk before it is applied
             producer = int(mem.ring_table[ring_index, L.RT_PID])
             with mem.locked():
@@ -80,11 +80,11 @@ class Coordinator(ServiceProcess):
         with mem.locked():
             self.tables.link_records(self.recs, n, ring_index, res)
         ring.consume(n)
-        self.row[C.C_LINKED] += res[0]
-        self.row[C.C_STALE] += res[1]
-        self.row[C.C_GARBAGE] += res[2]
-        self.row[C.C_RETIRED] += res[4]
-        if res[0] and res[3] < mem.header[L.W_REAPER_WAKE_AT]:
+        self.row[C.C_LINKED] += res[C.LR_LINKED]
+        self.row[C.C_STALE] += res[C.LR_STALE]
+        self.row[C.C_GARBAGE] += res[C.LR_GARBAGE]
+        self.row[C.C_RETIRED] += res[C.LR_RETIRED]
+        if res[C.LR_LINKED] and res[C.LR_EARLIEST] < mem.header[L.W_REAPER_WAKE_AT]:
             mem.ring_bell("reaper")  # an earlier deadline than the reaper sleeps towards
         return n
 
@@ -98,8 +98,8 @@ class Coordinator(ServiceProcess):
                 continue
             while self.drain(r):
                 pass
-            with mem.locked():
-                freed = self.tables.reclaim(r)
+            with mem.locked():  # (what it journals names the client's pid: docs/journal.md)
+                freed = self.tables.reclaim(r, int(table[r, L.RT_PID]))
                 table[r, L.RT_PID] = 0
                 table[r, L.RT_STATE] = L.RING_FREE
             if self.journal is not None:  # cancelled slots whose records the ring lost

@@ -107,14 +107,19 @@ def recover_rings(
     the next recovery to report."""
     ring, results, table = mem.dispatch[index], mem.results[index], mem.exec_table[index]
     if results.head > 0:
-        last = int(results.record_at(results.head - 1)[2])
+        last = int(results.record_at(results.head - 1)[C.RR_SEQ])
         if last >= ring.tail:
             ring.consume(min(last + 1 - ring.tail, ring.pending()))
     started = int(table[L.X_STARTED])
     handle = None
     if ring.tail <= started < ring.head:
-        handle = int(ring.record_at(started)[0])
-        rec = np.array([[handle, C.OUTCOME_CRASHED, started, 0, 0]], np.int64)
+        handle = int(ring.record_at(started)[C.DR_HANDLE])
+        rec = np.zeros((1, C.RESULT_RECORD), np.int64)
+        rec[0, C.RR_HANDLE], rec[0, C.RR_OUTCOME], rec[0, C.RR_SEQ] = (
+            handle,
+            C.OUTCOME_CRASHED,
+            started,
+        )
         while results.push(rec) == 0:
             if not wait():
                 return None

@@ -6,7 +6,11 @@ random word the supervisor wrote into the segment header at create (layout.py,
 ``W_INSTANCE``). A client refuses a handle of another instance with ValueError
 (``check_owner``; the native cancel checks the same, producer.c ``handle_id``), even one
 of a service of the same name that was stopped and started again: the same id there is
-another timer. A bare int id is the caller's business."""
+another timer. A bare int id is the caller's business.
+
+What a handle needs of its client is declared here (``HandleOwner``), so this module
+imports no client module: the client (service/client.py) imports it, never the reverse.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import numpy as np
 
@@ -23,9 +27,33 @@ from ..errors import ShmwheelError
 from ..segment import contract as C
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
     from .outcomes import Outcomes
     from .tracebacks import Outcome
+
+
+class ServiceBound(Protocol):
+    """A client, as ``check_owner`` sees it: bound to one instance of a named service."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def _instance(self) -> int: ...
+
+
+class HandleOwner(ServiceBound, Protocol):
+    """What a handle (or a batch of them) uses of the client that made it; the Client
+    (service/client.py) is one. ``_restore_handle`` makes a handle again in another
+    process (pickling, ``__reduce__``): a function of the client's module, so that
+    unpickling imports it."""
+
+    ring: int
+
+    def _outcomes_of(self) -> Outcomes: ...
+    def cancel_many(self, handles: Any) -> np.ndarray: ...
+    @staticmethod
+    def _restore_handle(
+        kind: type[_FutureLike], service: str, instance: int, id: int, deadline_ms: int
+    ) -> _FutureLike: ...
 
 
 class _Relay:
@@ -122,7 +150,7 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
         """Nothing to do: N.Handle's __new__ stored the fields."""
 
     def _outcomes(self) -> Outcomes:
-        client: Client = self._client
+        client: HandleOwner = self._client
         return client._outcomes_of()
 
     def _fut(self) -> Outcome:
@@ -259,10 +287,11 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as (kind, service, instance, id, deadline): unpickled in a process of
-        the same user, it is bound to a client of that service there (``_restore``)."""
-        client: Client = self._client
+        the same user, it is bound to a client of that service there (its client's
+        ``_restore_handle``: service/client.py)."""
+        client: HandleOwner = self._client
         where = (client.name, int(client._instance))
-        return (_restore, (type(self), *where, self.id, self.deadline_ms))
+        return (client._restore_handle, (type(self), *where, self.id, self.deadline_ms))
 
     def __eq__(self, other: object) -> bool:
         """Equal: the same kind, id and service instance."""
@@ -276,21 +305,10 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
         return hash(self.id)
 
 
-def _restore(
-    kind: type[_FutureLike], service: str, instance: int, id: int, deadline_ms: int
-) -> _FutureLike:
-    """A pickled handle in this process: bound to an open client of its service here
-    (one is connected on first need, connection.py ``client_for``); ShmwheelError if the
-    service is not running or is another instance than the one that made the handle."""
-    from .connection import client_for
-
-    return kind(client_for(service, instance), id, deadline_ms)
-
-
 class TimerHandle(_FutureLike):
     """A scheduled timer. ``id`` is unique while the service lives and can be passed to
     ``Client.cancel`` or ``Client.handle`` in any process; ``cancel()`` is True iff the
-    task will never run. Handles compare equal by id, pickle (``_restore``), and are
+    task will never run. Handles compare equal by id, pickle (``__reduce__``), and are
     ``concurrent.futures.Future`` objects: ``running()``, ``done()``, ``cancelled()``,
     ``result(timeout)``, ``add_done_callback(fn)`` / ``remove_done_callback(fn)``, the
     stdlib's ``wait`` / ``as_completed``, and ``await`` (asyncio.wait, wait_for, gather)."""
@@ -304,7 +322,7 @@ class TimerHandle(_FutureLike):
         )
 
 
-def check_owner(client: Client, owner: Any, what: str) -> None:
+def check_owner(client: ServiceBound, owner: Any, what: str) -> None:
     """Nothing if `owner` (the client that made a handle, or a batch of them, described by
     `what`) is bound to `client`'s service instance; else the ValueError that names both
     services (nothing has been changed in either)."""
@@ -330,7 +348,7 @@ class TimerHandles(Sequence[TimerHandle]):
     TimerHandle objects made on access, so a million handles cost 16 MB, not a million
     objects."""
 
-    def __init__(self, client: Client, ids: np.ndarray, deadlines: np.ndarray) -> None:
+    def __init__(self, client: HandleOwner, ids: np.ndarray, deadlines: np.ndarray) -> None:
         self._client = client
         self.ids = ids
         self.deadlines_ms = deadlines

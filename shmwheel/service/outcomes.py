@@ -201,10 +201,11 @@ class Outcomes:
                 return total
             if n == 0:
                 return total
-            recs = self._buf[:n].tolist()
+            handles = self._buf[:n, C.OQ_HANDLE].tolist()
+            codes = self._buf[:n, C.OQ_CODE].tolist()
             ring.consume(n)
             total += n
-            for h, code in recs:
+            for h, code in zip(handles, codes, strict=True):
                 self._resolve(h, code)
 
     def _recheck(self) -> None:
@@ -242,7 +243,7 @@ class Outcomes:
             return False
         if what == "":
             self._fail(h)
-        else:  # the code, if the out word is this use's (a task that raised: its error)
+        else:  # the code, if the outcome is this use's (a task that raised: its error)
             self._finish(h, what, C.out_code(out) if C.out_gen(out) == C.handle_gen(h) else 0)
         return True
 

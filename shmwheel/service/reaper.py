@@ -50,7 +50,7 @@ class Reaper(ServiceProcess):
         super().__init__(service, "reaper")
         self.out = np.empty(BATCH, np.int64)
         self.rbuf = np.empty((BATCH, C.RESULT_RECORD), np.int64)
-        self.res = np.zeros(2, np.int64)
+        self.res = np.zeros(C.SETTLE_RESULT_WORDS, np.int64)
         self.row = self.mem.counters[L.ROW_REAPER]
         self.backlog = np.empty(0, np.int64)  # fired handles not yet in a dispatch ring
         self.hot_until = 0  # monotonic ns: until then the reaper sleeps HOT_STEP_S at most
@@ -76,8 +76,8 @@ class Reaper(ServiceProcess):
             if self.journal is not None:  # recorded before the ring forgets them
                 self.journal.flush()
             ring.consume(n)
-            self.row[C.C_FREED] += self.res[0]
-            self.row[C.C_REARMED] += self.res[1]
+            self.row[C.C_FREED] += self.res[C.SR_FREED]
+            self.row[C.C_REARMED] += self.res[C.SR_REARMED]
             total += n
         return total
 
@@ -96,8 +96,8 @@ class Reaper(ServiceProcess):
                 break
             chunk = left[:share]
             recs = np.empty((len(chunk), C.DISPATCH_RECORD), np.int64)
-            recs[:, 0] = chunk
-            recs[:, 1] = now_ns
+            recs[:, C.DR_HANDLE] = chunk
+            recs[:, C.DR_FIRED_NS] = now_ns
             k = rings[i].push(recs)
             left = left[k:]
             if k and mem.exec_table[i, L.X_SLEEPING]:

@@ -23,10 +23,10 @@ from typing import Any
 from ..errors import ShmwheelError
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
+from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import sizes as Z
-from .client import Client, now_ms
-from .connection import connect
+from .client import Client, connect, now_ms
 from .outcomes import mark_stopped
 from .stats import read_stats
 from .tasks import service_path, task_spec
@@ -99,8 +99,8 @@ class TimerService:
                 "tasks must be a non-empty mapping of task name -> "
                 "'module:function' or a module-level function"
             )
-        if len(tasks) > 0xFFFF:
-            raise ValueError("at most 65535 tasks can be registered")
+        if len(tasks) > C.MAX_TASKS:
+            raise ValueError(f"at most {C.MAX_TASKS} tasks can be registered")
         if arena_bytes is None:  # scaled by capacity (segment/sizes.py)
             arena_bytes = Z.default_arena_bytes(capacity)
         for what, value, low in (
@@ -114,10 +114,10 @@ class TimerService:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
-        if capacity >= 1 << 31:
-            raise ValueError("capacity must be below 2**31")
-        if max_clients > 4096:
-            raise ValueError("max_clients must be at most 4096")
+        if capacity >= C.MAX_CAPACITY:
+            raise ValueError(f"capacity must be below 2**31 ({C.MAX_CAPACITY})")
+        if max_clients > C.MAX_CLIENTS:
+            raise ValueError(f"max_clients must be at most {C.MAX_CLIENTS}")
         n_exec = default_executors() if executors is None else executors
         if isinstance(n_exec, bool) or not isinstance(n_exec, int) or n_exec < 1:
             raise ValueError(f"executors must be an integer >= 1, got {executors!r}")

@@ -11,9 +11,11 @@ once, at the call (``wall_deadline``). Anything else is a ``TypeError`` (not a n
 a ``ValueError`` (out of range), with a message that says what to change; an int too large
 for a float is out of range too, not an ``OverflowError``.
 
-A delay becomes a deadline as the native paths make it (shmwheel/native/producer.c,
-``producer_due``): the monotonic clock in ns plus the delay rounded up to the ns, rounded
-up to the ms. So a timer never fires before its delay, whichever path scheduled it.
+A delay becomes a deadline by the one rule of a client, written once in C
+(shmwheel/native/producer.h, ``producer_due_ms``) and used by the native paths and, through
+``due_ms`` and ``due_ms_many`` below, by these: the monotonic clock in ns plus the delay
+rounded up to the ns, rounded up to the ms. So a timer never fires before its delay,
+whichever path scheduled it (tests/test_client_paths.py runs both with the same inputs).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+
+from .. import _native as N
 
 
 def check_delay(value: object, what: str, limit: int) -> float:
@@ -48,9 +52,8 @@ def check_delay(value: object, what: str, limit: int) -> float:
 
 
 def due_ms(now_ns: int, delay_ms: float) -> int:
-    """The deadline (monotonic ms) of a checked delay from `now_ns`: rounded up, as
-    producer.c rounds it."""
-    return -(-(now_ns + math.ceil(delay_ms * 1e6)) // 1_000_000)
+    """The deadline (monotonic ms) of a checked delay from `now_ns` (the native rule)."""
+    return N.due_ms(now_ns, delay_ms)
 
 
 def deadline(delay_ms: object, deadline_ms: object, limit: int, at: object = None) -> int:
@@ -129,5 +132,6 @@ def check_delays(delays_ms: Sequence[float] | np.ndarray, limit: int) -> np.ndar
 
 def due_ms_many(now_ns: int, delays_ms: np.ndarray) -> np.ndarray:
     """``due_ms`` of each checked delay (an int64 array)."""
-    due: np.ndarray = -(-(now_ns + np.ceil(delays_ms * 1e6).astype(np.int64)) // 1_000_000)
+    due = np.empty(len(delays_ms), np.int64)
+    N.due_ms_many(now_ns, np.ascontiguousarray(delays_ms, np.float64), due)
     return due

@@ -3,7 +3,7 @@ side (``record``: the texts, cut to the record's limits, written by shmwheel/nat
 before the outcome "error" is published) and the client side (``task_error``: the
 ``TaskError`` that ``exception()`` returns, read when the outcome reaches the client).
 
-The records live in the segment's "errors" region (contract.h, "task error records"): a
+The records live in the segment's "errors" region (errlog.h, "task error records"): a
 log per executor that keeps its last ``RECORDS`` failures. A client looks for the newest
 whole record of the handle's id in every log; one that is gone, damaged, or (for a
 repeating timer) perhaps not the last run's, gives a TaskError without texts whose message
@@ -18,12 +18,13 @@ import traceback
 
 from .. import _native as N
 from ..errors import TaskError
+from ..segment import constants as K
 from ..segment import layout as L
 
 log = logging.getLogger("shmwheel.executor")
 
-RECORDS = N.ERR_RECORDS  # failures kept per executor
-TYPE_MAX, MESSAGE_MAX, TEXT_MAX = N.ER_TYPE_MAX, N.ER_MESSAGE_MAX, N.ER_TEXT_BYTES
+RECORDS = K.ERR_RECORDS  # failures kept per executor
+TYPE_MAX, MESSAGE_MAX, TEXT_MAX = K.ER_TYPE_MAX, K.ER_MESSAGE_MAX, K.ER_TEXT_BYTES
 
 
 class Outcome(concurrent.futures.Future[str]):
@@ -104,7 +105,7 @@ def task_error(mem: L.ServiceMemory, h: int) -> TaskError:
             f"timer {h:#x}'s task raised; its error record could not be read: {e}", id=h
         )
     verdict, x, k = found[:3]
-    if verdict == N.ERRLOG_FOUND:
+    if verdict == K.ERRLOG_FOUND:
         run, tid, _, t, m, tb = found[3:]
         names = mem.task_names
         task = names[tid] if 0 <= tid < len(names) else None
@@ -120,12 +121,12 @@ def task_error(mem: L.ServiceMemory, h: int) -> TaskError:
         )
     lost = f"timer {h:#x}'s task raised, but its exception is no longer known: "
     see = " (the executor's log has the traceback)"
-    if verdict == N.ERRLOG_DAMAGED:
+    if verdict == K.ERRLOG_DAMAGED:
         why = (
             f"the error record naming it (executor {x}, record {k}) does not check out: its "
             f"lengths or checksum are wrong, so the region was written by something else"
         )
-    elif verdict == N.ERRLOG_STALE:
+    elif verdict == K.ERRLOG_STALE:
         why = (
             f"it is a repeating timer, the newest record of it left is run {found[3]}'s, "
             f"and records of later failures have been overwritten since (each executor "

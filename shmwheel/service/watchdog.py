@@ -239,7 +239,7 @@ class Watchdog:
         """Re-derive result ring i's corrupt index from its records, with its executor
         (the head's writer) killed; the reaper (the tail's) does not consume a corrupt
         ring. Records [tail, head) are outcomes not yet settled: each names a FIRING or
-        STOPPING slot of its generation; column 2 is the dispatch sequence, increasing
+        STOPPING slot of its generation; column RR_SEQ is the dispatch sequence, increasing
         with the ring's sequence, so the newest record ends at the head."""
         role, name = f"exec{i}", self.svc.name
         p = self.svc.procs.get(role)
@@ -247,7 +247,7 @@ class Watchdog:
             p.kill()
             p.wait()
         head, tail, cap = ring.head, ring.tail, ring.capacity
-        seqs = ring.data[:, 2]
+        seqs = ring.data[:, C.RR_SEQ]
         pos = (int(np.argmax(seqs)) + 1) % cap if seqs.any() else 0
         unsettled = self._unsettled(mem, ring)
         if head % cap == pos and head >= 0:  # the head is right: the tail moved
@@ -295,7 +295,7 @@ class Watchdog:
         def count(seq: int, down_to: int) -> int:
             n, slots = 0, set()
             while seq >= down_to:
-                h = int(ring.record_at(seq)[0])
+                h = int(ring.record_at(seq)[C.RR_HANDLE])
                 slot = int(C.handle_slot(h))
                 if not 0 <= slot < len(nodes) or slot in slots:
                     break
@@ -369,7 +369,7 @@ class Watchdog:
         oldest = now_ns
         for ring in mem.dispatch:
             if ring.pending() and not ring.corrupt():
-                oldest = min(oldest, int(ring.record_at(ring.tail)[1]))
+                oldest = min(oldest, int(ring.record_at(ring.tail)[C.DR_FIRED_NS]))
         wake = int(mem.header[L.W_REAPER_WAKE_AT])
         if wake > 0:
             oldest = min(oldest, wake * 1_000_000)

@@ -19,9 +19,10 @@ import numpy as np
 
 from .. import _native as N
 from ..errors import Full, LayoutError
+from ..segment import constants as K
 
-MAGIC = N.WHEEL_MAGIC  # "SHMWHEL2"
-LAYOUT_VERSION = N.WHEEL_LAYOUT_VERSION
+MAGIC = K.WHEEL_MAGIC  # "SHMWHEL2"
+LAYOUT_VERSION = K.WHEEL_LAYOUT_VERSION
 DEFAULT_RANGE = 2**41  # ~70 years of milliseconds
 _MAX_SPAN = 2**61
 
@@ -79,9 +80,9 @@ def wheel_layout(g: WheelGeometry) -> dict[str, int]:
         ("ticks", g.levels),
         ("bexp", g.sentinels),
         ("bits", g.levels * g.words),
-        ("nodes", (g.sentinels + g.capacity) * N.NODE_WORDS),
+        ("nodes", (g.sentinels + g.capacity) * K.NODE_WORDS),
     ]
-    offsets, at = {}, N.WHEEL_HEADER_WORDS
+    offsets, at = {}, K.WHEEL_HEADER_WORDS
     for name, n in sizes:
         offsets[name] = at
         at += n
@@ -95,21 +96,21 @@ def words_needed(g: WheelGeometry) -> int:
 
 def _write_header(mem: np.ndarray, g: WheelGeometry) -> None:
     off = wheel_layout(g)
-    mem[: N.WHEEL_HEADER_WORDS] = 0
-    mem[N.H_MAGIC] = MAGIC  # "SHMWHEL2" < 2**63: an int64 as it is
-    mem[N.H_VERSION] = LAYOUT_VERSION
-    mem[N.H_CAPACITY] = g.capacity
-    mem[N.H_LEVELS] = g.levels
-    mem[N.H_WHEEL] = g.wheel_size
-    mem[N.H_SLOTS] = g.slots
-    mem[N.H_WORDS] = g.words
-    mem[N.H_TICK] = g.tick
-    mem[N.H_OFF_TICKS] = off["ticks"]
-    mem[N.H_OFF_BEXP] = off["bexp"]
-    mem[N.H_OFF_BITS] = off["bits"]
-    mem[N.H_OFF_NODES] = off["nodes"]
-    mem[N.H_TOTAL] = off["total"]
-    mem[N.H_SENTINELS] = g.sentinels
+    mem[: K.WHEEL_HEADER_WORDS] = 0
+    mem[K.H_MAGIC] = MAGIC  # "SHMWHEL2" < 2**63: an int64 as it is
+    mem[K.H_VERSION] = LAYOUT_VERSION
+    mem[K.H_CAPACITY] = g.capacity
+    mem[K.H_LEVELS] = g.levels
+    mem[K.H_WHEEL] = g.wheel_size
+    mem[K.H_SLOTS] = g.slots
+    mem[K.H_WORDS] = g.words
+    mem[K.H_TICK] = g.tick
+    mem[K.H_OFF_TICKS] = off["ticks"]
+    mem[K.H_OFF_BEXP] = off["bexp"]
+    mem[K.H_OFF_BITS] = off["bits"]
+    mem[K.H_OFF_NODES] = off["nodes"]
+    mem[K.H_TOTAL] = off["total"]
+    mem[K.H_SENTINELS] = g.sentinels
     ot = off["ticks"]
     mem[ot : ot + g.levels] = _ticks(g)
 
@@ -119,35 +120,35 @@ def _ticks(g: WheelGeometry) -> list[int]:
 
 
 _OFFSETS = (
-    (N.H_OFF_TICKS, "ticks"),
-    (N.H_OFF_BEXP, "bexp"),
-    (N.H_OFF_BITS, "bits"),
-    (N.H_OFF_NODES, "nodes"),
+    (K.H_OFF_TICKS, "ticks"),
+    (K.H_OFF_BEXP, "bexp"),
+    (K.H_OFF_BITS, "bits"),
+    (K.H_OFF_NODES, "nodes"),
 )
 
 
 def _read_geometry(mem: np.ndarray) -> WheelGeometry:
-    if mem.dtype != np.int64 or mem.ndim != 1 or len(mem) < N.WHEEL_HEADER_WORDS:
+    if mem.dtype != np.int64 or mem.ndim != 1 or len(mem) < K.WHEEL_HEADER_WORDS:
         raise LayoutError("a wheel array is a 1-d int64 array with at least a header")
-    magic = int(np.int64(mem[N.H_MAGIC]).view(np.uint64))
+    magic = int(np.int64(mem[K.H_MAGIC]).view(np.uint64))
     if magic != MAGIC:
         raise LayoutError(f"not a shmwheel wheel: magic {magic:#x}, expected {MAGIC:#x}")
-    if mem[N.H_VERSION] != LAYOUT_VERSION:
+    if mem[K.H_VERSION] != LAYOUT_VERSION:
         raise LayoutError(
-            f"wheel layout version {int(mem[N.H_VERSION])}, this code reads {LAYOUT_VERSION}"
+            f"wheel layout version {int(mem[K.H_VERSION])}, this code reads {LAYOUT_VERSION}"
         )
     g = WheelGeometry(
-        int(mem[N.H_TICK]), int(mem[N.H_WHEEL]), int(mem[N.H_LEVELS]), int(mem[N.H_CAPACITY])
+        int(mem[K.H_TICK]), int(mem[K.H_WHEEL]), int(mem[K.H_LEVELS]), int(mem[K.H_CAPACITY])
     )
     if g.tick < 1 or g.wheel_size < 2 or g.levels < 1 or g.capacity < 0:
         raise LayoutError(f"wheel header sizes are inconsistent ({g}, {len(mem)} words)")
     off = wheel_layout(g)
     if (
-        mem[N.H_TOTAL] != off["total"]
+        mem[K.H_TOTAL] != off["total"]
         or len(mem) < off["total"]
-        or mem[N.H_SLOTS] != g.slots
-        or mem[N.H_SENTINELS] != g.sentinels
-        or mem[N.H_WORDS] != g.words
+        or mem[K.H_SLOTS] != g.slots
+        or mem[K.H_SENTINELS] != g.sentinels
+        or mem[K.H_WORDS] != g.words
         or any(mem[h] != off[name] for h, name in _OFFSETS)
         or mem[off["ticks"] : off["ticks"] + g.levels].tolist() != _ticks(g)
     ):
@@ -173,10 +174,10 @@ _advance = N.wheel_advance
 _cascade_step = N.wheel_cascade_step
 _next_wakeup = N.wheel_next_wakeup
 _release = N.wheel_release
-_NO_SLOT = N.INS_NO_SLOT
-_NEVER = N.NEVER
-_SLOT_MASK = N.HANDLE_SLOT_MASK
-_GEN_BITS = N.GS_GEN_MASK << N.GS_GEN_SHIFT
+_NO_SLOT = K.INS_NO_SLOT
+_NEVER = K.NEVER
+_SLOT_MASK = K.HANDLE_SLOT_MASK
+_GEN_BITS = K.GS_GEN_MASK << K.GS_GEN_SHIFT
 
 
 class WheelCore(N.BoundWheel):
@@ -214,7 +215,7 @@ class WheelCore(N.BoundWheel):
                 f"span {g.span} must fit on either side of it in int64"
             )
         _write_header(mem, g)
-        mem[N.H_NOW] = now
+        mem[K.H_NOW] = now
         N.wheel_reset(mem)
 
     @classmethod
@@ -240,16 +241,16 @@ class WheelCore(N.BoundWheel):
 
     @property
     def current_time(self) -> int:
-        return int(self.mem[N.H_NOW])
+        return int(self.mem[K.H_NOW])
 
     @property
     def size(self) -> int:
         """Entries linked in the wheel (pending)."""
-        return int(self.mem[N.H_PENDING])
+        return int(self.mem[K.H_PENDING])
 
     @property
     def capacity(self) -> int:
-        return int(self.mem[N.H_CAPACITY])
+        return int(self.mem[K.H_CAPACITY])
 
     def max_deadline(self) -> int:
         """The first deadline the wheel refuses as out of range at the current time."""
@@ -319,16 +320,16 @@ class WheelCore(N.BoundWheel):
     def entries(self) -> np.ndarray:
         """The entry records as a (capacity, 4) view: next, prev, deadline, gen|state."""
         g = self.geometry
-        start = int(self.mem[N.H_OFF_NODES]) + g.sentinels * N.NODE_WORDS
-        return self.mem[start : start + g.capacity * N.NODE_WORDS].reshape(-1, N.NODE_WORDS)
+        start = int(self.mem[K.H_OFF_NODES]) + g.sentinels * K.NODE_WORDS
+        return self.mem[start : start + g.capacity * K.NODE_WORDS].reshape(-1, K.NODE_WORDS)
 
     def deadline_of(self, slot: int) -> int:
         """The exact deadline recorded in `slot`."""
-        return int(self.entries()[slot, N.F_DEADLINE])
+        return int(self.entries()[slot, K.F_DEADLINE])
 
     def handle_of(self, slot: int) -> int:
         """The handle that currently names `slot` (its generation and index)."""
-        return (int(self.entries()[slot, N.F_GS]) & _GEN_BITS) | slot
+        return (int(self.entries()[slot, K.F_GS]) & _GEN_BITS) | slot
 
     @staticmethod
     def slot_of(handle: int) -> int:
@@ -340,8 +341,8 @@ class WheelCore(N.BoundWheel):
         slot = handle & _SLOT_MASK
         if handle < 0 or slot >= self.capacity:
             return False
-        gs = int(self.entries()[slot, N.F_GS])
-        return (gs & _GEN_BITS) == (handle & _GEN_BITS) and (gs & N.GS_STATE_MASK) == N.ST_PENDING
+        gs = int(self.entries()[slot, K.F_GS])
+        return (gs & _GEN_BITS) == (handle & _GEN_BITS) and (gs & K.GS_STATE_MASK) == K.ST_PENDING
 
     # -- capacity -----------------------------------------------------------------
     def _make_room(self, wanted: int) -> None:
@@ -360,14 +361,14 @@ class WheelCore(N.BoundWheel):
         ng = WheelGeometry(g.tick, g.wheel_size, g.levels, capacity)
         mem = np.zeros(words_needed(ng), dtype=np.int64)
         _write_header(mem, ng)
-        mem[N.H_NOW] = old[N.H_NOW]
-        mem[N.H_FREE] = old[N.H_FREE]
-        mem[N.H_PENDING] = old[N.H_PENDING]
+        mem[K.H_NOW] = old[K.H_NOW]
+        mem[K.H_FREE] = old[K.H_FREE]
+        mem[K.H_PENDING] = old[K.H_PENDING]
         o, n = wheel_layout(g), wheel_layout(ng)
         for name, length in (
             ("bexp", g.sentinels),
             ("bits", g.levels * g.words),
-            ("nodes", (g.sentinels + g.capacity) * N.NODE_WORDS),
+            ("nodes", (g.sentinels + g.capacity) * K.NODE_WORDS),
         ):
             mem[n[name] : n[name] + length] = old[o[name] : o[name] + length]
         N.wheel_add_free_slots(mem, g.capacity)
@@ -382,17 +383,17 @@ class WheelCore(N.BoundWheel):
         RESETTING, or its record not yet drained): they may sit in any bucket."""
         mem, g = self.mem, self.geometry
         off = wheel_layout(g)
-        nodes = mem[off["nodes"] : off["nodes"] + (g.sentinels + g.capacity) * N.NODE_WORDS]
-        nodes = nodes.reshape(-1, N.NODE_WORDS)
-        st = nodes[g.sentinels :, N.F_GS] & N.GS_STATE_MASK
-        epv, enx = nodes[g.sentinels :, N.F_PREV], nodes[g.sentinels :, N.F_NEXT]
+        nodes = mem[off["nodes"] : off["nodes"] + (g.sentinels + g.capacity) * K.NODE_WORDS]
+        nodes = nodes.reshape(-1, K.NODE_WORDS)
+        st = nodes[g.sentinels :, K.F_GS] & K.GS_STATE_MASK
+        epv, enx = nodes[g.sentinels :, K.F_PREV], nodes[g.sentinels :, K.F_NEXT]
         # the walks read Python lists: indexing numpy one scalar at a time is ~5x slower
-        nx, pv = nodes[:, N.F_NEXT].tolist(), nodes[:, N.F_PREV].tolist()
-        stl, dl = st.tolist(), nodes[g.sentinels :, N.F_DEADLINE].tolist()
+        nx, pv = nodes[:, K.F_NEXT].tolist(), nodes[:, K.F_PREV].tolist()
+        stl, dl = st.tolist(), nodes[g.sentinels :, K.F_DEADLINE].tolist()
         bexp = mem[off["bexp"] : off["bexp"] + g.sentinels].tolist()
         bits = mem[off["bits"] : off["bits"] + g.levels * g.words].view(np.uint64).tolist()
         now, linked = self.current_time, 0
-        linkable = (N.ST_PENDING, N.ST_CANCELLED, N.ST_COMPLETED, N.ST_RESETTING)
+        linkable = (K.ST_PENDING, K.ST_CANCELLED, K.ST_COMPLETED, K.ST_RESETTING)
         moved = set(moved)
         for k in range(g.levels):
             tk = g.tick * g.wheel_size**k
@@ -420,7 +421,7 @@ class WheelCore(N.BoundWheel):
                             assert v > now // tk, f"level {k} bucket {i} is the current one"
                     prev, node, n = node, nx[node], n + 1
                     assert n <= g.capacity, "cycle in a bucket list"
-                assert bit == (n > 0) == (bexp[b] != N.NO_TIME), (
+                assert bit == (n > 0) == (bexp[b] != K.NO_TIME), (
                     f"level {k} bucket {i}: bit {bit}, {n} entries, expiration {bexp[b]}"
                 )
                 linked += n
@@ -428,21 +429,21 @@ class WheelCore(N.BoundWheel):
         assert int(np.count_nonzero(epv != -1)) == linked, (
             "an unlinked entry has prev != -1 (linked iff prev != -1)"
         )
-        assert not (((st == N.ST_PENDING) & (epv == -1)).any()), "a pending slot is not linked"
-        stack, s = [], int(mem[N.H_FREE])
+        assert not (((st == K.ST_PENDING) & (epv == -1)).any()), "a pending slot is not linked"
+        stack, s = [], int(mem[K.H_FREE])
         while s != -1:
             assert 0 <= s < g.capacity, f"free list holds slot {s} out of range"
             stack.append(s)
             assert len(stack) <= g.capacity, "cycle in the free list"
             s = nx[g.sentinels + s]
         on_stack = np.array(stack, dtype=np.int64)
-        bad = on_stack[st[on_stack] != N.ST_FREE]
+        bad = on_stack[st[on_stack] != K.ST_FREE]
         assert len(bad) == 0, f"free list holds slot {int(bad[0]) if len(bad) else 0} not free"
         bad = on_stack[epv[on_stack] != -1]
         assert len(bad) == 0, f"free slot {int(bad[0]) if len(bad) else 0} has prev != -1"
         free = len(stack)
-        assert int(np.count_nonzero(st == N.ST_FREE)) == free, "a FREE slot is off the stack"
-        held_mask = (st != N.ST_FREE) & (epv == -1)  # FIRING (or reserved, in the service)
+        assert int(np.count_nonzero(st == K.ST_FREE)) == free, "a FREE slot is off the stack"
+        held_mask = (st != K.ST_FREE) & (epv == -1)  # FIRING (or reserved, in the service)
         assert (enx[held_mask] == -1).all(), "a held slot has next != -1 (in a list)"
         held = int(np.count_nonzero(held_mask))
         assert free + linked + held == g.capacity, (

@@ -188,7 +188,7 @@ void *coordinator_main(void *arg) {
             if (gone > LD(&w->ring_free[r])) {
                 while (drain(w, &cs, r)) {}
                 lock(w);
-                slot_reclaim(&cs, r);
+                slot_reclaim(&cs, r, 1000 + r);   /* (a pid: what it journals names it) */
                 unlock(w);
                 jb.len = 0;
                 /* release: the ring's next client starts after this */

@@ -1,0 +1,16 @@
+"""Every constant of the shared-memory contract, taken in one loop from the native core.
+
+``shmwheel/native/contract.h`` (and ``journal.h``) write each constant once, as a row of a
+list; the extension exports every row (module.c, ``CONTRACT``), and this module makes each
+a module attribute. Their types are ``constants.pyi``, generated from the same rows by
+``tests/contract_stub.py`` (``tests/test_contract.py`` fails when it drifts). Read
+contract.h for what each word means; ``segment/contract.py`` re-exports them all with the
+accessors of the packed words.
+"""
+
+from __future__ import annotations
+
+from .. import _native as N
+
+globals().update(N.CONTRACT)
+LISTS: tuple[tuple[str, tuple[str, ...]], ...] = N.CONTRACT_LISTS  # (list, its names)
