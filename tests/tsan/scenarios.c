@@ -234,9 +234,11 @@ static void check_use(World *w, i64 h, Use *u, i64 *counts) {
 
 static void check_world(World *w, const char *name) {
     i64 counts[7] = {0}, *mem = w->base.mem, free_slots = 0;
-    for (i64 slot = 0; slot < CAPACITY; slot++)
-        for (i64 gen = 0; gen < GEN_MAX; gen++)
+    for (i64 slot = 0; slot < CAPACITY; slot++) {   /* its uses: up to its generation now */
+        i64 last = GS_GEN(*gs_word(mem, wheel_node(mem, slot)));
+        for (i64 gen = 0; gen <= last && gen < GEN_MAX; gen++)
             check_use(w, HANDLE_MAKE(gen, slot), &w->ledger[slot * GEN_MAX + gen], counts);
+    }
     /* nothing lost: every slot and every block is free again */
     for (i64 s = mem[H_FREE]; s >= 0 && free_slots <= CAPACITY; free_slots++)
         s = *wheel_field(mem, wheel_node(mem, s), F_NEXT);

@@ -29,7 +29,8 @@
 
 #define MAX_CLIENTS 4
 #define CAPACITY 384       /* slots: small, so slots and blocks are reused all the time */
-#define GEN_MAX 2048       /* ledger entries per slot: uses of one slot in a run */
+#define GEN_MAX 8192       /* ledger entries per slot: uses of one slot in a run (the plain
+                              repair run reuses a few slots over 2048 times) */
 #define RING_CAP 16        /* producer, dispatch and result rings: often full */
 #define OUTQ_CAP 8192      /* the service's is 1024 (segment/sizes.py, OUTQ_CAPACITY) */
 #define WATCH_CAP 96
