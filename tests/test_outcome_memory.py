@@ -171,3 +171,23 @@ def test_a_gone_clients_entries_are_emptied(how):
                 wait_for(lambda: not _keys(mem).any(), what="the reclaim of its ring")
         finally:
             mem.close()
+
+
+def test_a_full_payload_arena_names_its_remedy():
+    """The arena is sized apart from capacity (4 MiB by default: 32,768 payloads of 9-64
+    bytes), so its Full says how to get a larger one: TimerService(arena_bytes=...). A
+    schedule's payload and an operation's block say the same."""
+    assert TimerService(tasks=TASKS, executors=1).config.arena_blocks == (32768, 4096, 512, 128)
+    with (
+        TimerService(tasks=TASKS, capacity=1000, executors=1, arena_bytes=8192) as svc,
+        svc.client() as c,
+    ):
+        assert svc.config.arena_blocks == (64, 8, 1, 0)
+        with pytest.raises(Full) as full:
+            for _ in range(100):  # 73 blocks in all: 64 + 8 + 1
+                c.schedule("noop", b"twenty bytes of data", delay_ms=60_000)
+        said = str(full.value)
+        assert "TimerService(arena_bytes=...)" in said, said
+        assert "64 of 64 B, 8 of 256 B, 1 of 1024 B, 0 of 4096 B" in said, said
+        with pytest.raises(Full, match=r"larger TimerService\(arena_bytes=\.\.\.\)"):
+            c.watch(["k"], 60_000, payload="more than eight bytes")
