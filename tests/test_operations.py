@@ -19,6 +19,7 @@ import pytest
 
 import shmwheel
 from shmwheel import Full, ShmwheelError, TimerService
+from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from tests import ops_tasks
 from tests.conftest import service_processes
@@ -298,7 +299,7 @@ def test_a_client_that_never_asks_pays_nothing():
         wait_for(lambda: svc.stats()["completed"] == 200, what="the runs")
         assert c._outcomes is None, "no waiter table until an outcome is asked for"
         assert not any(t.name.startswith("shmwheel-outcomes") for t in threading.enumerate())
-        assert not c._mem.notify.any(), "no notify word was written"
+        assert not c._mem.waiters[C.WAIT_HEADER :].any(), "no waiter entry was claimed"
         assert hs[0].done(), "done() reads the slot: still no thread"
         assert c._outcomes is not None and c._outcomes._thread is None
     with pytest.raises(ShmwheelError, match="closed"):

@@ -169,7 +169,7 @@ class OpsMachine(SlotMachine):
         self.fired_at[h].append(t)
         return None
 
-    # -- the outcome of each operation, read from its out word as it ends -----------------
+    # -- the outcome of each operation, read from its freed slot as it ends -----------------
     @invariant()
     def operations_have_one_right_outcome(self) -> None:
         if not hasattr(self, "mem"):
@@ -182,9 +182,10 @@ class OpsMachine(SlotMachine):
             assert ran <= 1, f"operation {h:#x} ran {ran} times"
             if h in self.op_outcome or self._state(h) != -1:
                 continue
-            slot = C.handle_slot(h)
-            w = int(self.mem.out[slot])
-            assert C.out_gen(w) == C.handle_gen(h), f"operation {h:#x} ended with no out word"
+            # what a late ask reads: the freed slot's payload word (until it is reserved
+            # again, which no rule does between an operation's end and this check)
+            _, w = self.mem.bind_tables().outcome_state(h, -1)
+            assert C.out_gen(w) == C.handle_gen(h), f"operation {h:#x} ended with no outcome"
             code = C.out_code(w)
             self.op_outcome[h] = code
             task = code & C.OC_TASK_MASK

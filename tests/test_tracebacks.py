@@ -148,7 +148,7 @@ def test_a_flood_of_failures_gives_no_longer_known_never_another_record():
     without texts); what is found is the timer's own record."""
     execs, flood = 2, 320
     with TimerService(tasks=TASKS, capacity=8192, executors=execs) as svc, svc.client() as c:
-        # every slot reserved before any ends, so none is used again (the out word stays)
+        # every slot reserved before any ends, so none is used again (its outcome stays)
         first = [c.schedule("boom", f"first {i}", delay_ms=50) for i in range(20)]
         rest = [c.schedule("boom", f"flood {i}", delay_ms=600) for i in range(flood)]
         until(lambda: svc.stats()["task_errors"] == 20 + flood, 60)

@@ -44,6 +44,7 @@ CORE = (
     "arena.c",
     "slots_journal.c",
     "purgatory.c",
+    "waiters.c",
     "journal_encode.c",
     "slot_record.c",
 )
@@ -72,7 +73,7 @@ SCENARIOS: dict[str, tuple[int, tuple[str, ...]]] = {
     "reset": (1500, (r"(\d+) ran", r"(\d+) cancelled", r"(\d+) resets won")),
     "arena": (1500, (r"(\d+) ran", r"(\d+) cancelled")),
     "watch": (1500, (r"(\d+) completed", r"(\d+) cancelled")),
-    "notify": (1500, (r"(\d+) watched", r"(\d+) cancelled")),
+    "notify": (1500, (r"(\d+) waited in", r"(\d+) refused", r"(\d+) cancelled")),
     "repair": (1500, (r"(\d+) repairs", r"(\d+) resets won", r"(\d+) cancelled")),
 }
 SEEDS = (1, 2)
@@ -181,16 +182,46 @@ PLANTS: dict[str, Plant] = {
         "ThreadSanitizer: data race",
         "tsan",
     ),
-    # outcome_watch as it was: a plain seq_cst store of the notify word, so a late waiter
-    # of an ended use overwrites the next use's waiter (a functional failure, not a race)
-    "notify-overwritten": Plant(
-        "purgatory.c",
-        "        while (GS_GEN(__atomic_load_n(w, __ATOMIC_SEQ_CST)) == gen &&\n"
-        "               !__atomic_compare_exchange_n(nt, &cur, want, 0, __ATOMIC_SEQ_CST,\n"
-        "                                            __ATOMIC_SEQ_CST)) {}",
-        "        __atomic_store_n(nt, want, __ATOMIC_SEQ_CST);",
+    # the freer marks a waiter's entry done without release: the client's read of the
+    # outcome in it is no longer ordered after the freer's write of it (an ordering bug)
+    "done-relaxed": Plant(
+        "waiters.c",
+        "if (__atomic_compare_exchange_n(kw, &seen, want, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))",
+        "if (__atomic_compare_exchange_n(kw, &seen, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))",
         "notify",
-        "a lost wake-up",
+        "ThreadSanitizer: data race",
+        "tsan",
+    ),
+    # a client empties its entry without release: its read of the outcome races the next
+    # claimant's write of the value (the race this harness found in the first version)
+    "release-relaxed": Plant(
+        "waiters.c",
+        "!__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)",
+        "!__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)",
+        "notify",
+        "ThreadSanitizer: data race",
+        "tsan",
+    ),
+    # the freer looks in the first of a handle's two buckets only: a waiter placed in the
+    # second is never told (a functional failure: its entry is never done)
+    "waiter-one-bucket": Plant(
+        "waiters.c",
+        "    for (int b = 0; b < 2; b++)\n        for (int k = 0; k < WAIT_WAYS; k++) {\n"
+        "            i64 e = first[b] + k, *kw",
+        "    for (int b = 0; b < 1; b++)\n        for (int k = 0; k < WAIT_WAYS; k++) {\n"
+        "            i64 e = first[b] + k, *kw",
+        "notify",
+        "a lost outcome",
+        "tsan",
+    ),
+    # an operation's count is not zeroed as its block is stored: what the block held before
+    # (the harness's clients leave a large count there) completes it short
+    "count-not-zeroed": Plant(
+        "purgatory.c",
+        "        hdr[OPH_COUNT] = 0;",
+        "",
+        "watch",
+        "completed with",
         "tsan",
     ),
     # gs_cas without acquire-release: a reset's put-back no longer orders the deadline it

@@ -230,6 +230,7 @@ def service_workloads(
             unit="B",
             notes=[
                 f"{S} payload arena / capacity",
+                f"{S} fixed regions / capacity",
                 f"{S} segment bytes",
                 f"{S} wheel+side / capacity",
             ],
@@ -241,9 +242,10 @@ def service_workloads(
                     64,
                     "issue 26 (issue 3 asked 48 B a timer): a service's shared memory is RAM "
                     "held for its whole life; 1 M timers of capacity should take <= 64 MB",
-                    "the segment is bigger than budgeted: each slot holds three purgatory "
-                    "words since issue 10 (next goal), and the regions not sized by capacity "
-                    "(payload arena, rings) add the rest",
+                    "the regions not sized by capacity grew: with the defaults (32 clients, one "
+                    "executor) they are 15 MB at 1 M (producer rings 8.4 MB, payload arena "
+                    "4.8 MB, the rest under 2 MB; segment/sizes.py); each further "
+                    "executor adds 0.72 MB (its rings and error log)",
                 ),
                 Goal(
                     "segment bytes per added timer",
@@ -251,10 +253,9 @@ def service_workloads(
                     "<=",
                     48,
                     "issues 3 and 26: a timer of capacity costs a 32-byte wheel node and a "
-                    "16-byte side record, no more",
-                    "since issue 10 every slot also holds three 8-byte purgatory words (an "
-                    "operation's count, outcome and waiter) though most timers are not "
-                    "operations; issue 26 asks for them in a table sized by use",
+                    "16-byte side record, no more (the purgatory and the outcomes keep nothing "
+                    "per slot since issue 26)",
+                    "a region grew a word per slot: segment/layout.py's segment_layout says which",
                 ),
             ],
             wid="W3",

@@ -36,9 +36,10 @@ def svc_memory(n: int) -> Figures:
     """Bytes per pending timer at the default capacity (1 M): the whole segment
     (os.path.getsize of /dev/shm/shmwheel.<name>) over capacity, and the wheel + side
     tables alone (their layout sizes), and what one more timer of capacity adds to the
-    segment (the layout for capacity + 1024, less the layout, over 1024). The segment also
-    holds the 16 MiB payload arena,
-    the rings and counters, which do not grow with capacity. Peers: traced allocations of
+    segment (the layout for capacity + 1024, the other regions as they are, less the
+    layout, over 1024). The segment also holds regions not sized by capacity by default
+    (segment/sizes.py): the rings, the watch and waiter tables, and the payload
+    arena (4 MiB up to about 1 M timers, then 4 bytes a timer). Peers: traced allocations of
     50k pending entries (heapq+thread entry; asyncio TimerHandle; sched event), and the
     resident-memory growth per entry of 100k entries built in a fresh process (measured
     once per run); Redis:
@@ -53,7 +54,8 @@ def svc_memory(n: int) -> Figures:
         fig[f"{S} wheel+side / capacity"] = (words["wheel"] + words["side"]) * 8 / cap
         more = L.segment_layout(dataclasses.replace(svc.config, capacity=cap + 1024))["total"]
         fig[f"{S} segment bytes per added timer"] = (more - off["total"]) * 8 / 1024
-        fig[f"{S} payload arena / capacity"] = (off["total"] - off["arena_meta"]) * 8 / cap
+        fig[f"{S} payload arena / capacity"] = (off["anchors"] - off["arena_meta"]) * 8 / cap
+        fig[f"{S} fixed regions / capacity"] = size / cap - (more - off["total"]) * 8 / 1024
         fig[f"{S} segment bytes"] = float(size)
 
     m = TRACE_N

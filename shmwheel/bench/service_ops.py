@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..segment.sizes import default_arena_bytes
 from ..service.client import Client
 from . import service_common as common
 from .baselines import HeapTimer, RedisDelayQueue, asyncio_loop, event_loop, sched_scheduler
@@ -37,7 +38,10 @@ def svc_schedule_call(n: int) -> Figures:
     with _service(_capacity_for(n)) as svc, svc.client() as c:
         warm(c)
         fig[f"{S} Client.schedule"] = schedule_call_rate(c, delays)
-    with _service(_capacity_for(n)) as svc, svc.client() as c:
+    # n payloads pending at once: the default arena (4 MiB up to 1 M timers) holds 32,768
+    # small ones, so this run's arena gives its smallest class (half the bytes) n blocks
+    arena = max(default_arena_bytes(n), 2 * 64 * n)
+    with _service(_capacity_for(n), arena_bytes=arena) as svc, svc.client() as c:
         warm(c)
         payload = {"job": 12345, "try": 2, "queue": "default"}  # 3 fields, 29 bytes packed
         fig[f"{S} Client.schedule, 3-field dict payload"] = schedule_call_rate(c, delays, payload)

@@ -22,13 +22,18 @@
  *    the consumer is still reading. This is correct by the C11 model, not only by x86's
  *    store order.
  *
- *  - A slot's outcome words (purgatory.c): the out word is stored with release under the
- *    lock just before the slot is freed; the notify word is stored by a waiting client
- *    (a seq_cst CAS, only while the slot is still the use it waits for) and then the
- *    state word loaded seq_cst, while the freer loads the notify word after a seq_cst
- *    fence that follows its free: the store-buffering pattern, so one of the two always
- *    sees the other (the argument in full is in purgatory.c). An outcome ring's bell is a
- *    32-bit futex word; its sleep flag follows the same pattern.
+ *  - Outcomes (purgatory.c has the argument in full, step by step; waiters.c the code): a
+ *    freed slot's last outcome is stored (relaxed) in its payload word before the free's
+ *    release, and read after an acquire of the state word, then confirmed by re-reading
+ *    it (the next client stores its payload with release). A waiting client publishes
+ *    its handle in a waiter-table entry (a seq_cst store, after its ring in the entry's
+ *    value) and then loads the state word seq_cst, while the freer loads the entries'
+ *    keys (acquire) after a seq_cst fence that follows its free: the store-buffering
+ *    pattern, so one of the two always sees the other. The freer writes the outcome into
+ *    the entry's value by CAS, then marks the key done with a release CAS; the client
+ *    acquires the key, reads the value, and empties the entry with a release CAS that the
+ *    next claim's CAS acquires. An outcome ring's bell is a 32-bit futex word; its sleep
+ *    flag follows the same pattern.
  *
  *  - A word that one side reads without the lock while another writes it, with nothing
  *    ordering the two, is accessed with relaxed atomics on both sides (relaxed_load /

@@ -209,7 +209,7 @@ CONTRACT_INT(HANDLES)
     X(HANDLE_SLOT_MASK, 0xFFFFFFFFLL)                                                      \
     X(NO_TIME, INT64_MIN)                                                                  \
     X(NEVER, INT64_MAX)                                                                    \
-    X(OP_MAX_AMOUNT, 0xFFFFFFFFLL)   /* an operation's count saturates here (OPH, OPC) */  \
+    X(OP_MAX_AMOUNT, 0xFFFFFFFFLL)   /* an operation's count saturates here (OPH) */       \
     X(MAX_CAPACITY, 1LL << 31)       /* slots of a service (a slot + 1 is an owner word) */ \
     /* the check words of a producer record (below) */                                    \
     X(CHECK_SUBMIT, 0x5A17C0DE3A11F00DLL)                                                  \
@@ -260,7 +260,7 @@ CONTRACT_INT(SIDE_RECORD)
 
 /* What a side record's flags say, and the blocks that start with a header: a repeating
  * timer's (period, runs: REPEAT_HEADER bytes), an operation's (OP_HEADER bytes: the OPH
- * word, a spare), each built in one place (op_block_header below; Python's in
+ * word, its count), each built in one place (op_block_header below; Python's in
  * segment/contract.py, repeat_header and op_header_bytes). */
 #define PAYLOADS(X)                                                                        \
     X(FLAG_KEY, 1)        /* the blob is msgpack [key, payload] */                         \
@@ -276,7 +276,9 @@ CONTRACT_INT(SIDE_RECORD)
     X(RH_PERIOD, 0)       /* its words: the period (ms), */                                \
     X(RH_RUNS, 1)         /* the run it is on, from 1 */                                   \
     X(OP_HEADER, 16)      /* bytes before an operation's [keys, payload] in its block: */  \
-    X(OH_OPH, 0)          /* its words: OPH, then one spare (0) */                         \
+    X(OH_OPH, 0)          /* its words: OPH, */                                            \
+    X(OPH_COUNT, 1)       /* then its count: the amount signalled to it so far        */ \
+                          /* (under the segment lock only; 0 as op_store stores it)    */ \
     X(OPH_TASK_SHIFT, 32) /* OPH = required | on_complete << 32 | nkeys << 48 */           \
     X(OPH_NKEYS_SHIFT, 48)                                                                 \
     X(INLINE_MAX, 8)      /* bytes of msgpack stored in the payload word itself */         \
@@ -289,11 +291,6 @@ CONTRACT_INT(PAYLOADS)
 #define OPH_REQUIRED(w) ((w) & OP_MAX_AMOUNT)
 #define OPH_TASK(w) (((w) >> OPH_TASK_SHIFT) & META_TASK_MASK)
 #define OPH_NKEYS(w) (((w) >> OPH_NKEYS_SHIFT) & OP_MAX_KEYS)
-/* An operation's count (a per-slot word of the purgatory): the amount signalled so far to
- * one use of the slot, generation << 32 | amount (at most OP_MAX_AMOUNT). */
-#define OPC_MAKE(gen, amount) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(amount))
-#define OPC_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
-#define OPC_AMOUNT(w) ((w) & OP_MAX_AMOUNT)
 /* An operation's block header, written (the C side builds it here only; Python in
  * segment/contract.py, op_header_bytes) */
 static inline void op_block_header(void *block, i64 required, i64 on_complete, i64 nkeys) {
@@ -385,13 +382,15 @@ CONTRACT_INT(RINGS)
     X(SR_REARMED, 1)
 CONTRACT_INT(RESULTS)
 
-/* ---- outcomes as a waiting client sees them (the "out" region, the outcome rings) ----
- * A slot's out word, written under the lock just before the slot is freed:
- * generation << 32 | code; code = OUTCOME_* or OC_CANCELLED, | OC_COMPLETED or
- * OC_EXPIRED for an operation. A slot's notify word: generation << 32 | (client ring + 1),
- * stored by a client that waits for this use of the slot (0: nobody). The freer pushes
- * (handle, code) on that ring's outcome ring. */
+/* ---- outcomes as a waiting client sees them (purgatory.c; waiters.c) ---------------
+ * An outcome: generation << 32 | code; code = OUTCOME_* or OC_CANCELLED, | OC_COMPLETED or
+ * OC_EXPIRED for an operation; OC_NONE for a use that ended without one (a dead client's
+ * slot reclaimed, a deadline refused). A FREE slot's payload word (S_PAYLOAD) holds the
+ * outcome of its last use, written by the freer before the free, until the slot is
+ * reserved again (then its next client writes its own payload there). The outcome ring's
+ * records and header words are in RINGS (OUTQ_*, OQ_*). */
 #define OUTCOME_CODES(X)                                                                   \
+    X(OC_NONE, 0)                                                                          \
     X(OC_CANCELLED, 4)                                                                     \
     X(OC_TASK_MASK, 0xF)                                                                   \
     X(OC_COMPLETED, 0x10)                                                                  \
@@ -401,9 +400,6 @@ CONTRACT_INT(OUTCOME_CODES)
 #define OUT_MAKE(gen, code) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | (i64)(code))
 #define OUT_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
 #define OUT_CODE(w) ((w) & OUT_CODE_MASK)
-#define NT_MAKE(gen, ring) ((((i64)(gen) & GS_GEN_MASK) << GS_GEN_SHIFT) | ((i64)(ring) + 1))
-#define NT_GEN(w) (((w) >> GS_GEN_SHIFT) & GS_GEN_MASK)
-#define NT_RING(w) (((w) & HANDLE_SLOT_MASK) - 1)
 
 /* ---- the purgatory's watch lists (the "watch" region; all under the segment lock) ----
  * A hash table of chains: header words, then WT_BUCKETS(n) chain heads (-1: empty), then
@@ -417,11 +413,49 @@ CONTRACT_INT(OUTCOME_CODES)
     X(WT_USED, 3)                                                                          \
     X(WT_CURSOR, 4)       /* the next bucket the reaper's purge step looks at */           \
     X(WT_PURGED, 5)       /* entries of finished operations purged, ever */                \
-    X(WE_WORDS, 3)                                                                         \
+    X(WE_WORDS, 4)                                                                         \
     X(WE_KEY, 0)                                                                           \
     X(WE_HANDLE, 1)                                                                        \
-    X(WE_NEXT, 2)
+    X(WE_NEXT, 2)                                                                          \
+    X(WE_BLOCK, 3)        /* the operation's arena block: class << 32 | block (op_store) */
 CONTRACT_INT(WATCH_LISTS)
+
+/* ---- the waiter table (the "waiters" region; waiters.c) -------------------------------
+ * Who waits for which handle's outcome, found by handle: WAIT_HEADER words, then
+ * WA_NBUCKETS (a power of two) buckets; a bucket is WAIT_WAYS key words (one cache line),
+ * then WAIT_WAYS value words. A handle's entries are in one of its two buckets. An entry
+ * belongs to the client that claimed it (lock-free, by CAS of an empty key) until that
+ * client empties it again; the freer of the handle's slot only reads the key and, once,
+ * writes the outcome (value, then WK_DONE). A zeroed region is an empty table.
+ * A key: WK_EMPTY, WK_OF(h) (a client waits for handle h >= 0), WK_DONE | WK_OF(h) (h's
+ * outcome is in the value), or WK_CLAIMED(ring) = WK_CLAIMED_BASE - ring (the client of
+ * `ring` is writing the value; no handle with a slot below 2^31 gives such a key). A
+ * value: ring + 1 of the waiting client (WV_RING); once done, also the outcome's code
+ * (WV_CODE) and the handle's generation (bits 32..62, as OUT_GEN). */
+#define WAITERS(X)                                                                         \
+    X(WAIT_HEADER, 8)                                                                      \
+    X(WA_NBUCKETS, 0)                                                                      \
+    X(WA_REFUSED, 1)      /* asks refused: both buckets full (an atomic add, any client) */ \
+    X(WAIT_WAYS, 8)                                                                        \
+    X(WAIT_BUCKET_WORDS, 2 * WAIT_WAYS)                                                    \
+    X(WK_EMPTY, 0)                                                                         \
+    X(WK_CLAIMED_BASE, -2)                                                                 \
+    X(WV_RING_MASK, 0xFFFF)                                                                \
+    X(WV_CODE_SHIFT, 16)                                                                   \
+    X(WV_CODE_MASK, 0xFF)
+CONTRACT_INT(WAITERS)
+#define WAITER_WORDS(X) X(WK_DONE, INT64_MIN)
+CONTRACT_I64(WAITER_WORDS)
+#define WK_OF(h) ((i64)(h) + 1)
+#define WK_CLAIMED(ring) ((i64)WK_CLAIMED_BASE - (i64)(ring))
+#define WK_IS_CLAIMED(k) ((k) <= WK_CLAIMED_BASE && (k) >= WK_CLAIMED_BASE - (i64)WV_RING_MASK)
+#define WK_CLAIMED_RING(k) ((i64)WK_CLAIMED_BASE - (k))
+#define WV_MAKE(gen, code, ring)                                              \
+    (OUT_MAKE(gen, ((i64)(code) & WV_CODE_MASK) << WV_CODE_SHIFT) |           \
+     (((i64)(ring) + 1) & WV_RING_MASK))
+#define WV_RING(v) (((v) & WV_RING_MASK) - 1)
+#define WV_CODE(v) (((v) >> WV_CODE_SHIFT) & WV_CODE_MASK)
+#define WV_GEN(v) OUT_GEN(v)
 
 /* ---- per-writer counter rows (COUNTER_WORDS words; every word has one writer) -------- */
 #define COUNTERS(X)                                                                        \
@@ -460,6 +494,6 @@ CONTRACT_INT(WINDOWS)
 #define CONTRACT_LISTS(L)                                                                  \
     L(WHEEL_HEADER) L(NODE_FIELDS) L(STATE_WORD) L(SLOT_RULES) L(HANDLES) L(WIDE_WORDS)    \
     L(LIMITS) L(SIDE_RECORD) L(PAYLOADS) L(ARENA) L(RINGS) L(RESULTS) L(OUTCOME_CODES)     \
-    L(WATCH_LISTS) L(COUNTERS) L(WINDOWS)
+    L(WATCH_LISTS) L(WAITERS) L(WAITER_WORDS) L(COUNTERS) L(WINDOWS)
 
 #endif

@@ -40,9 +40,10 @@
  *    can, a stray write into the region (a hostile neighbour, a bug elsewhere).
  *
  *  - A reader asks only after the outcome reached it, which happens after the executor's
- *    result-ring push (release; the reaper acquires it, settles under the lock and stores
- *    the out word with release or pushes the outcome ring: purgatory.c), so every record
- *    of the timer is complete by then.
+ *    result-ring push (release; the reaper acquires it, settles under the lock, frees the
+ *    slot with the outcome in its payload word, writes it into the entries that wait for
+ *    it and pushes the outcome ring: waiters.c), so every record of the timer is complete
+ *    by then.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

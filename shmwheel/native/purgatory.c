@@ -1,25 +1,35 @@
-/* purgatory.c: Kafka's DelayedOperationPurgatory across processes, and the outcome
- * notifications that let a client wait for a timer or an operation.
+/* purgatory.c: Kafka's DelayedOperationPurgatory across processes (the watch lists, an
+ * operation's count, completion, purge); and, in its theory of operation, how an outcome
+ * reaches a client that waits for it (the code of that is waiters.c).
  *
  * Theory of operation
  * -------------------
  * An operation is a timer slot (flag FLAG_OP): its deadline is its timeout, its task its
  * on_expire task, and its arena block starts with OP_HEADER (required amount, on_complete
- * task, key count) before msgpack [keys, payload]. So expiry is a fire, exactly as for a
- * timer: the reaper's advance takes PENDING -> FIRING by CAS. Completion is the other
- * CAS out of PENDING, to COMPLETED, made by whichever client's check_and_complete brings
- * the operation's count to its required amount. A cancel is the third (PENDING ->
- * CANCELLED, lock-free, slots.c). The state word decides: exactly one of completed,
- * expired, cancelled, in whatever processes they race (Kafka's forceComplete).
+ * task, key count; then its count) before msgpack [keys, payload]. So expiry is a fire,
+ * exactly as for a timer: the reaper's advance takes PENDING -> FIRING by CAS. Completion
+ * is the other CAS out of PENDING, to COMPLETED, made by whichever client's
+ * check_and_complete brings the operation's count to its required amount. A cancel is the
+ * third (PENDING -> CANCELLED, lock-free, slots.c). The state word decides: exactly one of
+ * completed, expired, cancelled, in whatever processes they race (Kafka's forceComplete).
  *
- * Ground rules: everything here except outcome_watch runs under the segment lock (the
- * watcher's watch, every check_and_complete, the reaper's purge step, a crash repair), so
- * the watch lists, the per-slot counts (opc) and the bucket links are plain words. Only the
- * state word is shared with lock-free writers (a cancel), hence the CAS into COMPLETED. A
- * completed operation is unlinked from its bucket and relinked into the current level-0
- * bucket, still COMPLETED; the reaper's next advance meets it there and makes it FIRING
- * with its on_complete task (slot_retire_hook). Until then nothing else can move it:
- * cancel acts on PENDING, SUBMITTED and FIRING only.
+ * Ground rules: everything here runs under the segment lock (the watcher's watch, every
+ * check_and_complete, the reaper's purge step, a crash repair), so the watch lists, the
+ * operations' counts and the bucket links are plain words. Only the state word is shared
+ * with lock-free writers (a cancel), hence the CAS into COMPLETED. A completed operation
+ * is unlinked from its bucket and relinked into the current level-0 bucket, still
+ * COMPLETED; the reaper's next advance meets it there and makes it FIRING with its
+ * on_complete task (slot_retire_hook). Until then nothing else can move it: cancel acts on
+ * PENDING, SUBMITTED and FIRING only.
+ *
+ * The count: memory for the purgatory only where it is used. An operation's count (the
+ * amount signalled to it so far) is word OPH_COUNT of its block header, which only
+ * operations have; op_store zeroes it as it stores the block. Each watch entry names its
+ * operation's block (WE_BLOCK), so a signal finds the count without the slot's side
+ * record, which a RESERVED operation's client is still writing lock-free. A block is its
+ * operation's from op_store until the slot is freed (the free returns it), so an entry
+ * whose operation is live (op_live: its generation, not ended) names a block that is
+ * still the operation's; the owner word is checked all the same.
  *
  * Amounts signalled while the operation is not yet linked are counted. A SUBMITTED
  * operation (published, not yet drained) that reaches its amount is completed at once by
@@ -36,28 +46,67 @@
  * The table is a fixed region, so memory never grows; a full table of live entries is
  * Full, at the API.
  *
- * Outcomes: slot_finish writes the slot's out word (generation, code) before freeing the
- * slot, then reads its notify word. A client that waits for a handle stores the notify
- * word, then reads the state word (outcome_watch). Store-then-load on both sides, with
- * seq_cst between (the client's store and load are seq_cst; the freer's free is a release
- * store followed by a seq_cst fence): by the C11 model at least one side sees the other's
- * store, so either the freer pushes the outcome on the client's outcome ring, or the
- * client sees the slot freed and reads the out word (written before the free, which its
- * acquire load of the state word orders). Both may happen: the client drops duplicates.
- * The client's store is a CAS made only while the slot is still the use it waits for, so
- * a late waiter of an ended use never overwrites the notify word of the next use's waiter.
+ * Outcomes (waiters.c), with nothing per slot beyond its 48 bytes. Most timers are never
+ * waited for; the memory for waiting is a table sized by how many handles may be awaited
+ * at once, found by handle (the waiter table: contract.h WAIT_*), plus each client's
+ * outcome ring. A waiting client claims an entry in one of its handle's two buckets
+ * (lock-free: CAS of an empty key), writes its ring into the entry's value and publishes
+ * the handle in its key; it empties the entry once it knows the outcome (and the
+ * coordinator empties a dead or closed client's entries as it reclaims its ring). The
+ * freer of a slot (slot_finish, under the lock) writes the use's outcome into the slot's
+ * payload word (a free slot has no payload), frees the slot, then looks in the handle's
+ * two buckets: into every entry that waits for that handle it writes the outcome and marks
+ * it done, and pushes (handle, code) on that client's outcome ring, ringing its bell (a
+ * futex word) if its listener sleeps. The argument, step by step:
+ *
+ *  1. No lost wake-up: the store-buffering pattern. The client stores its key (seq_cst),
+ *     then loads the slot's state word (seq_cst); the freer frees (a release store), then
+ *     a seq_cst fence, then loads the keys. By C11's rules for seq_cst fences, one of the
+ *     two sees the other: if the freer's load of the client's entry read a value older
+ *     than the client's key (empty, claimed, another handle's), the fence precedes that
+ *     store in the single total order S, so the client's seq_cst load, after its store in
+ *     S, sees the free (a store sequenced before a seq_cst fence is seen by every seq_cst
+ *     load after the fence in S). So either the freer finds the entry (the client is told),
+ *     or the client sees the slot freed and reads the outcome from it (5). Both may
+ *     happen: the client takes the first and drops the other. (The plain build of
+ *     tests/tsan catches a freer without the fence on x86-64; ThreadSanitizer does not
+ *     model fences.)
+ *  2. The client writes its ring into the value before it publishes the key (a seq_cst
+ *     store, so a release); the freer loads the key with acquire, so it reads that ring.
+ *  3. Entries are reused. A freer that read a key before its client emptied the entry (a
+ *     "stray" freer) writes the value by CAS from the value it read: a client that claimed
+ *     the entry since stored a fresh value, so the CAS fails, or, the same client storing
+ *     the same ring, succeeds with no harm: the value's outcome counts only once the key
+ *     is done, and the freer's CAS of the key (from its own handle's key) fails unless the
+ *     entry waits for that very handle again, whose outcome it then is. Freers hold the
+ *     segment lock, so a stray freer's writes come before the next freer's, never after.
+ *  4. Done: the freer's CAS of the key to done is a release, after the value; the client
+ *     loads the key with acquire and then reads the value (plainly: nothing writes a done
+ *     entry's value until its client empties it; ThreadSanitizer checks this order, tests/
+ *     tsan notify). Only then is the record pushed: a full outcome ring drops it (counted)
+ *     and the client rechecks its entries, so an outcome that reached an entry is never
+ *     lost, whatever the ring.
+ *  5. A late ask (after the free, in S): the slot's payload word holds the outcome from
+ *     the free until the slot's next client writes its own payload there, after reserving
+ *     it. The reader loads the state word (acquire: FREE, a later generation), the payload
+ *     word (acquire: slot_write stores it with release), then the state word again:
+ *     unchanged, the word was the outcome (its generation is checked too). A freer does
+ *     all its work (outcome, free, entries, done) in one hold of the lock, and a slot is
+ *     reserved only under the lock, so a reader that finds the slot reserved again (its
+ *     state word or its next client's payload, both acquired) also sees a done entry the
+ *     freer wrote for it: outcome_state reads the slot first, then the entry.
+ *
+ * What a handle learns, so: asked before its use ended (in S), its outcome, always (an
+ * entry, or the slot); asked after, the outcome while its slot is still free, and "no
+ * longer known" once the slot is reserved again (slots are reused most recently freed
+ * first). A full pair of buckets refuses the ask at once (Full at the API): nothing is
+ * claimed and nothing waits. The rings are pushed only by freers under the lock, so a
+ * ring's head has one writer at a time.
  */
-#define _GNU_SOURCE   /* syscall(2), struct timespec under -std=c11 */
-#include <limits.h>
-#include <linux/futex.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "atomics.h"
-#include "ring.h"
 #include "slots.h"
 #include "wheel.h"
 
@@ -122,23 +171,24 @@ static i64 op_live(Seg *s, i64 h) {
     return (st == ST_RESERVED || st == ST_SUBMITTED || st == ST_PENDING) ? gs : -1;
 }
 
-/* An operation's required amount and on_complete task (its block header); 0 if the slot
- * is not an operation with a block that checks out. */
-static int op_header(Seg *s, i64 slot, i64 *required, i64 *on_complete) {
-    int c;
-    if (!(META_FIELD(*side_meta(s, slot), FLAGS) & FLAG_OP)) return 0;
-    i64 b = slot_block(s, slot, &c);
-    if (b < 0) return 0;
-    i64 w = arena_block(s, c, b)[OH_OPH];
-    *required = OPH_REQUIRED(w);
-    if (on_complete) *on_complete = OPH_TASK(w);
-    return 1;
+/* ---- an operation's block and count ------------------------------------------------- */
+/* The header of the block `where` (class << 32 | block) if it is still slot's; else NULL.
+ * relaxed: clients write the owner words of their cached blocks lock-free (slot_write). */
+static i64 *op_block(Seg *s, i64 slot, i64 where) {
+    i64 c = BLOCK_REF_CLASS(where), b = BLOCK_REF_INDEX(where);
+    if (where < 0 || c >= ARENA_CLASSES || b >= s->arena[c * A_CLASS_WORDS + A_NBLOCKS] ||
+            relaxed_load(arena_owner(s, (int)c, b)) != OWNER_SLOT(slot))
+        return NULL;
+    return arena_block(s, (int)c, b);
 }
 
-/* the amount signalled so far to this use of the slot */
-static inline i64 op_count(Seg *s, i64 slot, i64 gen) {
-    i64 c = s->opc[slot];
-    return OPC_GEN(c) == gen ? OPC_AMOUNT(c) : 0;
+/* Where a linked (or installed) operation's block is, from its side record: class << 32
+ * | block, or -1 if the slot is not an operation with a block that checks out. */
+static i64 op_where(Seg *s, i64 slot) {
+    int c;
+    if (!(META_FIELD(relaxed_load(side_meta(s, slot)), FLAGS) & FLAG_OP)) return -1;
+    i64 b = slot_block(s, slot, &c);
+    return b < 0 ? -1 : BLOCK_REF_MAKE(c, b);
 }
 
 /* Complete a PENDING or SUBMITTED operation (state word `gs`): the CAS against a
@@ -158,11 +208,13 @@ static int complete(Seg *s, i64 slot, i64 gs) {
 }
 
 int op_complete_if_ready(Seg *s, i64 slot) {
-    i64 gs = gs_load(gs_word(s->mem, wheel_node(s->mem, slot))), required;
-    if (GS_STATE(gs) != ST_PENDING || !s->opc || !op_header(s, slot, &required, NULL)) return 0;
-    return op_count(s, slot, GS_GEN(gs)) >= required && complete(s, slot, gs);
+    i64 gs = gs_load(gs_word(s->mem, wheel_node(s->mem, slot)));
+    if (GS_STATE(gs) != ST_PENDING || !s->watch) return 0;
+    i64 *hdr = op_block(s, slot, op_where(s, slot));
+    return hdr && hdr[OPH_COUNT] >= OPH_REQUIRED(hdr[OH_OPH]) && complete(s, slot, gs);
 }
 
+/* ---- the watch lists ---------------------------------------------------------------- */
 /* Unlink the dead entries of one chain; returns how many were freed. */
 static i64 purge_chain(Seg *s, i64 *link) {
     i64 e, freed = 0, guard = s->watch[WT_CAPACITY];
@@ -191,32 +243,48 @@ i64 watch_purge(Seg *s, i64 budget) {
     return freed;
 }
 
-i64 watch_add(Seg *s, i64 h, const i64 *keys, i64 n) {
+/* Room for n entries, after a full purge if need be. */
+static int watch_room(Seg *s, i64 n) {
     i64 *wt = s->watch;
     if (wt[WT_CAPACITY] - wt[WT_USED] < n) watch_purge(s, wt[WT_NBUCKETS]);
-    if (wt[WT_CAPACITY] - wt[WT_USED] < n) return -1;
-    s->opc[HANDLE_SLOT(h)] = OPC_MAKE(HANDLE_GEN(h), 0);   /* nothing signalled yet */
+    return wt[WT_CAPACITY] - wt[WT_USED] >= n;
+}
+
+/* Entries for operation h (its block at `where`) on n keys; the caller made room. */
+static void watch_link(Seg *s, i64 h, i64 where, const i64 *keys, i64 n) {
+    i64 *wt = s->watch;
     for (i64 k = 0; k < n; k++) {
         i64 e = wt[WT_FREE], *E = wt_entry(s, e), *head = wt_head(s, keys[k]);
         wt[WT_FREE] = E[WE_NEXT];
         E[WE_KEY] = keys[k];
         E[WE_HANDLE] = h;
+        E[WE_BLOCK] = where;
         E[WE_NEXT] = *head;
         *head = e;
         wt[WT_USED]++;
     }
+}
+
+i64 watch_add(Seg *s, i64 h, const i64 *keys, i64 n) {
+    i64 where = op_where(s, HANDLE_SLOT(h));
+    if (where < 0) return -2;
+    if (!watch_room(s, n)) return -1;
+    watch_link(s, h, where, keys, n);
     return n;
 }
 
 i64 op_store(Seg *s, i64 h, const void *data, i64 len, const i64 *keys, i64 n) {
     i64 slot = HANDLE_SLOT(h);
-    if (watch_add(s, h, keys, n) < 0) return -1;
+    if (!watch_room(s, n)) return -1;
     for (int c = 0; c < ARENA_CLASSES; c++) {   /* the smallest class with a free block */
         if (len > ARENA_CLASS_BYTES(c)) continue;
         i64 b = arena_alloc(s, c, slot);
         if (b < 0) continue;
-        memcpy(arena_block(s, c, b), data, (size_t)len);
-        return BLOCK_REF_MAKE(c, b);
+        i64 *hdr = arena_block(s, c, b), where = BLOCK_REF_MAKE(c, b);
+        memcpy(hdr, data, (size_t)len);
+        hdr[OPH_COUNT] = 0;   /* nothing signalled yet, whatever the caller wrote */
+        watch_link(s, h, where, keys, n);
+        return where;
     }
     return -2;
 }
@@ -233,13 +301,14 @@ i64 watch_signal(Seg *s, i64 key, i64 amount) {
         }
         link = &E[WE_NEXT];
         if (E[WE_KEY] != key) continue;   /* another key in the same chain */
-        i64 slot = HANDLE_SLOT(h), gen = HANDLE_GEN(h), required;
-        i64 count = op_count(s, slot, gen) + amount;
+        i64 slot = HANDLE_SLOT(h), *hdr = op_block(s, slot, E[WE_BLOCK]);
+        if (!hdr) continue;   /* cannot be: a live operation's entry names its block */
+        i64 count = hdr[OPH_COUNT] + amount;
         if (count > OP_MAX_AMOUNT) count = OP_MAX_AMOUNT;
-        s->opc[slot] = OPC_MAKE(gen, count);
+        hdr[OPH_COUNT] = count;
         i64 st = GS_STATE(gs);
-        if ((st == ST_PENDING || st == ST_SUBMITTED) && op_header(s, slot, &required, NULL) &&
-                count >= required && complete(s, slot, gs))
+        if ((st == ST_PENDING || st == ST_SUBMITTED) && count >= OPH_REQUIRED(hdr[OH_OPH]) &&
+                complete(s, slot, gs))
             done++;
     }
     s->watch[WT_PURGED] += freed;
@@ -264,72 +333,4 @@ void watch_rebuild(Seg *s) {
             wt[WT_FREE] = e;
         }
     }
-}
-
-/* ---- outcomes ---------------------------------------------------------------------- */
-static void outq_push(Seg *s, i64 ring, i64 h, i64 code) {
-    if (!s->outq || ring < 0 || ring >= s->nrings) return;
-    Ring r = {s->outq + ring * (RING_HEADER_WORDS + s->outq_cap * OUTQ_RECORD), s->outq_cap,
-              OUTQ_RECORD};
-    i64 rec[OUTQ_RECORD];
-    rec[OQ_HANDLE] = h;
-    rec[OQ_CODE] = code;
-    /* ring_push treats head as its own word: the freers all hold the segment lock */
-    if (!ring_push(&r, rec, 1))
-        relaxed_store(&r.w[OUTQ_DROPPED], relaxed_load(&r.w[OUTQ_DROPPED]) + 1);
-    /* the listener's side: SLEEPING = 1 (seq_cst), then it re-reads head before waiting on
-     * the bell; ours: head published, then SLEEPING read after a seq_cst fence. One of the
-     * two sees the other, so a listener never sleeps through a record. */
-    if (sleep_flag_after_publish(&r.w[OUTQ_SLEEPING])) outq_ring(r.w);
-}
-
-void outq_ring(i64 *words) {
-    int32_t *bell = (int32_t *)&words[OUTQ_BELL];
-    __atomic_fetch_add(bell, 1, __ATOMIC_SEQ_CST);   /* a waiter on the old value returns */
-    syscall(SYS_futex, bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code) {
-    i64 gen = GS_GEN(gs_load(gs_word(mem, wheel_node(mem, slot))));
-    /* release: a client that sees the slot freed (acquire) sees this word */
-    if (s->out) __atomic_store_n(&s->out[slot], OUT_MAKE(gen, code), __ATOMIC_RELEASE);
-    slot_retire(s, mem, slot, TR_FINISH);   /* the free: a release store of the state word */
-    if (!s->notify) return;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the free before the notify word's load */
-    i64 nt = __atomic_load_n(&s->notify[slot], __ATOMIC_RELAXED);
-    if (nt && NT_GEN(nt) == gen) outq_push(s, NT_RING(nt), HANDLE_MAKE(gen, slot), code);
-}
-
-void outcome_watch(Seg *s, i64 h, i64 ring, i64 *gs, i64 *out) {
-    i64 slot = HANDLE_SLOT(h), gen = HANDLE_GEN(h);
-    i64 *w = gs_word(s->mem, wheel_node(s->mem, slot)), *nt = &s->notify[slot];
-    if (ring >= 0) {
-        /* Store only while the slot is still this use, and by CAS: a waiter of an ended
-         * use must not overwrite the notify word of the slot's next use (its waiter would
-         * not be told; tests/tsan's notify scenario found that). A value read from a
-         * later use's waiter synchronizes with it, so the generation check after it sees
-         * the free that preceded it, and we stop. seq_cst CAS, then seq_cst load: see the
-         * header comment. */
-        i64 cur = __atomic_load_n(nt, __ATOMIC_SEQ_CST), want = NT_MAKE(gen, ring);
-        while (GS_GEN(__atomic_load_n(w, __ATOMIC_SEQ_CST)) == gen &&
-               !__atomic_compare_exchange_n(nt, &cur, want, 0, __ATOMIC_SEQ_CST,
-                                            __ATOMIC_SEQ_CST)) {}
-    }
-    *gs = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-    *out = __atomic_load_n(&s->out[slot], __ATOMIC_ACQUIRE);
-}
-
-int outq_wait(i64 *words, double timeout_s) {
-    int32_t *bell = (int32_t *)&words[OUTQ_BELL];
-    __atomic_store_n(&words[OUTQ_SLEEPING], 1, __ATOMIC_SEQ_CST);
-    int32_t v = __atomic_load_n(bell, __ATOMIC_SEQ_CST);
-    int more = __atomic_load_n(&words[RING_HEAD], __ATOMIC_SEQ_CST) !=
-               __atomic_load_n(&words[RING_TAIL], __ATOMIC_RELAXED);
-    if (!more && timeout_s > 0) {
-        struct timespec ts = {(time_t)timeout_s,
-                              (long)((timeout_s - (double)(time_t)timeout_s) * 1e9)};
-        syscall(SYS_futex, bell, FUTEX_WAIT, v, &ts, NULL, 0);
-    }
-    __atomic_store_n(&words[OUTQ_SLEEPING], 0, __ATOMIC_RELAXED);
-    return more;
 }

@@ -1,7 +1,7 @@
-/* purgatory_py.c: Python's face of purgatory.c: the `Tables` methods of the watch lists and
- * of the outcome notifications, and two module functions (a key's id, the outcome ring's
- * wait). Every Tables method here but outcome_watch is called with the segment lock
- * held. */
+/* purgatory_py.c: Python's face of purgatory.c and waiters.c: the `Tables` methods of the
+ * watch lists and of the outcomes (the waiter table), and module functions (a key's id,
+ * the outcome ring's wait and bell). The watch lists' methods are called with the segment
+ * lock held; the outcomes' (outcome_watch, outcome_state, waiter_release) take no lock. */
 #include "producer.h"
 #include "tables.h"
 
@@ -9,26 +9,22 @@
 
 PyObject *tables_set_purgatory(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
     OPEN(self);
-    NARGS(7, "set_purgatory");
-    if (self->seg.opc) return PyErr_Format(PyExc_ValueError, "the purgatory is set already");
-    i64 *opc, *out, *nt, *wt, *oq, cap, nrings;
-    Py_ssize_t n_opc, n_out, n_nt, n_wt, n_oq;
-    if (arg_i64(args[5], &cap) < 0 || arg_i64(args[6], &nrings) < 0) return NULL;
-    if (holds_add(&self->holds, args[0], &opc, &n_opc) < 0 ||
-        holds_add(&self->holds, args[1], &out, &n_out) < 0 ||
-        holds_add(&self->holds, args[2], &nt, &n_nt) < 0 ||
-        holds_add(&self->holds, args[3], &wt, &n_wt) < 0 ||
-        holds_add(&self->holds, args[4], &oq, &n_oq) < 0)
+    NARGS(5, "set_purgatory");
+    if (self->seg.watch) return PyErr_Format(PyExc_ValueError, "the purgatory is set already");
+    i64 *wt, *wa, *oq, cap, nrings;
+    Py_ssize_t n_wt, n_wa, n_oq;
+    if (arg_i64(args[3], &cap) < 0 || arg_i64(args[4], &nrings) < 0) return NULL;
+    if (holds_add(&self->holds, args[0], &wt, &n_wt) < 0 ||
+        holds_add(&self->holds, args[1], &wa, &n_wa) < 0 ||
+        holds_add(&self->holds, args[2], &oq, &n_oq) < 0)
         return NULL;
-    i64 slots = seg_capacity(&self->seg);
-    if (n_opc < slots || n_out < slots || n_nt < slots || n_wt < WT_HEADER || cap < 2 ||
-            (cap & (cap - 1)) || nrings < 0 ||
+    if (n_wt < WT_HEADER || n_wa < WAIT_HEADER || cap < 2 || (cap & (cap - 1)) ||
+            nrings < 0 || nrings > 0xFFFF ||
             n_oq < nrings * (RING_HEADER_WORDS + cap * OUTQ_RECORD))
         return PyErr_Format(PyExc_ValueError, "set_purgatory: the regions are too short");
-    self->seg.opc = opc;
-    self->seg.out = out;
-    self->seg.notify = nt;
     self->seg.watch = wt;
+    self->seg.waiters = wa;
+    self->seg.waiters_words = n_wa;
     self->seg.outq = oq;
     self->seg.outq_cap = cap;
     self->seg.nrings = nrings;
@@ -59,13 +55,13 @@ PyObject *tables_watch_add(Tables *self, PyObject *const *args, Py_ssize_t nargs
     PURGATORY(self);
     NARGS(2, "watch_add");
     if (arg_i64(args[0], &h) < 0 || i64buf_get(args[1], &keys, 0) < 0) return NULL;
-    i64 r = -2;
+    i64 r = -3;
     if (h < 0 || HANDLE_SLOT(h) >= seg_capacity(&self->seg))
         PyErr_SetString(PyExc_ValueError, "watch_add: not a handle of this service");
-    else
-        r = watch_add(&self->seg, h, keys.p, keys.n);
+    else if ((r = watch_add(&self->seg, h, keys.p, keys.n)) == -2)
+        PyErr_SetString(PyExc_ValueError, "watch_add: the handle names no operation's block");
     i64buf_release(&keys);
-    return r == -2 ? NULL : PyLong_FromLongLong(r);
+    return r < -1 ? NULL : PyLong_FromLongLong(r);
 }
 
 /* op_store(handle, data, key ids) -> arena class << 32 | block, or -1 when the watch lists
@@ -124,15 +120,56 @@ PyObject *tables_watch_purge(Tables *self, PyObject *arg) {
     return PyLong_FromLongLong(watch_purge(&self->seg, budget));
 }
 
+PyObject *tables_waiters_format(Tables *self, PyObject *arg) {
+    i64 nb;
+    PURGATORY(self);
+    if (arg_i64(arg, &nb) < 0) return NULL;
+    if (nb < 2 || (nb & (nb - 1)) || WAIT_HEADER + nb * WAIT_BUCKET_WORDS > self->seg.waiters_words)
+        return PyErr_Format(PyExc_ValueError, "waiters_format: %lld buckets do not fit",
+                            (long long)nb);
+    waiters_format(&self->seg, nb);
+    Py_RETURN_NONE;
+}
+
+/* a handle of this service, and an entry of its waiter table (or -1): 0, or -1 raised */
+static int outcome_args(Tables *t, i64 h, i64 e) {
+    if (h < 0 || HANDLE_SLOT(h) >= seg_capacity(&t->seg) || e < -1 ||
+            e >= t->seg.waiters[WA_NBUCKETS] * WAIT_WAYS) {
+        PyErr_SetString(PyExc_ValueError, "not a handle of this service, or a bad entry");
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *tables_outcome_watch(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
     i64 h, ring, gs, out;
     PURGATORY(self);
     NARGS(2, "outcome_watch");
-    if (arg_i64(args[0], &h) < 0 || arg_i64(args[1], &ring) < 0) return NULL;
-    if (h < 0 || HANDLE_SLOT(h) >= seg_capacity(&self->seg) || ring >= self->seg.nrings)
-        return PyErr_Format(PyExc_ValueError, "outcome_watch: bad handle or ring");
-    outcome_watch(&self->seg, h, ring, &gs, &out);
+    if (arg_i64(args[0], &h) < 0 || arg_i64(args[1], &ring) < 0 || outcome_args(self, h, -1) < 0)
+        return NULL;
+    if (ring >= self->seg.nrings) return PyErr_Format(PyExc_ValueError, "outcome_watch: bad ring");
+    i64 e = outcome_watch(&self->seg, h, ring, &gs, &out);
+    return Py_BuildValue("(LLL)", (long long)gs, (long long)out, (long long)e);
+}
+
+PyObject *tables_outcome_state(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h, e, gs, out;
+    PURGATORY(self);
+    NARGS(2, "outcome_state");
+    if (arg_i64(args[0], &h) < 0 || arg_i64(args[1], &e) < 0 || outcome_args(self, h, e) < 0)
+        return NULL;
+    outcome_state(&self->seg, h, e, &gs, &out);
     return Py_BuildValue("(LL)", (long long)gs, (long long)out);
+}
+
+PyObject *tables_waiter_release(Tables *self, PyObject *const *args, Py_ssize_t nargs) {
+    i64 h, e;
+    PURGATORY(self);
+    NARGS(2, "waiter_release");
+    if (arg_i64(args[0], &h) < 0 || arg_i64(args[1], &e) < 0 || outcome_args(self, h, e) < 0)
+        return NULL;
+    if (e >= 0) waiter_release(&self->seg, e, h);
+    Py_RETURN_NONE;
 }
 
 /* ---- module functions ----------------------------------------------------------------- */

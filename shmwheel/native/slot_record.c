@@ -6,7 +6,10 @@
 
 void slot_write(Seg *s, i64 h, i64 meta, i64 word, i64 deadline) {
     i64 slot = HANDLE_SLOT(h), *mem = s->mem, node = wheel_node(mem, slot);
-    relaxed_store(side_payload(s, slot), word);   /* crash repair reads it meanwhile */
+    /* release: a late asker of the slot's last outcome that reads this word sees our
+     * reservation when it re-reads the state word (waiters.c, slot_outcome); crash repair
+     * reads it meanwhile too */
+    __atomic_store_n(side_payload(s, slot), word, __ATOMIC_RELEASE);
     /* release: crash repair (slots.c, slot_rebuild) that reads meta sees the word */
     __atomic_store_n(side_meta(s, slot), meta, __ATOMIC_RELEASE);
     /* relaxed atomics: the coordinator reads every owner word reclaiming a dead client's

@@ -94,9 +94,15 @@ int slot_reset(Seg *s, i64 h, i64 deadline, i64 ring) {
     }
 }
 
-void slot_retire(Seg *s, i64 *mem, i64 slot, int tr) {
+void slot_retire(Seg *s, i64 *mem, i64 slot, int tr) { slot_retire_ended(s, mem, slot, tr, OC_NONE); }
+
+void slot_retire_ended(Seg *s, i64 *mem, i64 slot, int tr, i64 code) {
     if (s->anchor) anchor_move(s, slot, -1);
     slot_free_payload(s, slot);
+    /* the use's outcome, in the payload word a free slot does not use, for late askers
+     * (waiters.c, slot_outcome: they acquire the free below, then read it). relaxed: its
+     * next client stores its own payload there lock-free once it has reserved the slot */
+    relaxed_store(side_payload(s, slot), OUT_MAKE(GS_GEN(gs_load(gs_of(s, slot))), code));
     relaxed_store(side_meta(s, slot), 0);
     wheel_free_slot(mem, slot, tr);
 }

@@ -78,15 +78,11 @@ typedef struct {
                         JOURNAL_WINDOW; a segment with none is no longer needed */
     i64 jseq;        /* the segment this attachment's SCHEDULED records go to */
     /* The purgatory and the outcomes (set by Tables.set_purgatory; NULL before). All are
-     * in the segment. */
-    i64 *opc;        /* per slot: an operation's count, generation << 32 | amount so far;
-                        written under the lock only */
-    i64 *out;        /* per slot: the last outcome, OUT_MAKE(gen, code); written under the
-                        lock before the slot is freed, read lock-free by waiting clients */
-    i64 *notify;     /* per slot: NT_MAKE(gen, ring) of a client waiting for that use of
-                        the slot; stored lock-free by the client (seq_cst), read by the
-                        freer after its free (seq_cst fence): see purgatory.c */
+     * in the segment. Nothing of them is per slot: an operation's count is in its arena
+     * block, a slot's last outcome in its payload word while it is free (purgatory.c). */
     i64 *watch;      /* the watch lists (contract.h WT_* / WE_*); under the lock */
+    i64 *waiters;    /* the waiter table (contract.h WAIT_* / WK_* / WV_*; waiters.c) */
+    i64 waiters_words;   /* the region's length (checked by Tables.waiters_format) */
     i64 *outq;       /* nrings outcome rings of outq_cap OUTQ_RECORD records, back to back */
     i64 outq_cap, nrings;
     i64 expired;     /* operations this attachment's advance took at their timeout, not yet
@@ -120,9 +116,19 @@ int slot_reset(Seg *s, i64 handle, i64 deadline, i64 ring);
  * cancel won it meanwhile) */
 int slot_reset_hold(Seg *s, i64 handle, i64 deadline, i64 ring, i64 *held);
 int slot_reset_put_back(Seg *s, i64 handle, i64 ring, i64 held);
-/* A client that waits for handle h: store its notify word (ring >= 0), then read the
- * slot's state word and out word (purgatory.c has the ordering argument). */
-void outcome_watch(Seg *s, i64 h, i64 ring, i64 *gs, i64 *out);
+/* The outcomes (waiters.c; purgatory.c has the ordering argument). outcome_watch: a
+ * client (its ring >= 0) that asks about handle h claims a waiter entry for it; *gs is the
+ * slot's state word, *out h's outcome (OUT_MAKE) if it ended and is still known, else 0.
+ * Returns the entry while h's use is not over (the client empties it once it knows the
+ * outcome: waiter_release), -1 when there is nothing to wait for (ended, or ring < 0),
+ * -2 when h's buckets are full (nothing claimed). outcome_state reads the same for a
+ * handle the client waits for in entry e (or e = -1). slot_outcome: h's outcome from its
+ * free slot's payload word, or 0. */
+i64 outcome_watch(Seg *s, i64 h, i64 ring, i64 *gs, i64 *out);
+void outcome_state(Seg *s, i64 h, i64 e, i64 *gs, i64 *out);
+void waiter_release(Seg *s, i64 e, i64 h);
+i64 slot_outcome(Seg *s, i64 h);
+i64 waiter_outcome(Seg *s, i64 e, i64 h);     /* what h's freer wrote in entry e, or 0 */
 /* The listener of an outcome ring (its words): announce the sleep, and wait on the bell
  * up to timeout_s unless records are waiting; returns whether they were. */
 int outq_wait(i64 *words, double timeout_s);
@@ -138,8 +144,11 @@ i64 slot_block(Seg *s, i64 slot, int *cls);   /* the slot's own arena block, or 
 /* A linked slot whose deadline a reset moved: into the bucket of that deadline; returns
  * it (NEVER for a slot not linked, which is left alone) */
 i64 slot_relink(Seg *s, i64 slot);
-/* free payload, then the slot (unlinked); tr: FINISH or RECLAIM (contract.h) */
+/* free payload, then the slot (unlinked); tr: FINISH or RECLAIM (contract.h).
+ * slot_retire_ended leaves outcome `code` (OC_*) in the freed slot's payload word for late
+ * askers (waiters.c); slot_retire leaves OC_NONE. */
 void slot_retire(Seg *s, i64 *mem, i64 slot, int tr);
+void slot_retire_ended(Seg *s, i64 *mem, i64 slot, int tr, i64 code);
 /* The coordinator's write-ahead records for n producer records, before link_records
  * applies them: SCHEDULED for a submit record whose slot is still SUBMITTED (or
  * CANCELLED) with its generation, CANCELLED for a cancel record whose slot is CANCELLED
@@ -189,8 +198,8 @@ i64 slot_install(Seg *s, const i64 *handles, const i64 *deadlines, const i64 *me
 /* the wheel's walk met a CANCELLED node (freed: 0) or a COMPLETED one (made FIRING with
  * its on_complete task: 1); wheel_retire_fn, ctx is a Seg * */
 int slot_retire_hook(void *ctx, i64 *mem, i64 slot);
-/* Free a slot whose use ended with outcome `code` (OC_* of contract.h): its out word,
- * then the free, then the notification of a waiting client (purgatory.c). */
+/* Free a slot whose use ended with outcome `code` (OC_* of contract.h): the outcome in
+ * its payload word, then the free, then the clients that wait for it (waiters.c). */
 void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code);
 
 /* ---- the purgatory (purgatory.c), all under the segment lock -------------------------- */
@@ -200,14 +209,14 @@ void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code);
 u64 key_hash_step(u64 h, const void *p, size_t n);
 i64 key_hash_end(u64 h);
 void watch_format(Seg *s, i64 nbuckets, i64 capacity);
-/* Watch the operation `h` (RESERVED by the caller, its block written) on n keys: its
- * count starts at 0. All or none: -1 when the table has too few free entries even after a
- * full purge. */
+/* Watch the operation `h` (installed by a recovery: its side record names its block) on
+ * n keys. All or none: -1 when the table has too few free entries even after a full
+ * purge, -2 when h names no operation's block. */
 i64 watch_add(Seg *s, i64 h, const i64 *keys, i64 n);
-/* An operation's block (data: OP_HEADER then msgpack [keys, payload], len <= MAX_PAYLOAD)
- * and its watch entries, for the RESERVED handle h: class << 32 | block; -1 when the
- * watch lists are full, -2 when the arena has no block (the entries are in then: the
- * caller retires the slot, which leaves them dead for the next purge). */
+/* An operation's block (data: OP_HEADER then msgpack [keys, payload], len <= MAX_PAYLOAD;
+ * its count starts at 0) and its watch entries, for the RESERVED handle h: class << 32 |
+ * block; -1 when the watch lists are full, -2 when the arena has no block (nothing is
+ * stored then: the caller retires the slot). */
 i64 op_store(Seg *s, i64 h, const void *data, i64 len, const i64 *keys, i64 n);
 /* Add `amount` to every live operation watching `key`; complete those reaching their
  * required amount (CAS PENDING -> COMPLETED, relinked into the current bucket). Entries of
@@ -215,6 +224,8 @@ i64 op_store(Seg *s, i64 h, const void *data, i64 len, const i64 *keys, i64 n);
 i64 watch_signal(Seg *s, i64 key, i64 amount);
 i64 watch_purge(Seg *s, i64 budget);          /* purge step over budget buckets; freed */
 void watch_rebuild(Seg *s);                   /* crash repair: chains from the entries */
+void waiters_format(Seg *s, i64 nbuckets);     /* an empty waiter table (a new segment) */
+void waiters_reclaim(Seg *s, i64 ring);        /* a dead or closed client's entries */
 /* The coordinator linked operation `slot` (PENDING): complete it now if amounts signalled
  * before the link reach its required amount. 1 if it did. */
 int op_complete_if_ready(Seg *s, i64 slot);

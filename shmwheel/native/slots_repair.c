@@ -49,6 +49,7 @@ i64 slot_reclaim(Seg *s, i64 ring, i64 producer) {
         for (i64 b = 0; b < s->arena[c * A_CLASS_WORDS + A_NBLOCKS]; b++)
             if (relaxed_load(arena_owner(s, c, b)) == OWNER_RING(ring))   /* as meta above */
                 arena_release(s, c, b);
+    waiters_reclaim(s, ring);   /* the outcomes it waited for (waiters.c) */
     return n;
 }
 

@@ -307,8 +307,8 @@ PyObject *producer_watch(Producer *p, PyObject *const *args, Py_ssize_t nargs,
     i64 h = p->cache[--p->ncache];
     Seg *s = ops_seg(p);
     i64 where = op_store(s, h, data, OP_HEADER + blob_len, ids, nids);
-    if (where < 0) slot_retire(s, s->mem, HANDLE_SLOT(h), TR_RECLAIM);   /* RESERVED, ours: its
-        generation moves on, so entries already added are dead for the next purge */
+    if (where < 0) slot_retire(s, s->mem, HANDLE_SLOT(h), TR_RECLAIM);   /* RESERVED, ours;
+        op_store stored nothing */
     seglock_drop(p);
     if (where < 0) goto slow;   /* the Python path tries again, and raises Full */
 

@@ -3,7 +3,7 @@
 The one definition is ``shmwheel/native/contract.h``: every constant there is exported by
 the native core and taken here in one loop (``constants.py``, typed by its generated
 stub), with the accessors of the packed words (handle, state word, side-record meta, an
-operation's header, a block reference, a slot's out word) and the builders of the block
+operation's header, a block reference, an outcome word) and the builders of the block
 headers, so that no Python code re-derives a shift or a mask. Read contract.h for what
 each word means; slots.h for the state machine.
 """
@@ -177,8 +177,8 @@ def oph_nkeys(w: int) -> int:
 
 
 def op_header_bytes(required: int, on_complete: int, nkeys: int) -> bytes:
-    """The OP_HEADER bytes an operation's block starts with (its OPH word, a spare): the
-    one Python builder of them (watch.c's op_block_header is C's)."""
+    """The OP_HEADER bytes an operation's block starts with (its OPH word, its count 0):
+    the one Python builder of them (contract.h's op_block_header is C's)."""
     words = [0] * (OP_HEADER // 8)
     words[OH_OPH] = op_header(required, on_complete, nkeys)
     return np.array(words, "<i8").tobytes()
@@ -206,18 +206,18 @@ def block_ref_index(ref: int) -> int:
 
 
 def out_make(gen: Words, code: int) -> Words:
-    """A slot's out word (OUT_MAKE): the generation that ended, its outcome code."""
+    """An outcome word (OUT_MAKE): the generation that ended, its outcome code."""
     return ((gen & GS_GEN_MASK) << GS_GEN_SHIFT) | code
 
 
 def out_gen(w: Words) -> Words:
-    """The generation of a slot's out word (its last outcome)."""
+    """The generation of an outcome word (OUT_MAKE: a free slot's last outcome)."""
     return (w >> GS_GEN_SHIFT) & GS_GEN_MASK
 
 
 def out_code(w: Words) -> Words:
-    """The outcome code of a slot's out word: OUTCOME_* or OC_CANCELLED, with OC_COMPLETED
-    or OC_EXPIRED for an operation."""
+    """The outcome code of an outcome word: OUTCOME_* or OC_CANCELLED, with OC_COMPLETED
+    or OC_EXPIRED for an operation; OC_NONE for a use that ended without one."""
     return w & OUT_CODE_MASK
 
 

@@ -6,8 +6,13 @@ The segment is a sequence of int64 regions, each at an offset computed from the
     header | meta blob (config + task names, msgpack) | counters | lateness histograms |
     ring table | executor table | producer rings | dispatch rings | result rings |
     wheel (contract.h's wheel array) | side table | arena meta | arena data |
-    [journal: anchors | live] | operation counts | out words | notify words |
-    watch lists | outcome rings | error logs
+    [journal: anchors | live] | watch lists | outcome rings | waiter table | error logs
+
+A slot is its wheel node and side record, 48 bytes, and nothing more: the purgatory and
+the outcomes keep no word per slot (an operation's count is in its arena block, a freed
+slot's last outcome in its payload word, and who waits for what in the waiter table,
+sized by how many handles may be awaited at once: shmwheel/native/purgatory.c). The other
+regions are fixed by the config: ``sizes`` says how big each is, and its defaults.
 
 This module owns the segment header's words (``W_*``), the ring and executor tables and
 the order of the regions; the encodings inside the regions (records, state words, rings)
@@ -34,13 +39,24 @@ from ..wheel import core as wheel_core
 from . import contract as C
 from . import shm
 from .ring import Ring
+from .sizes import (
+    DEFAULT_TABLE_CAPACITY,
+    OUTQ_CAPACITY,
+    arena_meta_words,
+    error_words,
+    waiter_buckets,
+    waiter_words,
+    watch_buckets,
+    watch_words,
+)
 from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433036  # "SHWSVC06"
-LAYOUT_VERSION = 7
-OUTQ_CAPACITY = 8192  # records of each client's outcome ring: waiters notified exactly at once
+MAGIC = 0x5348575356433038  # "SHWSVC08"
+MAGIC_FAMILY = MAGIC >> 16  # "SHWSVC": a service segment of any layout version
+# 7: the error logs (issue 22); 8: no purgatory words per slot, the waiter table (issue 26)
+LAYOUT_VERSION = 8
 HEADER_WORDS = 64
 META_BYTES = 16384
 
@@ -142,7 +158,9 @@ class ServiceConfig:
     journal_epoch: int = 0
     journal_next_gen: int = 0  # every slot's first generation (above the journal's ids)
     # the purgatory: watch entries (one per key of a live operation), hash chains
-    watch_capacity: int = 65536
+    watch_capacity: int = DEFAULT_TABLE_CAPACITY
+    # the waiter table: about how many handles may be awaited at once (waiter_buckets)
+    waiter_capacity: int = DEFAULT_TABLE_CAPACITY
 
     def meta_blob(self) -> bytes:
         d = asdict(self)
@@ -160,26 +178,6 @@ class ServiceConfig:
 
     def geometry(self) -> wheel_core.WheelGeometry:
         return wheel_core.WheelGeometry.spanning(self.tick_ms, self.wheel_size, self.capacity)
-
-
-def arena_meta_words(cfg: ServiceConfig) -> int:
-    """Class headers, then each class's next-free and owner tables."""
-    return C.ARENA_CLASSES * C.A_CLASS_WORDS + 2 * sum(cfg.arena_blocks)
-
-
-def watch_buckets(cfg: ServiceConfig) -> int:
-    """Hash chains of the watch lists: a power of two, about one per two entries."""
-    return 1 << max(4, (max(cfg.watch_capacity, 1) // 2 - 1).bit_length())
-
-
-def watch_words(cfg: ServiceConfig) -> int:
-    return C.WT_HEADER + watch_buckets(cfg) + cfg.watch_capacity * C.WE_WORDS
-
-
-def error_words(cfg: ServiceConfig) -> int:
-    """The failed tasks' records (errlog.h, "task error records"): a header, then a log
-    of C.ERR_RECORDS records per executor."""
-    return int(C.ERR_REGION_HEADER + cfg.executors * C.ERR_LOG_WORDS)
 
 
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
@@ -204,11 +202,9 @@ def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
         ("anchors", (cfg.capacity + 1) // 2 if cfg.journal_dir else 0),
         ("live", C.JOURNAL_WINDOW if cfg.journal_dir else 0),
         # the purgatory and the outcomes (shmwheel/native/purgatory.c)
-        ("opc", cfg.capacity),
-        ("out", cfg.capacity),
-        ("notify", cfg.capacity),
         ("watch", watch_words(cfg)),
         ("outq", cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)),
+        ("waiters", waiter_words(cfg)),
         # failed tasks' exceptions: a log per executor (errlog.c)
         ("errors", error_words(cfg)),
     ]
@@ -252,14 +248,10 @@ class ServiceMemory:
         self.arena = v(off["arena_meta"], arena_meta_words(cfg))
         self.arena_words = v(off["arena_data"], off["anchors"] - off["arena_data"])
         self.anchors = v(off["anchors"], off["live"] - off["anchors"])  # int32 pairs
-        self.live = v(off["live"], off["opc"] - off["live"])
-        self.opc = v(off["opc"], cfg.capacity)
-        self.out = v(off["out"], cfg.capacity)
-        self.notify = v(off["notify"], cfg.capacity)
+        self.live = v(off["live"], off["watch"] - off["live"])
         self.watch = v(off["watch"], watch_words(cfg))
-        self.outq_words = v(
-            off["outq"], cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)
-        )
+        self.outq_words = v(off["outq"], off["waiters"] - off["outq"])
+        self.waiters = v(off["waiters"], waiter_words(cfg))
         self.errors = v(off["errors"], error_words(cfg))
         self.outq = self._rings(off["outq"], cfg.max_clients, OUTQ_CAPACITY, C.OUTQ_RECORD)
         self.producer = self._rings(
@@ -284,13 +276,7 @@ class ServiceMemory:
             if len(self.live):  # every attachment keeps the journal's live counts: any
                 self.tables.set_anchors(self.anchors, self.live)  # may free a slot
             self.tables.set_purgatory(
-                self.opc,
-                self.out,
-                self.notify,
-                self.watch,
-                self.outq_words,
-                OUTQ_CAPACITY,
-                self.config.max_clients,
+                self.watch, self.waiters, self.outq_words, OUTQ_CAPACITY, self.config.max_clients
             )
         return self.tables
 
@@ -356,6 +342,7 @@ class ServiceMemory:
             mem.anchors[:] = -1  # no slot anchored in a journal segment
             tables = mem.bind_tables()
             tables.watch_format(watch_buckets(cfg), cfg.watch_capacity)
+            tables.waiters_format(waiter_buckets(cfg))
             tables.rebuild()  # every block and slot free, the lists threaded
             for t in mem.exec_table:
                 t[X_STARTED] = -1
@@ -430,8 +417,7 @@ class ServiceMemory:
         self.header = self.counters = self.hist = self.wheel = self.side = None  # type: ignore[assignment]
         self.arena = self.ring_table = self.exec_table = None  # type: ignore[assignment]
         self.arena_words = self.anchors = self.live = None  # type: ignore[assignment]
-        self.opc = self.out = self.notify = self.watch = self.outq_words = None  # type: ignore[assignment]
-        self.errors = None  # type: ignore[assignment]
+        self.watch = self.outq_words = self.waiters = self.errors = None  # type: ignore[assignment]
         self.seg.close()
 
     # -- payloads ---------------------------------------------------------------------
@@ -441,14 +427,6 @@ class ServiceMemory:
         size = C.ARENA_CLASS_BYTES[cls_]
         start = int(self.arena[cls_ * C.A_CLASS_WORDS + C.A_DATA]) * 8 + block * size
         return self.arena_words.view(np.uint8)[start : start + size]
-
-
-def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:
-    """Blocks per size class for an arena of about `arena_bytes`: half the bytes for the
-    smallest class, where most payloads land, then a quarter, an eighth, an eighth."""
-    shares = (0.5, 0.25, 0.125, 0.125)
-    n = [int(arena_bytes * f) // size for f, size in zip(shares, C.ARENA_CLASS_BYTES, strict=True)]
-    return (n[0], n[1], n[2], n[3])
 
 
 def semaphore_roles(cfg: ServiceConfig) -> list[str]:
@@ -461,15 +439,16 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
     h = seg.words
     if seg.size < HEADER_WORDS * 8 + META_BYTES:
         raise LayoutError(f"segment {seg.name} is too small to be a shmwheel service")
-    if h[W_MAGIC] != C.as_int64(MAGIC):
+    magic = int(h[W_MAGIC]) & (2**64 - 1)
+    if magic >> 16 != MAGIC_FAMILY:
+        raise LayoutError(f"segment {seg.name} is not a shmwheel service (magic {magic:#x})")
+    if h[W_VERSION] != LAYOUT_VERSION or magic != MAGIC:
         raise LayoutError(
-            f"segment {seg.name} is not a shmwheel service "
-            f"(magic {int(h[W_MAGIC]) & (2**64 - 1):#x})"
-        )
-    if h[W_VERSION] != LAYOUT_VERSION:
-        raise LayoutError(
-            f"segment {seg.name} has layout version {int(h[W_VERSION])}; "
-            f"this shmwheel reads version {LAYOUT_VERSION}"
+            f"segment {seg.name} has layout version {int(h[W_VERSION])} (magic "
+            f"{magic.to_bytes(8, 'big').decode('ascii', 'replace')}); this shmwheel reads "
+            f"version {LAYOUT_VERSION} ({MAGIC.to_bytes(8, 'big').decode()}) only: stop the "
+            f"service that made it (with the shmwheel it was started with) and start it "
+            f"again with this one"
         )
     n = int(h[W_META_LEN])
     if not 0 < n <= META_BYTES:

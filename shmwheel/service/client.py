@@ -28,6 +28,7 @@ from ..segment import payload as P
 from . import times as _times
 from .batch import BatchCalls
 from .client_base import _live_clients, now_ms
+from .connection import claim_ring
 from .handles import TimerHandle, _FutureLike
 from .purgatory import Operation, PurgatoryCalls
 from .stats import read_stats
@@ -202,24 +203,10 @@ _kept: list[Client] = []  # the clients client_for connected (open until the pro
 
 
 def connect(name: str) -> Client:
-    """Attach to the running service `name` (same user) and claim a producer ring."""
-    L.check_architecture()
-    mem = L.ServiceMemory.attach(name)
+    """Attach to the running service `name` (same user) and claim a producer ring
+    (connection.py, ``claim_ring``)."""
+    mem, ring = claim_ring(name)
     try:
-        if mem.header[L.W_STOPPING]:
-            raise ShmwheelError(f"service {name!r} is stopping")
-        mem.semaphore("coordinator")  # opened now, so close() can ring it after a stop
-        pid = os.getpid()
-        with mem.locked():
-            free = np.flatnonzero(mem.ring_table[:, L.RT_STATE] == L.RING_FREE)
-            if len(free) == 0:
-                raise ShmwheelError(
-                    f"all {mem.config.max_clients} client rings of service "
-                    f"{name!r} are in use: close clients or raise max_clients"
-                )
-            ring = int(free[0])
-            mem.ring_table[ring, L.RT_PID] = pid
-            mem.ring_table[ring, L.RT_STATE] = L.RING_CLAIMED
         return Client(mem, ring)
     except BaseException:
         mem.close()

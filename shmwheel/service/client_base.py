@@ -258,7 +258,7 @@ class ClientBase(N.Producer):
 
     def _outcomes_of(self) -> Outcomes:
         """This client's waiters (made on first use: a client that never asks for an
-        outcome runs no thread and stores no notify word)."""
+        outcome runs no thread and claims no waiter entry)."""
         if self._outcomes is None:
             if self._closed:  # a stopped service's handles still learn "stopped"
                 raise ShmwheelError("this client is closed; connect() again")
@@ -320,12 +320,22 @@ class ClientBase(N.Producer):
             if b >= 0:
                 break
         else:
-            raise Full(
-                f"the payload arena has no free block for {len(data)} bytes: use "
-                f"smaller payloads or start the service with a larger arena_bytes"
-            )
+            raise self._arena_full(len(data))
         self._mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
         return b, c, C.FLAG_ARENA | (C.FLAG_REPEAT if every else 0)
+
+    def _arena_full(self, nbytes: int) -> Full:
+        """The Full of a payload (or an operation's block) of `nbytes` that no free block
+        of the arena fits: what the arena holds, and the remedy."""
+        classes = list(zip(self._mem.config.arena_blocks, C.ARENA_CLASS_BYTES, strict=True))
+        held = ", ".join(f"{n} of {size} B" for n, size in classes)
+        total = sum(n * size for n, size in classes)
+        return Full(
+            f"the payload arena of service {self.name!r} has no free block for {nbytes} "
+            f"bytes (its {total} bytes hold blocks {held}, each payload over "
+            f"{C.INLINE_MAX} bytes taking one until its timer ends): start the service "
+            f"with a larger TimerService(arena_bytes=...), or use smaller payloads"
+        )
 
     def _own_blocks(self, slots: Any, metas: Any, words: Any) -> None:
         """Name the arena blocks not yet submitted slots were just given in their side

@@ -3,28 +3,32 @@ and ``Operation``.
 
 Nothing here runs until a client first asks about an outcome (``done()``, ``result()``,
 ``add_done_callback()``, ``await``): a client that never asks pays nothing, and its
-schedule path is untouched. Asking about a handle stores the client's ring in the slot's
-notify word (shmwheel/native/purgatory.c); the process that frees the slot then pushes
-(handle, outcome code) on this client's outcome ring and rings its bell, a futex word in
-the ring's header. One listener thread per client sleeps on that bell (no polling of the
-service) and resolves a ``concurrent.futures.Future`` per handle asked about;
-``add_done_callback`` and ``await`` (``asyncio.wrap_future``) build on that future.
+schedule path is untouched. Waiting for a handle claims an entry for it in the service's
+waiter table (shmwheel/native/waiters.c; the design is purgatory.c's): the process that
+frees the slot writes the outcome into that entry and pushes (handle, outcome code) on
+this client's outcome ring, ringing its bell, a futex word in the ring's header. One
+listener thread per client sleeps on that bell (no polling of the service), resolves an
+``Outcome`` (a ``concurrent.futures.Future`` that may carry a ``TaskError``: tracebacks.py)
+per handle asked about and empties its entry; ``add_done_callback`` and ``await``
+(``asyncio.wait_for`` / ``wrap_future``) build on that future. An outcome that reached an
+entry is never lost: if the ring was full, the listener finds it in the entry when it
+rechecks (at once after a drop, and every RECHECK_S in any case). A table with no room
+for a handle (both of its buckets full) refuses the ask with ``Full``: nothing waits then.
 
-A slot's outcome is also kept in its out word until the slot is used again, which is how a
-handle asked about after its end learns the outcome. The listener rechecks its waiters
-every RECHECK_S in case a notification went elsewhere (another process asked about the
-same handle last: a slot's notify word names one client) or its ring overflowed.
+A handle asked about after its use ended learns the outcome from the freed slot (its
+payload word keeps it until the slot is reserved again), or "no longer known".
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import numpy as np
 
 from .. import _native as N
-from ..errors import ShmwheelError
+from ..errors import Full, ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment.ring import Ring
@@ -68,6 +72,16 @@ def mark_stopped(mem: L.ServiceMemory) -> None:
             log.debug("outcome bell not rung", exc_info=True)
 
 
+class _Waiter:
+    """One handle this client waits for: its future, its kind, its waiter-table entry."""
+
+    __slots__ = ("future", "operation", "entry")
+
+    def __init__(self, future: Outcome, operation: bool) -> None:
+        self.future, self.operation = future, operation
+        self.entry = -1  # known once outcome_watch returns
+
+
 class Outcomes:
     """One client's waiters: a future per handle asked about, resolved by the listener."""
 
@@ -76,7 +90,7 @@ class Outcomes:
         self._ring = ring
         self._words = mem.outq[ring].words
         self._lock = threading.Lock()
-        self._waiting: dict[int, tuple[Outcome, bool]] = {}
+        self._waiting: dict[int, _Waiter] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
         self._buf = np.empty((256, C.OUTQ_RECORD), np.int64)
@@ -84,8 +98,10 @@ class Outcomes:
 
     # -- asking -----------------------------------------------------------------------
     def state(self, h: int) -> tuple[int, int]:
-        """(state word, out word) of the slot h names, without asking to be told."""
-        gs, out = self._tables().outcome_watch(h, -1)
+        """(state word, outcome word) of h: its slot's state word, and its outcome if it
+        ended and is known (from its entry if this client waits for it), else 0."""
+        w = self._waiting.get(h)
+        gs, out = self._tables().outcome_state(h, -1 if w is None else w.entry)
         return int(gs), int(out)
 
     def known(self, h: int, operation: bool) -> str | None:
@@ -95,8 +111,8 @@ class Outcomes:
         return self._decided(h, gs, out, operation, stopped)
 
     def settle(self, h: int) -> None:
-        """Resolve h's future now if the slot's words say it is decided (its notification
-        may still be on the way to the listener)."""
+        """Resolve h's future now if the words say it is decided (its notification may
+        still be on the way to the listener)."""
         stopped = self._stopped()
         gs, out = self.state(h)
         self._settle_if_decided(h, gs, out, stopped)
@@ -105,30 +121,54 @@ class Outcomes:
         return int(self._mem.header[L.W_STOPPING]) == STOPPED
 
     def future(self, h: int, operation: bool) -> Outcome:
-        """The future of handle h's outcome (one per handle in this client)."""
+        """The future of handle h's outcome (one per handle in this client). Full when the
+        waiter table has no room for h (it is not decided yet, and nothing waits)."""
         with self._lock:
             if self._closed:
                 raise ShmwheelError("this client is closed; its handles cannot wait")
             entry = self._waiting.get(h)
             if entry is not None:
-                return entry[0]
+                return entry.future
             fut = Outcome()
-            self._waiting[h] = (fut, operation)
+            waiter = self._waiting[h] = _Waiter(fut, operation)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._listen, name=f"shmwheel-outcomes-{self._ring}", daemon=True
                 )
                 self._thread.start()
         stopped = self._stopped()
-        gs, out = self._tables().outcome_watch(h, self._ring)  # from now on we are told
-        self._settle_if_decided(h, int(gs), int(out), stopped)
-        return fut
+        gs, out, e = self._tables().outcome_watch(h, self._ring)  # from now on we are told
+        with self._lock:
+            mine = self._waiting.get(h) is waiter
+            if mine and e >= 0:
+                waiter.entry = e
+        if e >= 0 and not mine:  # decided meanwhile (the listener was told first)
+            self._tables().waiter_release(h, e)
+        if self._settle_if_decided(h, gs, out, stopped) or e != -2:
+            return fut
+        with self._lock:  # live, and no room to wait for it: nothing waits
+            if self._waiting.get(h) is waiter:
+                del self._waiting[h]
+        if fut.done():
+            return fut
+        raise self._full(h)
+
+    def _full(self, h: int) -> Full:
+        cfg = self._mem.config
+        return Full(
+            f"cannot wait for {h:#x}: the waiter table of service {self._mem.service!r} has no "
+            f"room for it (about {cfg.waiter_capacity} handles awaited at once across its "
+            f"clients; this one's buckets are full). Wait for fewer handles at once, or start "
+            f"the service with a larger waiter_capacity"
+        )
 
     # -- the listener -----------------------------------------------------------------
     def _listen(self) -> None:
-        """Sleep on the bell; resolve what the ring brings; every RECHECK_S without news
-        (or after a drop) recheck every waiter from the slots' words."""
+        """Sleep on the bell; resolve what the ring brings; recheck every waiter from its
+        entry and its slot after a drop, when the service stopped, and every RECHECK_S
+        (a use ended without an outcome, a reclaimed client's timer, is only found so)."""
         ring = self._mem.outq[self._ring]
+        last = time.monotonic()
         while not self._closed:
             try:
                 more = N.outq_wait(self._words, RECHECK_S)
@@ -136,8 +176,14 @@ class Outcomes:
                     return
                 got = self._drain(ring)
                 dropped = int(self._words[C.OUTQ_DROPPED])
-                if dropped != self._dropped or not (more or got) or self._stopped():
-                    self._dropped = dropped
+                now = time.monotonic()
+                if (
+                    dropped != self._dropped
+                    or not (more or got)
+                    or self._stopped()
+                    or (now - last >= RECHECK_S)
+                ):
+                    self._dropped, last = dropped, now
                     self._recheck()
             except Exception:
                 if self._closed:  # the views went away under us: the client is closing
@@ -174,54 +220,64 @@ class Outcomes:
     def _decided(
         self, h: int, gs: int, out: int, operation: bool, stopped: bool = False
     ) -> str | None:
-        """The outcome the slot's words give h; None if undecided, "" if gone. `stopped`
-        (read before the words): the service's processes have all ended, so what is
-        undecided now stays so in this run: "stopped" (a journal re-arms it at the next
-        start)."""
+        """The outcome the words give h; None if undecided, "" if gone. `stopped` (read
+        before the words): the service's processes have all ended, so what is undecided now
+        stays so in this run: "stopped" (a journal re-arms it at the next start)."""
         gen = C.handle_gen(h)
         if C.gs_gen(gs) == gen:
             if C.gs_state(gs) == C.ST_CANCELLED:
                 return "cancelled"  # won by a cancel: it never runs
             return "stopped" if stopped else None
-        if C.out_gen(out) == gen:
+        if out and C.out_gen(out) == gen and C.out_code(out) != C.OC_NONE:
             return describe(C.out_code(out), operation)
-        return ""  # ended, and its slot has been used again since: the outcome is gone
+        return ""  # ended without an outcome, or its slot was reserved again: not known
 
-    def _settle_if_decided(self, h: int, gs: int, out: int, stopped: bool = False) -> None:
+    def _settle_if_decided(self, h: int, gs: int, out: int, stopped: bool = False) -> bool:
+        """Resolve h's future if the words decide it; whether they did."""
         with self._lock:
             entry = self._waiting.get(h)
         if entry is None:
-            return
-        what = self._decided(h, gs, out, entry[1], stopped)
+            return False
+        what = self._decided(h, gs, out, entry.operation, stopped)
         if what is None:
-            return
+            return False
         if what == "":
             self._fail(h)
-        else:  # the code, if the out word is this use's (a task that raised: its error)
+        else:  # the code, if the outcome is this use's (a task that raised: its error)
             self._finish(h, what, C.out_code(out) if C.out_gen(out) == C.handle_gen(h) else 0)
+        return True
 
     def _resolve(self, h: int, code: int) -> None:
         with self._lock:
             entry = self._waiting.get(h)
         if entry is not None:
-            self._finish(h, describe(code, entry[1]), code)
+            self._finish(h, describe(code, entry.operation), code)
+
+    def _pop(self, h: int) -> Outcome | None:
+        """Stop waiting for h: its future if it was still to be resolved (its entry is
+        emptied; one thread wins)."""
+        with self._lock:
+            waiter = self._waiting.pop(h, None)
+        if waiter is None:
+            return None
+        if waiter.entry >= 0:
+            self._tables().waiter_release(h, waiter.entry)
+        return None if waiter.future.done() else waiter.future
 
     def _finish(self, h: int, what: str, code: int = 0) -> None:
-        with self._lock:
-            entry = self._waiting.pop(h, None)
-        if entry is not None and not entry[0].done():
+        fut = self._pop(h)
+        if fut is not None:
             if code & C.OC_TASK_MASK == C.OUTCOME_ERROR:  # read before anyone is woken
-                entry[0].task_error = tracebacks.task_error(self._mem, h)
-            entry[0].set_result(what)
+                fut.task_error = tracebacks.task_error(self._mem, h)
+            fut.set_result(what)
 
     def _fail(self, h: int) -> None:
-        with self._lock:
-            entry = self._waiting.pop(h, None)
-        if entry is not None and not entry[0].done():
-            entry[0].set_exception(
+        fut = self._pop(h)
+        if fut is not None:
+            fut.set_exception(
                 ShmwheelError(
                     f"the outcome of {h:#x} is no longer known: it ended before anyone "
-                    f"asked, and its slot has been used again since (ask with result(), "
+                    f"asked, and its slot has been reserved again since (ask with result(), "
                     f"add_done_callback() or await before it ends)"
                 )
             )
@@ -230,15 +286,19 @@ class Outcomes:
         return self._mem.bind_tables()
 
     def close(self) -> None:
-        """Stop the listener and drop the views (before the client unmaps the segment);
-        waiters still open get an error."""
+        """Stop the listener, empty this client's entries and drop the views (before the
+        client unmaps the segment); waiters still open get an error."""
         with self._lock:
             self._closed = True
             waiting, self._waiting = self._waiting, {}
             thread = self._thread
-        for fut, _ in waiting.values():
-            if not fut.done():
-                fut.set_exception(ShmwheelError("the client was closed before the outcome"))
+        for h, waiter in waiting.items():
+            if waiter.entry >= 0:
+                self._tables().waiter_release(h, waiter.entry)
+            if not waiter.future.done():
+                waiter.future.set_exception(
+                    ShmwheelError("the client was closed before the outcome")
+                )
         if thread is not None and thread is not threading.current_thread():
             N.outq_ring(self._words)
             thread.join()

@@ -129,10 +129,7 @@ class PurgatoryCalls(ClientBase):
                 f"larger watch_capacity"
             )
         if where < 0:
-            raise Full(
-                f"the payload arena has no free block for {len(data)} bytes: use smaller "
-                f"payloads or start the service with a larger arena_bytes"
-            )
+            raise self._arena_full(len(data))
         cls, block = C.block_ref_class(where), C.block_ref_index(where)
         meta = C.meta_make(on_expire_id, C.FLAG_OP | C.FLAG_ARENA, cls, len(blob), self.ring)
         self._publish_one(h, meta, block, deadline)

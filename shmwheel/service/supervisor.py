@@ -25,6 +25,7 @@ from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import contract as C
 from ..segment import layout as L
+from ..segment import sizes as Z
 from .client import Client, connect, now_ms
 from .outcomes import mark_stopped
 from .stats import read_stats
@@ -34,7 +35,6 @@ from .watchdog import Watchdog
 log = logging.getLogger("shmwheel.service")
 
 START_TIMEOUT_S = 60.0
-DEFAULT_ARENA_BYTES = 16 << 20  # payloads over 8 bytes: 131k of <= 64 B, 16k of <= 256 B, ...
 _READY_BITS = {"coordinator": L.READY_COORDINATOR, "reaper": L.READY_REAPER}
 MONITOR_S = 0.05
 
@@ -68,7 +68,8 @@ class TimerService:
         journal_fsync_ms: int = 100,
         journal_segment_bytes: int = 64 << 20,
         journal_keep_hours: float = 0.0,
-        watch_capacity: int = 65536,
+        watch_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
+        waiter_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         journal_on_damage: str = "refuse",
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
@@ -100,8 +101,8 @@ class TimerService:
             )
         if len(tasks) > C.MAX_TASKS:
             raise ValueError(f"at most {C.MAX_TASKS} tasks can be registered")
-        if arena_bytes is None:
-            arena_bytes = DEFAULT_ARENA_BYTES
+        if arena_bytes is None:  # scaled by capacity (segment/sizes.py)
+            arena_bytes = Z.default_arena_bytes(capacity)
         for what, value, low in (
             ("capacity", capacity, 1),
             ("tick_ms", tick_ms, 1),
@@ -109,6 +110,7 @@ class TimerService:
             ("max_clients", max_clients, 1),
             ("arena_bytes", arena_bytes, 0),
             ("watch_capacity", watch_capacity, 0),
+            ("waiter_capacity", waiter_capacity, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
@@ -127,9 +129,10 @@ class TimerService:
             max_clients=max_clients,
             ring_capacity=_pow2(ring_capacity),
             dispatch_capacity=_pow2(dispatch_capacity),
-            arena_blocks=L.arena_blocks(arena_bytes),
+            arena_blocks=Z.arena_blocks(arena_bytes),
             tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
             watch_capacity=watch_capacity,
+            waiter_capacity=waiter_capacity,
         )
         if self.journal is not None:
             self.config = replace(

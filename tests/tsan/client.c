@@ -110,11 +110,15 @@ i64 client_watch(Client *c, i64 key, i64 required, i64 deadline) {
     if (h < 0) return -1;
     Use *u = use_of(c->w, h);
     if (!u) return -1;
-    i64 data[ARENA_CLASS_BYTES(0) / 8] = {OPH_MAKE(required, TASK_NONE, 1), 0};
+    /* the count word is left non-zero, as a careless caller might: op_store zeroes it */
+    i64 data[ARENA_CLASS_BYTES(0) / 8] = {OPH_MAKE(required, TASK_NONE, 1), 1 << 20};
     for (i64 i = 0; i < ARENA_CLASS_BYTES(0) / 8 - 2; i++) data[2 + i] = payload_word(h, (int)i);
     lock(c->w);   /* watch.c, producer_watch */
     i64 where = op_store(&c->seg, h, data, sizeof data, &key, 1);
     if (where < 0) slot_retire(&c->seg, c->seg.mem, HANDLE_SLOT(h), TR_RECLAIM);
+    ST(&u->op_key, key);   /* the signals so far, under the lock the signallers hold */
+    ST(&u->op_required, required);
+    ST(&u->op_base, LD(&c->w->signals[key]));
     unlock(c->w);
     if (where < 0) return -1;   /* the watch lists are full */
     ST(&u->kind, K_OP);
@@ -155,16 +159,27 @@ void client_reset(Client *c, i64 h, i64 deadline, int own) {
     }
 }
 
+/* Client.future (service/outcomes.py): ask, and wait in an entry while the use is live */
 void client_outcome_watch(Client *c, i64 h) {
     Use *u = use_of(c->w, h);
-    i64 gs, out;
+    i64 gs, out, *slot = NULL;
     if (!u || LD(&u->watched)) return;
-    outcome_watch(&c->seg, h, c->ring, &gs, &out);
-    ST(&u->watched, 1);
-    if (GS_GEN(gs) != HANDLE_GEN(h)) {   /* freed already: the out word has it */
-        ST(&u->watch_freed, 1);
-        ST(&u->watch_out, out);
+    for (int i = 0; i < WAITS && !slot; i++)
+        if (!LD(&c->w->waits[c->ring][i])) slot = &c->w->waits[c->ring][i];
+    if (!slot) return;   /* this client waits for enough already */
+    i64 e = outcome_watch(&c->seg, h, c->ring, &gs, &out);
+    if (e == -2) {
+        ST(&u->watched, W_REFUSED);
+        return;
     }
+    if (e < 0) {   /* ended: what the slot still says (or 0) */
+        ST(&u->watch_out, out);
+        ST(&u->watched, W_ENDED);
+        return;
+    }
+    ST(&u->entry, e + 1);
+    ST(&u->watched, W_LIVE);
+    ST(slot, h + 1);   /* the listener takes it from here */
 }
 
 int client_drain_outq(Client *c) {
@@ -182,6 +197,27 @@ int client_drain_outq(Client *c) {
     }
     ring_consume(&r, n);
     return (int)n;
+}
+
+/* Outcomes._recheck: a waited-for handle whose use ended is resolved from its entry (done
+ * by its freer) or its slot, and its entry emptied */
+void client_check_waits(Client *c, int final) {
+    for (int i = 0; i < WAITS; i++) {
+        i64 h = LD(&c->w->waits[c->ring][i]) - 1, gs, out;
+        Use *u = h >= 0 ? use_of(c->w, h) : NULL;
+        if (!u) continue;
+        i64 e = LD(&u->entry) - 1;
+        outcome_state(&c->seg, h, e, &gs, &out);
+        if (GS_GEN(gs) == HANDLE_GEN(h)) continue;   /* not over */
+        i64 done = waiter_outcome(&c->seg, e, h);
+        /* its freer holds the lock from the free to done: not there yet, unless final */
+        if (!done && out && OUT_CODE(out) != OC_NONE && !final) continue;
+        ST(&u->entry_out, done);
+        ST(&u->slot_out, out);
+        waiter_release(&c->seg, e, h);
+        ST(&u->entry, 0);
+        ST(&c->w->waits[c->ring][i], 0);
+    }
 }
 
 void client_finish(Client *c) {

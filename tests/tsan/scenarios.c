@@ -34,7 +34,10 @@ static void body_cancel(Client *c, i64 n) {   /* cancel vs fire, and vs a repeat
     for (i64 i = 0; i < n; i++) {
         u64 r = rnd(&c->rng);
         i64 kind = K_TIMER | (r % 2 ? K_ARENA : 0) | (r % 8 == 0 ? K_REPEAT : 0);
-        client_schedule(c, kind, soon(c, 40));
+        i64 h = client_schedule(c, kind, soon(c, 40)), gs, out;
+        /* a client that asks and goes before it learns: the reclaim of its ring empties
+         * its waiter entries (checked at the end: every entry empty) */
+        if (h >= 0 && r % 16 == 5) outcome_watch(&c->seg, h, c->ring, &gs, &out);
         if (r % 3 == 0) client_cancel(c, client_pick(c), 1);
         jitter(&c->rng);
     }
@@ -92,6 +95,7 @@ static void body_signal(Client *c, i64 n) {   /* check_and_complete, and cancels
     for (i64 i = 0; i < 3 * n; i++) {
         u64 r = rnd(&c->rng);
         lock(c->w);   /* watch.c, producer_check_and_complete */
+        ST(&c->w->signals[r % 8], LD(&c->w->signals[r % 8]) + 1);   /* counted first */
         watch_signal(&c->seg, (i64)(r % 8), 1);
         unlock(c->w);
         i64 h = LD(&c->w->board[(r >> 8) % 64]);
@@ -109,6 +113,12 @@ static void body_notify(Client *c, i64 n) {   /* outcome_watch vs slot_finish */
         if (r % 3 == 0) client_outcome_watch(c, client_pick(c));
         jitter(&c->rng);
     }
+    /* as a Python client's close(): it goes once its listener resolved what it waits for
+     * (a client that goes first has its entries emptied by the reclaim: body_cancel), or
+     * after 10 s: a waiter never told is then reported lost, not a hang */
+    i64 until = jnow_us() + 10000000;
+    for (int i = 0; i < WAITS; i++)
+        while (LD(&c->w->waits[c->ring][i]) && jnow_us() < until) sched_yield();
 }
 
 static void *client_main(void *arg) {
@@ -135,16 +145,48 @@ static void *listener_main(void *arg) {
     while (!__atomic_load_n(&a->w->reaper_done, __ATOMIC_ACQUIRE)) {
         outq_wait(words, 0.002);
         while (client_drain_outq(&c)) {}
+        client_check_waits(&c, 0);
     }
     while (client_drain_outq(&c)) {}
+    client_check_waits(&c, 1);
     if (relaxed_load(&words[OUTQ_DROPPED]))
         fail(a->w, "outcome ring %d dropped records", a->ring);
     return NULL;
 }
 
 /* ---- the checks, once every thread has ended ------------------------------------------ */
+/* What a client that asked about a handle learned: asked live, its entry was done with the
+ * outcome and its ring told it once (no lost wake-up); asked late, the freed slot's word
+ * was right or the slot was reused (gone). counts[5]: asked; [6]: waited in an entry. */
+static void check_outcome(World *w, i64 h, Use *u, i64 code, i64 *counts) {
+    i64 gen = HANDLE_GEN(h), want = OUT_MAKE(gen, code);
+    counts[5]++;
+    if (u->watched == W_REFUSED) {
+        w->refused++;
+    } else if (u->watched == W_ENDED) {
+        if (!u->watch_out) w->gone_notify++;   /* its slot was reserved again by then */
+        else if (u->watch_out != want && !(u->unsubmitted && OUT_CODE(u->watch_out) == OC_NONE))
+            fail(w, "%#llx: asked late, read outcome %#llx", (long long)h, (long long)u->watch_out);
+    } else if (u->entry) {
+        fail(w, "%#llx: waited for, never resolved", (long long)h);
+    } else {
+        counts[6]++;
+        if (u->entry_out != want) {
+            fail(w, "%#llx: waited for, entry says %#llx (slot %#llx): a lost outcome",
+                 (long long)h, (long long)u->entry_out, (long long)u->slot_out);
+            w->lost_notify++;
+        }
+        if (u->slot_out && u->slot_out != want)
+            fail(w, "%#llx: its freed slot says %#llx", (long long)h, (long long)u->slot_out);
+        if (u->notified != 1 || u->notified_code != code)
+            fail(w, "%#llx: its ring told it %lld times (code %lld): a lost wake-up",
+                 (long long)h, (long long)u->notified, (long long)u->notified_code);
+    }
+}
+
+
 static void check_use(World *w, i64 h, Use *u, i64 *counts) {
-    i64 kind = u->kind, runs = u->runs, cw = u->cancel_won, gen = HANDLE_GEN(h);
+    i64 kind = u->kind, runs = u->runs, cw = u->cancel_won;
     if (!kind) return;
     counts[0]++;
     if (u->unsubmitted) {
@@ -185,27 +227,18 @@ static void check_use(World *w, i64 h, Use *u, i64 *counts) {
     counts[3] += u->resets_won + u->resets_other;
     if (u->notified > 1) fail(w, "%#llx: notified %lld times", (long long)h, (long long)u->notified);
     if (u->watched) {
-        i64 code = runs ? OUTCOME_OK : OC_CANCELLED;
-        counts[5]++;
-        if (u->watch_freed && OUT_GEN(u->watch_out) == gen) {
-            if (OUT_CODE(u->watch_out) != code)
-                fail(w, "%#llx: out word says %lld", (long long)h, (long long)OUT_CODE(u->watch_out));
-        } else if (u->watch_freed) {
-            w->gone_notify++;   /* freed, and its slot's next use ended too: outcome gone */
-        } else if (!u->notified) {
-            fail(w, "%#llx: watched while live, never notified (a lost wake-up)", (long long)h);
-            w->lost_notify++;
-        } else if (u->notified_code != code) {
-            fail(w, "%#llx: notified %lld", (long long)h, (long long)u->notified_code);
-        }
+        i64 kind_bits = !(kind & K_OP) ? 0 : (u->ran_flags & FLAG_COMPLETED) ? OC_COMPLETED : OC_EXPIRED;
+        check_outcome(w, h, u, runs ? OUTCOME_OK | kind_bits : OC_CANCELLED, counts);
     }
 }
 
 static void check_world(World *w, const char *name) {
-    i64 counts[6] = {0}, *mem = w->base.mem, free_slots = 0;
-    for (i64 slot = 0; slot < CAPACITY; slot++)
-        for (i64 gen = 0; gen < GEN_MAX; gen++)
+    i64 counts[7] = {0}, *mem = w->base.mem, free_slots = 0;
+    for (i64 slot = 0; slot < CAPACITY; slot++) {   /* its uses: up to its generation now */
+        i64 last = GS_GEN(*gs_word(mem, wheel_node(mem, slot)));
+        for (i64 gen = 0; gen <= last && gen < GEN_MAX; gen++)
             check_use(w, HANDLE_MAKE(gen, slot), &w->ledger[slot * GEN_MAX + gen], counts);
+    }
     /* nothing lost: every slot and every block is free again */
     for (i64 s = mem[H_FREE]; s >= 0 && free_slots <= CAPACITY; free_slots++)
         s = *wheel_field(mem, wheel_node(mem, s), F_NEXT);
@@ -217,13 +250,18 @@ static void check_world(World *w, const char *name) {
         for (i64 b = h[A_FREE]; b >= 0 && k <= h[A_NBLOCKS]; k++) b = w->base.arena[h[A_OFF_NEXT] + b];
         if (k != h[A_NBLOCKS]) fail(w, "arena class %d: %lld of %lld blocks free", c, (long long)k, (long long)h[A_NBLOCKS]);
     }
+    for (i64 e = 0; e < WAIT_BUCKETS * WAIT_WAYS; e++) {   /* every waiter entry emptied */
+        i64 k = w->base.waiters[WAIT_HEADER + (e / WAIT_WAYS) * WAIT_BUCKET_WORDS + e % WAIT_WAYS];
+        if (k != WK_EMPTY) fail(w, "waiter entry %lld left as %#llx", (long long)e, (long long)k);
+    }
     printf("%s: %lld uses, %lld ran, %lld cancelled, %lld resets won, %lld completed, "
-           "%lld watched (%lld outcomes gone by then); not taken back: %lld completed, %lld "
-           "reset; %lld repairs; failures %lld\n",
+           "%lld watched (%lld waited in an entry, %lld refused, %lld outcomes gone by then); "
+           "not taken back: %lld completed, %lld reset; %lld repairs; failures %lld\n",
            name, (long long)counts[0], (long long)counts[1], (long long)counts[2],
            (long long)counts[3], (long long)counts[4], (long long)counts[5],
-           (long long)w->gone_notify, (long long)w->unsubmit_completed,
-           (long long)w->unsubmit_reset, (long long)w->repairs, (long long)w->failures);
+           (long long)counts[6], (long long)w->refused, (long long)w->gone_notify,
+           (long long)w->unsubmit_completed, (long long)w->unsubmit_reset,
+           (long long)w->repairs, (long long)w->failures);
 }
 
 /* ---- running a service scenario ----------------------------------------------------------- */

@@ -37,10 +37,9 @@ void world_init(World *w, int nclients, int nexec, i64 seed) {
     i64 o_wheel = carve(&at, wheel_words), o_side = carve(&at, CAPACITY * SIDE_WORDS);
     i64 o_ameta = carve(&at, meta_words), o_adata = carve(&at, data_words);
     i64 o_anchor = carve(&at, (CAPACITY + 1) / 2), o_live = carve(&at, JOURNAL_WINDOW);
-    i64 o_opc = carve(&at, CAPACITY), o_out = carve(&at, CAPACITY);
-    i64 o_notify = carve(&at, CAPACITY);
     i64 o_watch = carve(&at, WT_HEADER + nbuckets + WATCH_CAP * WE_WORDS);
     i64 o_outq = carve(&at, MAX_CLIENTS * ring_words(OUTQ_CAP, OUTQ_RECORD));
+    i64 o_wait = carve(&at, WAIT_HEADER + WAIT_BUCKETS * WAIT_BUCKET_WORDS);
     i64 o_prod = carve(&at, MAX_CLIENTS * ring_words(RING_CAP, PRODUCER_RECORD));
     i64 o_disp = carve(&at, 2 * ring_words(RING_CAP, DISPATCH_RECORD));
     i64 o_res = carve(&at, 2 * ring_words(RING_CAP, RESULT_RECORD));
@@ -86,14 +85,14 @@ void world_init(World *w, int nclients, int nexec, i64 seed) {
     s->anchor = (int32_t *)(w->words + o_anchor);
     for (i64 i = 0; i < CAPACITY; i++) s->anchor[i] = -1;
     s->live = w->words + o_live;
-    s->opc = w->words + o_opc;
-    s->out = w->words + o_out;
-    s->notify = w->words + o_notify;
     s->watch = w->words + o_watch;
+    s->waiters = w->words + o_wait;
+    s->waiters_words = WAIT_HEADER + WAIT_BUCKETS * WAIT_BUCKET_WORDS;
     s->outq = w->words + o_outq;
     s->outq_cap = OUTQ_CAP;
     s->nrings = MAX_CLIENTS;
     watch_format(s, nbuckets, WATCH_CAP);
+    waiters_format(s, WAIT_BUCKETS);
     slot_rebuild(s);   /* every slot and block free, the stacks threaded */
     for (int r = 0; r < MAX_CLIENTS; r++)
         w->prod[r] = (Ring){w->words + o_prod + r * ring_words(RING_CAP, PRODUCER_RECORD),
@@ -322,6 +321,13 @@ void *executor_main(void *arg) {
                 if (deadline > fired_at)
                     fail(w, "%#llx: fired at %lld, before its deadline %lld", (long long)h,
                          (long long)fired_at, (long long)deadline);
+                /* an operation completed only once its key had its required signals
+                 * since its watch: its count (in its block) started at 0 */
+                if ((META_FIELD(p.meta, FLAGS) & FLAG_COMPLETED) &&
+                    LD(&w->signals[LD(&u->op_key)]) - LD(&u->op_base) < LD(&u->op_required))
+                    fail(w, "%#llx: completed with %lld of %lld signals", (long long)h,
+                         (long long)(LD(&w->signals[LD(&u->op_key)]) - LD(&u->op_base)),
+                         (long long)LD(&u->op_required));
                 ADD(&u->runs, 1);
                 ST(&u->ran_deadline, deadline);
                 ST(&u->ran_at, fired_at);

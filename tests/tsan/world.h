@@ -29,10 +29,13 @@
 
 #define MAX_CLIENTS 4
 #define CAPACITY 384       /* slots: small, so slots and blocks are reused all the time */
-#define GEN_MAX 2048       /* ledger entries per slot: uses of one slot in a run */
+#define GEN_MAX 8192       /* ledger entries per slot: uses of one slot in a run (the plain
+                              repair run reuses a few slots over 2048 times) */
 #define RING_CAP 16        /* producer, dispatch and result rings: often full */
-#define OUTQ_CAP 8192      /* as the service's (layout.py, OUTQ_CAPACITY) */
+#define OUTQ_CAP 8192      /* the service's is 1024 (segment/sizes.py, OUTQ_CAPACITY) */
 #define WATCH_CAP 96
+#define WAIT_BUCKETS 8     /* waiter table: 64 entries, fewer than its clients ask for */
+#define WAITS 48           /* handles a client waits for at once (World.waits) */
 #define BATCH 8            /* records a role takes per lock hold */
 #define CACHE 12           /* a client's reserved slots / blocks per restock */
 
@@ -52,9 +55,18 @@ typedef struct {
     i64 resets_won, reset_last;   /* by its owner: the last deadline a reset won */
     i64 resets_other;    /* won by the hostile client (the check is then membership) */
     i64 reset_notimer;
-    i64 watched, watch_freed, watch_out;   /* outcome_watch: asked, saw it freed, out word */
-    i64 notified, notified_code;
+    i64 watched;         /* outcome_watch: W_* below */
+    i64 watch_out;       /* W_ENDED: the outcome it read then (0: no longer known) */
+    i64 entry;           /* W_LIVE: its waiter entry + 1; 0 once its listener released it */
+    i64 entry_out;       /* what the listener found in that entry (0: not done) */
+    i64 slot_out;        /* and in the freed slot, as outcome_state read it (0: gone) */
+    i64 notified, notified_code;   /* records on its client's outcome ring */
+    i64 op_key, op_required, op_base;   /* an operation: its key, required amount, and the
+                                           key's signals before its watch (World.signals) */
 } Use;
+#define W_LIVE 1         /* asked while its use was not over: it waits in an entry */
+#define W_ENDED 2        /* asked after its use ended: nothing to wait for */
+#define W_REFUSED 3      /* asked while live, but its buckets were full */
 #define K_TIMER 1
 #define K_ARENA 2
 #define K_REPEAT 4
@@ -79,7 +91,10 @@ typedef struct {
     int repair;                 /* the reaper now and then repairs (slot_rebuild), as the
                                    next holder of a lock whose holder died mid-update */
     i64 failures;               /* functional checks that failed (printed as they fail) */
-    i64 lost_notify, gone_notify, unsubmit_completed, unsubmit_reset, repairs;
+    i64 lost_notify, gone_notify, refused, unsubmit_completed, unsubmit_reset, repairs;
+    i64 waits[MAX_CLIENTS][WAITS];   /* handles + 1 each client waits for (relaxed), for its
+                                        listener, which empties their entries */
+    i64 signals[8];             /* check_and_complete calls per key (under the lock) */
     i64 board[64];              /* handles lately published by any client (relaxed): what
                                    a hostile client cancels and resets */
     i64 seed;
@@ -135,6 +150,9 @@ void client_remember(Client *c, i64 h);
 i64 client_pick(Client *c);         /* a handle it published lately, or -1 */
 void client_finish(Client *c);      /* gone: the coordinator reclaims its ring */
 int client_drain_outq(Client *c);   /* the outcome listener: records taken */
+/* the listener's look at its client's waits: resolve those whose use ended (final: every
+ * freer is done, so an entry not done then is a lost outcome) */
+void client_check_waits(Client *c, int final);
 
 /* the payload a handle's timer carries: a word of its own, or a block of them */
 static inline i64 payload_word(i64 h, int i) {
