@@ -62,9 +62,7 @@ def gapped(df: Any, every_s: float = 1.0) -> Any:
     return pd.concat([df, holes], ignore_index=True).sort_values("window", kind="stable")
 
 
-def _plots(
-    rep: str, s: dict[str, Any], small: dict[str, Any], cdf: list[list[float]]
-) -> list[str]:
+def _plots(rep: str, s: dict[str, Any], small: dict[str, Any], cdf: list[list[float]]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
