@@ -28,7 +28,9 @@ import shmwheel
 from shmwheel.segment import shm
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color")
+# COLUMNS / LINES (set in xdist's workers) would override the pty's size in `top`
+ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+ENV.update(PYTHONPATH=str(ROOT), TERM="xterm-256color")
 TASKS = ["record=workers.tasks:append_line", "boom=workers.tasks:fail"]
 ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-Za-z]|[=>78])")
 
