@@ -22,8 +22,9 @@ import pytest
 from shmwheel.pipeline import cli, ship
 from shmwheel.pipeline.demo import write_demo_journal
 
-# every Spark test runs in one xdist worker, which starts one JVM for them all
-pytestmark = pytest.mark.xdist_group("spark")
+# its own master, worker and spark-submit (no shared session): a group of its own, which
+# xdist may run beside the tests of the shared session
+pytestmark = pytest.mark.xdist_group("spark-cluster")
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 LOOPBACK = "127.0.0.1"
