@@ -103,7 +103,9 @@ def test_an_outcome_in_its_entry_survives_a_full_outcome_ring():
         TimerService(tasks=TASKS, capacity=8192, executors=1, waiter_capacity=4096) as svc,
         svc.client() as c,
     ):
-        hs = c.schedule_many("noop", np.full(n, 300.0))
+        # due late enough that every future below asks before the first one ends, however
+        # slow the machine (an outcome that ends before its ask never uses the ring)
+        hs = c.schedule_many("noop", np.full(n, 1500.0))
         futs = [c.handle(int(h)) for h in hs.ids]
         for h in futs:
             h.add_done_callback(lambda _h: None)
