@@ -12,10 +12,11 @@ command's own output goes to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .. import __version__
 from . import journal, run, segments, status, top
@@ -75,14 +76,28 @@ def _set_error_parser(parser: argparse.ArgumentParser) -> None:
                 _set_error_parser(nested)
 
 
-def setup_logging(level: str, command: str) -> None:
-    """Log records of `level` and above to stderr (``run`` with timestamps)."""
+@contextlib.contextmanager
+def command_logging(level: str, command: str) -> Iterator[None]:
+    """Log records of `level` and above to stderr (``run`` with timestamps) while a command
+    runs; afterwards the root logger is as it was. `main()` may be called in-process (an
+    embedding program, a test): its handler must not outlive the call, bound to a stderr
+    that may be closed by then."""
     fmt = (
         "%(asctime)s %(name)s %(levelname)s: %(message)s"
         if command == "run"
         else f"shmwheel {command}: %(levelname)s: %(message)s"
     )
-    logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(fmt))
+    saved = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,7 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # `status NAME --bogus`: the usage of `status`, not of shmwheel
         args.error_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    setup_logging(args.log_level or args.default_log_level, args.command)
+    with command_logging(args.log_level or args.default_log_level, args.command):
+        return _execute(args)
+
+
+def _execute(args: argparse.Namespace) -> int:
+    """Run the parsed command; a CommandError becomes its exit status and a logged line."""
     try:
         code: int = args.execute(args)
     except CommandError as e:

@@ -255,9 +255,7 @@ def execute(args: argparse.Namespace) -> int:
 
     opts, level = options(args)
     if level is not None:
-        from . import setup_logging
-
-        setup_logging(level, "run")
+        logging.getLogger().setLevel(level)  # main() restores it after the command
         os.environ["SHMWHEEL_LOG_LEVEL"] = level  # the service processes log at it too
     _search_cwd()
     name = opts.pop("name", None)
