@@ -127,6 +127,30 @@ def test_stalled_coordinator_without_stop_signal_is_killed(tmp_path, monkeypatch
         finish(svc, log, tags)
 
 
+def test_nobody_is_judged_stalled_while_another_process_is_stopped(tmp_path, monkeypatch):
+    """A process SIGSTOPped while it holds the segment lock blocks the others: they show
+    work and no progress through no fault of their own. The stopped one is killed first;
+    the others' stall clocks wait for it. Here the reaper's stall is real but hidden (it is
+    stopped with its state reported running) and has run most of STALL_S when the
+    coordinator is stopped: the coordinator must still be the first one restarted."""
+    log = tmp_path / "log"
+    with TimerService(tasks=TASKS, capacity=20_000, executors=1) as svc, svc.client() as c:
+        wd, reaper = svc._watchdog, svc.procs["reaper"].pid
+        real = W.proc_state
+        monkeypatch.setattr(W, "proc_state", lambda pid: "S" if pid == reaper else real(pid))
+        tags = schedule(c, log, "r", 100, 2000)
+        with stopped(reaper):
+            # the reaper has work and no progress: its clock stops being refreshed
+            clock = lambda: time.monotonic() - wd.progress.get("reaper", (0, 1e18))[1]  # noqa: E731
+            wait_for(lambda: clock() >= 0.6 * W.STALL_S, timeout=10, what="the reaper's stall")
+            with stopped(svc.procs["coordinator"].pid):
+                wait_for(lambda: svc.restarts, timeout=10, what="a restart")
+                assert svc.restarts == {"coordinator": 1}, svc.restarts
+            wait_for(lambda: svc.restarts.get("reaper") == 1, timeout=10, what="the reaper's")
+        assert {"stopped", "stalled"} <= set(health(svc)["reasons"])
+        finish(svc, log, tags)
+
+
 @pytest.mark.parametrize("word", [C.RING_HEAD, C.RING_TAIL], ids=["head", "tail"])
 def test_result_ring_index_moved_by_a_stray_write_is_rederived(word, tmp_path, caplog):
     log = tmp_path / "log"

@@ -313,12 +313,17 @@ class Watchdog:
 
     def _processes(self, mem: L.ServiceMemory, now: float) -> None:
         h, name = mem.header, self.svc.name
-        for role, p in list(self.svc.procs.items()):
-            if p.poll() is not None:
-                self.stopped_since.pop(role, None)
-                self.progress.pop(role, None)
-                continue
-            if proc_state(p.pid) == "T":
+        alive = {role: p for role, p in self.svc.procs.items() if p.poll() is None}
+        for role in (set(self.stopped_since) | set(self.progress)) - set(alive):
+            self.stopped_since.pop(role, None)  # exited: its clocks start again at restart
+            self.progress.pop(role, None)
+        states = {role: proc_state(p.pid) for role, p in alive.items()}
+        # a stopped process may hold the segment lock (flock): whoever waits on it makes
+        # no progress through no fault of its own. While one is stopped, nobody else is
+        # judged stalled: the stopped one is killed first, the others' clocks start again
+        held = any(st == "T" for st in states.values())
+        for role, p in alive.items():
+            if states[role] == "T":
                 since = self.stopped_since.setdefault(role, now)
                 if now - since >= STALL_S:
                     log.error(
@@ -349,7 +354,7 @@ class Watchdog:
             else:
                 continue  # an executor may run one long task: only a stopped one is killed
             prev = self.progress.get(role)
-            if not work or prev is None or prev[0] != sig:
+            if not work or held or prev is None or prev[0] != sig:
                 self.progress[role] = (sig, now)
             elif now - prev[1] >= STALL_S:
                 log.error(
