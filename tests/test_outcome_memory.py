@@ -50,16 +50,18 @@ def test_a_timer_costs_its_node_and_side_record_only():
     assert (more - words) * 8 / 1024 == 52
 
 
-@pytest.mark.parametrize("version", [6, 7])  # issue 10's layout; issue 22's (error logs)
-def test_a_segment_of_the_previous_layout_is_refused_clearly(version):
+# issue 10's layout and issue 22's (error logs) both wrote "SHWSVC06"; issue 26's (the
+# waiter table) "SHWSVC08"
+@pytest.mark.parametrize("version, magic", [(6, "06"), (7, "06"), (8, "08")])
+def test_a_segment_of_a_previous_layout_is_refused_clearly(version, magic):
     name = f"t{os.getpid()}-old"
     seg = shm.Segment(shm.segment_name(name), 1 << 16)
     try:
-        seg.words[L.W_MAGIC] = C.as_int64(0x5348575356433036)  # "SHWSVC06": both wrote it
+        seg.words[L.W_MAGIC] = C.as_int64(int.from_bytes(f"SHWSVC{magic}".encode(), "big"))
         seg.words[L.W_VERSION] = version
         said = (
-            rf"layout version {version} \(magic SHWSVC06\); "
-            r"this shmwheel reads version 8 \(SHWSVC08\)"
+            rf"layout version {version} \(magic SHWSVC{magic}\); "
+            r"this shmwheel reads version 9 \(SHWSVC09\)"
         )
         with pytest.raises(LayoutError, match=said):
             shmwheel.connect(name)

@@ -196,8 +196,8 @@ PLANTS: dict[str, Plant] = {
     # claimant's write of the value (the race this harness found in the first version)
     "release-relaxed": Plant(
         "waiters.c",
-        "!__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)",
-        "!__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)",
+        "if (__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELEASE,",
+        "if (__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELAXED,",
         "notify",
         "ThreadSanitizer: data race",
         "tsan",
@@ -210,6 +210,16 @@ PLANTS: dict[str, Plant] = {
         "            i64 e = first[b] + k, *kw",
         "    for (int b = 0; b < 1; b++)\n        for (int k = 0; k < WAIT_WAYS; k++) {\n"
         "            i64 e = first[b] + k, *kw",
+        "notify",
+        "a lost outcome",
+        "tsan",
+    ),
+    # the count of asks under way kept as a flag: one client's release zeroes it while
+    # another still waits, whose handle's freer then skips the buckets (purgatory.c, 6)
+    "waiting-flag": Plant(
+        "waiters.c",
+        "__atomic_fetch_sub(&s->waiters[WA_WAITING], 1, __ATOMIC_RELAXED);",
+        "__atomic_store_n(&s->waiters[WA_WAITING], 0, __ATOMIC_RELAXED);",
         "notify",
         "a lost outcome",
         "tsan",

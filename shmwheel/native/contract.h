@@ -436,6 +436,7 @@ CONTRACT_INT(WATCH_LISTS)
     X(WAIT_HEADER, 8)                                                                      \
     X(WA_NBUCKETS, 0)                                                                      \
     X(WA_REFUSED, 1)      /* asks refused: both buckets full (an atomic add, any client) */ \
+    X(WA_WAITING, 2)      /* asks under way: at least the entries claimed (seq_cst adds) */ \
     X(WAIT_WAYS, 8)                                                                        \
     X(WAIT_BUCKET_WORDS, 2 * WAIT_WAYS)                                                    \
     X(WK_EMPTY, 0)                                                                         \

@@ -95,6 +95,17 @@
  *     reserved only under the lock, so a reader that finds the slot reserved again (its
  *     state word or its next client's payload, both acquired) also sees a done entry the
  *     freer wrote for it: outcome_state reads the slot first, then the entry.
+ *  6. Most timers are never waited for, so a freer first reads a count of the asks under
+ *     way (WA_WAITING) and looks in no bucket when it is 0. A client adds 1 (seq_cst)
+ *     before it claims an entry, and subtracts 1 after it empties it (or after a claim
+ *     that failed; the coordinator does it for a dead client's entry it empties), so the
+ *     count is never below the entries claimed. The freer reads the count after its
+ *     fence (1). If that read is coherence-ordered before a client's add, the fence
+ *     precedes the add in S, so the client's seq_cst load of the state word, after the add
+ *     in S, sees the free: the client reads the outcome from the slot (5). If the read
+ *     follows the add, the count is 0 only once that client's subtraction came too, i.e.
+ *     it emptied its entry and waits no more. A dead client may leave the count high:
+ *     freers then look in the buckets, slower, as without it.
  *
  * What a handle learns, so: asked before its use ended (in S), its outcome, always (an
  * entry, or the slot); asked after, the outcome while its slot is still free, and "no

@@ -46,10 +46,22 @@ void waiters_format(Seg *s, i64 nbuckets) {
 }
 
 /* ---- a waiting client's side (lock-free) -------------------------------------------- */
+/* One ask less under way (step 6). Relaxed: the count only has to stay at least the
+ * claimed entries, and each decrement follows its own emptying (or failed claim) in this
+ * thread, so coherence keeps it after that ask's increment. A client killed between an
+ * increment and its decrement leaves the count one high: freers then look in the buckets
+ * as they would without the count (slower, never wrong). */
+static inline void uncount(Seg *s) {
+    __atomic_fetch_sub(&s->waiters[WA_WAITING], 1, __ATOMIC_RELAXED);
+}
+
 /* Claim an entry for h in the emptier of its two buckets and publish it; the entry, or -1
  * when both buckets are full. */
 static i64 waiter_claim(Seg *s, i64 h, i64 ring) {
     i64 first[2], free_in[2] = {0, 0};
+    /* seq_cst: counted before anything is claimed (step 6), so a count never falls below
+     * the entries claimed; undone below when nothing is, or when the entry is emptied */
+    __atomic_fetch_add(&s->waiters[WA_WAITING], 1, __ATOMIC_SEQ_CST);
     wait_buckets(s, h, first);
     for (int b = 0; b < 2; b++)
         for (int k = 0; k < WAIT_WAYS; k++)
@@ -73,6 +85,7 @@ static i64 waiter_claim(Seg *s, i64 h, i64 ring) {
         }
     }
     __atomic_fetch_add(&s->waiters[WA_REFUSED], 1, __ATOMIC_RELAXED);
+    uncount(s);
     return -1;
 }
 
@@ -81,8 +94,13 @@ void waiter_release(Seg *s, i64 e, i64 h) {
     /* only our own entry, waiting or done (a freer may make it done meanwhile: again).
      * release: our reads of its value come before the next claim's writes (the claim's
      * CAS acquires; found by tests/tsan, notify) */
-    while ((seen & ~WK_DONE) == WK_OF(h) &&
-           !__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {}
+    while ((seen & ~WK_DONE) == WK_OF(h)) {
+        if (__atomic_compare_exchange_n(k, &seen, WK_EMPTY, 0, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED)) {
+            uncount(s);   /* emptied: after, so the count stays at least the claims */
+            return;
+        }
+    }
 }
 
 i64 waiter_outcome(Seg *s, i64 e, i64 h) {
@@ -171,8 +189,11 @@ void slot_finish(Seg *s, i64 *mem, i64 slot, i64 code) {
     slot_retire_ended(s, mem, slot, TR_FINISH, code);
     if (!s->waiters) return;
     /* seq_cst: the freer's half of the store-buffering pattern (step 1): the free, then
-     * the keys' loads */
+     * the count's and the keys' loads */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    /* relaxed, after the fence: 0 means no ask is under way that could miss the free
+     * (step 6); most frees are of timers nobody waits for, and skip the two buckets */
+    if (relaxed_load(&s->waiters[WA_WAITING]) == 0) return;
     waiters_notify(s, HANDLE_MAKE(gen, slot), code);
 }
 
@@ -187,8 +208,9 @@ void waiters_reclaim(Seg *s, i64 ring) {
         if (k == WK_EMPTY) continue;
         int mine = WK_IS_CLAIMED(k) ? WK_CLAIMED_RING(k) == ring
                                     : WV_RING(relaxed_load(wait_val(s, e))) == ring;
-        if (mine)
-            __atomic_compare_exchange_n(kw, &k, WK_EMPTY, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        if (mine && __atomic_compare_exchange_n(kw, &k, WK_EMPTY, 0, __ATOMIC_RELAXED,
+                                                __ATOMIC_RELAXED))
+            uncount(s);   /* its client will not: it counted the entry before claiming it */
     }
 }
 

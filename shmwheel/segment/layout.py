@@ -53,10 +53,12 @@ from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433038  # "SHWSVC08"
+MAGIC = 0x5348575356433039  # "SHWSVC09"
 MAGIC_FAMILY = MAGIC >> 16  # "SHWSVC": a service segment of any layout version
-# 7: the error logs (issue 22); 8: no purgatory words per slot, the waiter table (issue 26)
-LAYOUT_VERSION = 8
+# 7: the error logs (issue 22); 8: no purgatory words per slot, the waiter table (issue 26);
+# 9: the waiter table counts the asks under way (WA_WAITING: freers of an older layout
+# would not read it, clients of an older one would not keep it)
+LAYOUT_VERSION = 9
 HEADER_WORDS = 64
 META_BYTES = 16384
 
