@@ -87,8 +87,7 @@ class ProducerHooks(Protocol):
     """The methods of a Client's Python half that its native half (Producer) calls back,
     by name, and nothing else of it: PRODUCER_HOOKS in producer.h, which N.PRODUCER_HOOKS
     lists (tests/test_client_interface.py checks the three lists are one). service/
-    client.py checks with mypy that Client has them. The *_slow / *_checked ones get the
-    caller's arguments as given, so their signatures are the public methods'."""
+    client.py checks with mypy that Client has them."""
 
     def _schedule_slow(
         self,
@@ -100,35 +99,12 @@ class ProducerHooks(Protocol):
         every_ms: float | None,
         at: datetime | None = None,
     ) -> Handle: ...
-    def _schedule_checked(
-        self,
-        task: str,
-        payload: Any = None,
-        *,
-        delay_ms: float | None = None,
-        deadline_ms: int | None = None,
-        key: str | bytes | int | None = None,
-        every_ms: float | None = None,
-        at: datetime | None = None,
-    ) -> Handle: ...
-    def _reset_slow(
-        self,
-        handle: Any,
-        delay_ms: float | None = None,
-        *,
-        deadline_ms: int | None = None,
-        at: datetime | None = None,
-    ) -> bool: ...
-    def _watch_slow(
-        self,
-        keys: Sequence[str | bytes | int],
-        timeout_ms: float,
-        *,
-        on_complete: str | None = None,
-        on_expire: str | None = None,
-        payload: Any = None,
-        required: int = 1,
-    ) -> Handle: ...
+    # the caller's arguments as given to Producer.schedule / reset / watch: their
+    # signatures are those methods' (written once, below); checked here: the names and
+    # what they return
+    def _schedule_checked(self, *args: Any, **kwargs: Any) -> Handle: ...
+    def _reset_slow(self, *args: Any, **kwargs: Any) -> bool: ...
+    def _watch_slow(self, *args: Any, **kwargs: Any) -> Handle: ...
     def _check_and_complete_slow(self, key: str | bytes | int, amount: int = 1) -> int: ...
     def _restock(self) -> None: ...
     def _bell(self) -> None: ...

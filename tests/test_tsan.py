@@ -79,15 +79,37 @@ SCENARIOS: dict[str, tuple[int, tuple[str, ...]]] = {
 SEEDS = (1, 2)
 
 
-def _build(native: Path, out: Path, flags: list[str]) -> None:
-    sources = sorted(str(p) for p in HARNESS.glob("*.c")) + [str(native / f) for f in CORE]
-    cmd = ["gcc", *CFLAGS, *flags, f"-I{native}", "-o", str(out), *sources, "-lpthread"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+def _sources(native: Path) -> list[Path]:
+    return sorted(HARNESS.glob("*.c")) + [native / f for f in CORE]
 
 
-# How the harness is started: as it is, or, where the kernel lays out memory in a way this
-# gcc's ThreadSanitizer cannot map (a high mmap randomisation), with ASLR off (setarch -R).
+def _gcc(args: list[str]) -> None:
+    r = subprocess.run(["gcc", *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"gcc {' '.join(args)}\n{r.stderr}"
+
+
+def _compile(native: Path, srcs: list[Path], objs: Path, flags: list[str],
+             pool: concurrent.futures.Executor | None = None) -> dict[str, Path]:  # fmt: skip
+    """Each of `srcs` compiled to an object under `objs` (the headers of `native`), on
+    `pool` if given: its object by source file name."""
+    objs.mkdir(exist_ok=True)
+    out = {src.name: objs / (src.stem + ".o") for src in srcs}
+    cmds = [[*CFLAGS, *flags, f"-I{native}", "-c", str(src), "-o", str(out[src.name])]
+            for src in srcs]  # fmt: skip
+    if pool is None:
+        for cmd in cmds:
+            _gcc(cmd)
+    else:
+        for job in [pool.submit(_gcc, cmd) for cmd in cmds]:
+            job.result()
+    return out
+
+
+def _link(objs: dict[str, Path], out: Path, flags: list[str]) -> Path:
+    _gcc([*flags, "-o", str(out), *(str(o) for o in objs.values()), "-lpthread"])
+    return out
+
+
 LAUNCH: list[str] = []
 
 
@@ -263,28 +285,35 @@ PLANTS: dict[str, Plant] = {
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The harness built with TSan and plain, and one build per planted bug (two at a
-    time)."""
+    """The harness built with TSan and plain, and one build per planted bug (each object
+    compiled once; two compilers at a time)."""
     tmp = tmp_path_factory.mktemp("tsan")
     why = _tsan_unavailable(tmp)
     if why is not None:
         pytest.skip(f"no ThreadSanitizer with this gcc ({why})")
-    jobs: dict[str, tuple[Path, Path, list[str]]] = {
-        "tsan": (NATIVE, tmp / "harness-tsan", TSAN_FLAGS),
-        "plain": (NATIVE, tmp / "harness-plain", PLAIN),
-    }
-    for name, (file, old, new, _, _, build) in PLANTS.items():
-        tree = tmp / f"plant-{name}"
-        shutil.copytree(NATIVE, tree)
-        text = (tree / file).read_text()
-        assert text.count(old) == 1, f"plant {name}: its target text is not in {file} once"
-        (tree / file).write_text(text.replace(old, new))
-        jobs[name] = (tree, tmp / f"harness-{name}", TSAN_FLAGS if build == "tsan" else PLAIN)
+    flags = {"tsan": TSAN_FLAGS, "plain": PLAIN}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(_build, *job) for job in jobs.values()]
-        for f in futures:
-            f.result()
-    return {name: job[1] for name, job in jobs.items()}
+        base = {kind: _compile(NATIVE, _sources(NATIVE), tmp / f"obj-{kind}", f, pool)
+                for kind, f in flags.items()}  # fmt: skip
+
+        def plant(name: str) -> Path:
+            file, old, new, _, _, build = PLANTS[name]
+            tree = tmp / f"plant-{name}"
+            shutil.copytree(NATIVE, tree)
+            text = (tree / file).read_text()
+            assert text.count(old) == 1, f"plant {name}: its target text is not in {file} once"
+            (tree / file).write_text(text.replace(old, new))
+            kind = "tsan" if build == "tsan" else "plain"
+            # a planted .c file is compiled alone, beside the others' objects; a planted
+            # header may be in any file: all of them again
+            srcs = [tree / file] if file.endswith(".c") else _sources(tree)
+            objs = {**base[kind], **_compile(tree, srcs, tree / "obj", flags[kind])}
+            return _link(objs, tmp / f"harness-{name}", flags[kind])
+
+        plants = {name: pool.submit(plant, name) for name in PLANTS}
+        out = {kind: _link(base[kind], tmp / f"harness-{kind}", f) for kind, f in flags.items()}
+        out.update({name: job.result() for name, job in plants.items()})
+    return out
 
 
 def _summary(out: str, scenario: str) -> str:

@@ -12,9 +12,9 @@ import logging
 import os
 import sys
 import time
-from textwrap import fill
 from typing import Any
 
+from .command import add_command
 from .observe import CommandError
 
 log = logging.getLogger("shmwheel.cli")
@@ -47,27 +47,28 @@ checks clean and a service starts on it. Exit status: 0 repaired (or nothing to 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``journal`` command (``check`` and ``repair``) to `sub`."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "journal",
-        parents=[common],
+        common,
         help="check or repair a journal directory",
-        description=fill(
+        description=(
             "Check a journal directory for damage and missing segments, or repair it "
             "(docs/journal.md, 'Damage')."
         ),
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    c = actions.add_parser(
+    c = add_command(
+        actions,
         "check",
-        parents=[common],
+        common,
         help="judge a journal: damage, missing segments, what a start would re-arm",
-        description=fill(
+        description=(
             "Read every segment of a journal and say, per file, what is wrong with it, "
             "whether each writer's chain of segments is complete, and how many timers a "
             "start would re-arm. Writes nothing."
         ),
         epilog=CHECK_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     c.add_argument("directory", metavar="DIR", help="the journal directory")
     c.add_argument("--json", action="store_true", help="print a JSON object")
@@ -75,17 +76,17 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "--verbose", "-v", action="store_true", help="also list each pending timer and operation"
     )
     c.set_defaults(execute=execute_check, default_log_level="WARNING", usage=c.format_usage)
-    r = actions.add_parser(
+    r = add_command(
+        actions,
         "repair",
-        parents=[common],
+        common,
         help="move damaged segments aside, keeping every timer the intact records prove",
-        description=fill(
+        description=(
             "Do what a start with journal_on_damage='salvage' does, without starting a "
             "service: record what the intact records prove pending in a new segment and "
             "move each damaged segment, untouched, to DIR/damaged/."
         ),
         epilog=REPAIR_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("directory", metavar="DIR", help="the journal directory")
     r.add_argument("--dry-run", "-n", action="store_true", help="only say what it would do")

@@ -15,10 +15,10 @@ import sys
 import time
 import tomllib
 from pathlib import Path
-from textwrap import fill
 from types import FrameType
 from typing import Any
 
+from .command import add_command
 from .observe import CommandError, service_name
 
 log = logging.getLogger("shmwheel.cli")
@@ -87,17 +87,17 @@ def task_arg(text: str) -> tuple[str, str]:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``run`` subcommand to `sub`."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "run",
-        parents=[common],
+        common,
         help="run a service in the foreground",
-        description=fill(
+        description=(
             "Start a timer service and keep it running until SIGTERM "
             "or SIGINT (Ctrl-C), then stop it cleanly: no process and no shared "
             "memory is left behind."
         ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--tasks",

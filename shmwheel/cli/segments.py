@@ -10,9 +10,9 @@ import logging
 import pwd
 import sys
 from dataclasses import asdict, dataclass
-from textwrap import fill
 from typing import Any
 
+from .command import add_command
 from .observe import fmt_bytes
 
 log = logging.getLogger("shmwheel.cli")
@@ -62,17 +62,17 @@ class ServiceInfo:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``ls`` and ``clean`` subcommands to `sub`."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "ls",
-        parents=[common],
+        common,
         help="list this user's services on this host",
-        description=fill(
+        description=(
             "List the services of this user on this host, from their "
             "shared-memory segments, with their owner pid and liveness; with --all, "
             "also every other /dev/shm/shmwheel.* entry (another user's, or damaged)."
         ),
         epilog=LS_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.add_argument(
@@ -82,15 +82,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="also list entries that are not a service of this user (foreign, damaged)",
     )
     p.set_defaults(execute=execute_ls, default_log_level="WARNING")
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "clean",
-        parents=[common],
+        common,
         help="remove what dead services left",
-        description=fill(
-            "Unlink the segments and semaphores of services whose owner process is gone."
-        ),
+        description=("Unlink the segments and semaphores of services whose owner process is gone."),
         epilog=CLEAN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dry-run", "-n", action="store_true", help="only list what would be removed")
     p.set_defaults(execute=execute_clean, default_log_level="INFO")

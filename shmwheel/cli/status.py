@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from textwrap import fill
 from typing import Any
 
+from .command import add_command
 from .observe import (
     ProcessHealth,
     attach,
@@ -54,17 +54,17 @@ COUNTERS = (
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``status`` subcommand to `sub`."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "status",
-        parents=[common],
+        common,
         help="one-shot figures of a running service",
-        description=fill(
+        description=(
             "Print the figures of a running service once: counters, "
             "lateness percentiles, processes (pid, alive, CPU, memory) and the "
             "journal when it has one."
         ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", type=service_name, metavar="NAME", help="the service's name")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -12,9 +12,9 @@ import select
 import sys
 import time
 from collections.abc import Iterator
-from textwrap import fill
 from typing import TYPE_CHECKING, Any
 
+from .command import add_command
 from .observe import (
     CommandError,
     ProcessHealth,
@@ -48,16 +48,16 @@ RATES = ("scheduled", "fired", "completed", "cancelled", "task_errors", "crashed
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``top`` subcommand to `sub`."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "top",
-        parents=[common],
+        common,
         help="live view of a running service",
-        description=fill(
+        description=(
             "A live terminal view of a running service: rates, "
             "pending, lateness, ring fill and process health."
         ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", type=service_name, metavar="NAME", help="the service's name")
     p.add_argument(

@@ -24,6 +24,7 @@
 #include "ring.h"
 #include "slot_record.h"
 #include "slots.h"
+#include "pytype.h"
 
 #define BATCH 256
 
@@ -253,18 +254,11 @@ static PyMethodDef ex_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject ExecutorType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Executor",
-    .tp_basicsize = sizeof(Executor),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Executor(wheel, side, arena, adata, dispatch, results, started, counters, "
-              "hist, tasks, unpack, on_error, on_full): an executor's batch loop (executor.c).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)ex_init,
-    .tp_dealloc = (destructor)ex_dealloc,
-    .tp_methods = ex_methods,
-};
+static PyTypeObject ExecutorType = NATIVE_TYPE(
+    "Executor", Executor, 0,
+    "Executor(wheel, side, arena, adata, dispatch, results, started, counters, hist, tasks, "
+    "unpack, on_error, on_full): an executor's batch loop (executor.c).",
+    .tp_new = PyType_GenericNew, .tp_init = (initproc)ex_init, TYPE_BASICS(ex));
 
 static PyObject *fire_context(PyObject *m, PyObject *unused) {
     if (!current.active) Py_RETURN_NONE;

@@ -3,6 +3,7 @@
 #include "producer.h"
 
 #include <structmember.h>
+#include "pytype.h"
 
 /* ---- Handle --------------------------------------------------------------------- */
 static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -80,17 +81,8 @@ static PyMemberDef handle_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-PyTypeObject HandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Handle",
-    .tp_basicsize = sizeof(Handle),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Handle(client, id, deadline_ms): the native half of a TimerHandle.",
-    .tp_new = handle_new,
-    .tp_dealloc = (destructor)handle_dealloc,
-    .tp_traverse = (traverseproc)handle_traverse,
-    .tp_clear = (inquiry)handle_clear,
-    .tp_methods = handle_methods,
-    .tp_members = handle_members,
-};
+PyTypeObject HandleType = NATIVE_TYPE(
+    "Handle", Handle, Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    "Handle(client, id, deadline_ms): the native half of a TimerHandle.",
+    .tp_new = handle_new, TYPE_BASICS(handle), TYPE_GC(handle), .tp_members = handle_members);
 

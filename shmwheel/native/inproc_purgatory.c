@@ -22,6 +22,7 @@
 #include "inproc.h"
 
 #include <structmember.h>
+#include "pytype.h"
 
 typedef struct {
     PyObject_HEAD
@@ -303,17 +304,8 @@ static PyObject *w_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return (PyObject *)w;
 }
 
-static int w_traverse(Watchers *w, visitproc visit, void *arg) {
-    Py_VISIT(w->by_key);
-    Py_VISIT(w->timeout_timer);
-    return 0;
-}
-
-static int w_clear(Watchers *w) {
-    Py_CLEAR(w->by_key);
-    Py_CLEAR(w->timeout_timer);
-    return 0;
-}
+#define WATCHERS_REFS(X) X(by_key) X(timeout_timer)
+GC_REFS(Watchers, w, WATCHERS_REFS)
 
 static void w_dealloc(Watchers *w) {
     PyObject_GC_UnTrack(w);
@@ -350,19 +342,10 @@ static PyMemberDef w_members[] = {
     {NULL},
 };
 
-PyTypeObject WatchersType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Watchers",
-    .tp_doc = "The native base of DelayedOperationPurgatory: watch lists and entry points.",
-    .tp_basicsize = sizeof(Watchers),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = w_new,
-    .tp_dealloc = (destructor)w_dealloc,
-    .tp_traverse = (traverseproc)w_traverse,
-    .tp_clear = (inquiry)w_clear,
-    .tp_methods = w_methods,
-    .tp_members = w_members,
-};
+PyTypeObject WatchersType = NATIVE_TYPE(
+    "Watchers", Watchers, Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    "The native base of DelayedOperationPurgatory: watch lists and entry points.",
+    .tp_new = w_new, TYPE_BASICS(w), TYPE_GC(w), .tp_members = w_members);
 
 int shmwheel_add_watchers_type(PyObject *m) {
     str_add = PyUnicode_InternFromString("add");

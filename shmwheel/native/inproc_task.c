@@ -9,6 +9,7 @@
 #include "inproc.h"
 
 #include <structmember.h>
+#include "pytype.h"
 
 /* ---- delay_ms: an int, not a bool, that fits in int64 ------------------------------ */
 
@@ -32,17 +33,8 @@ static int task_init(Task *self, PyObject *args, PyObject *kw) {
     return delay_from(d, &self->delay_ms);
 }
 
-static int task_traverse(Task *self, visitproc visit, void *arg) {
-    Py_VISIT(self->entry);
-    Py_VISIT(self->lock);
-    return 0;
-}
-
-static int task_clear(Task *self) {
-    Py_CLEAR(self->entry);
-    Py_CLEAR(self->lock);
-    return 0;
-}
+#define TASK_REFS(X) X(entry) X(lock)
+GC_REFS(Task, task, TASK_REFS)
 
 static void task_dealloc(Task *self) {
     /* a linked task is owned by its slot, so it cannot be freed while linked */
@@ -163,20 +155,11 @@ static PyGetSetDef task_getset[] = {
     {NULL},
 };
 
-PyTypeObject TaskType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Task",
-    .tp_doc = "The native base of TimerTask: a delay and the task's place in a wheel.",
-    .tp_basicsize = sizeof(Task),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = task_new,
-    .tp_init = (initproc)task_init,
-    .tp_dealloc = (destructor)task_dealloc,
-    .tp_traverse = (traverseproc)task_traverse,
-    .tp_clear = (inquiry)task_clear,
-    .tp_methods = task_methods,
-    .tp_getset = task_getset,
-};
+PyTypeObject TaskType = NATIVE_TYPE(
+    "Task", Task, Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    "The native base of TimerTask: a delay and the task's place in a wheel.",
+    .tp_new = task_new, .tp_init = (initproc)task_init, TYPE_BASICS(task), TYPE_GC(task),
+    .tp_getset = task_getset);
 
 /* ---- Operation: DelayedOperation's lock and completion flags ------------------------ */
 
@@ -284,16 +267,10 @@ static PyGetSetDef op_getset[] = {
     {NULL},
 };
 
-PyTypeObject OperationType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Operation",
-    .tp_doc = "The native base of DelayedOperation: a Task with its completion flags.",
-    .tp_basicsize = sizeof(Task),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, /* GC and the rest: from Task */
-    .tp_init = (initproc)op_init,
-    .tp_methods = op_methods,
-    .tp_getset = op_getset,
-};
+PyTypeObject OperationType = NATIVE_TYPE(
+    "Operation", Task, Py_TPFLAGS_BASETYPE, /* GC and the rest: from Task */
+    "The native base of DelayedOperation: a Task with its completion flags.",
+    .tp_init = (initproc)op_init, .tp_methods = op_methods, .tp_getset = op_getset);
 
 int shmwheel_add_task_types(PyObject *m) {
     str_on_complete = PyUnicode_InternFromString("on_complete");

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "pybuf.h"
+#include "pytype.h"
 
 #define CHUNK 1024 /* slots fired per wheel_advance call */
 #define NO_WAIT INT64_MIN /* wait_target when no thread sleeps on the wheel: no add wakes */
@@ -389,20 +390,11 @@ static PyGetSetDef tw_getset[] = {
     {NULL},
 };
 
-PyTypeObject TaskWheelType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.TaskWheel",
-    .tp_doc = "The in-process timer's wheel: wheel.h's array plus the task of each slot.",
-    .tp_basicsize = sizeof(TaskWheel),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = tw_new,
-    .tp_init = (initproc)tw_init,
-    .tp_dealloc = (destructor)tw_dealloc,
-    .tp_traverse = (traverseproc)tw_traverse,
-    .tp_clear = (inquiry)tw_clear,
-    .tp_methods = tw_methods,
-    .tp_getset = tw_getset,
-};
+PyTypeObject TaskWheelType = NATIVE_TYPE(
+    "TaskWheel", TaskWheel, Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    "The in-process timer's wheel: wheel.h's array plus the task of each slot.",
+    .tp_new = tw_new, .tp_init = (initproc)tw_init, TYPE_BASICS(tw), TYPE_GC(tw),
+    .tp_getset = tw_getset);
 
 int shmwheel_add_task_types(PyObject *m);        /* inproc_task.c */
 int shmwheel_add_bound_wheel_type(PyObject *m);  /* wheel_bound.c */

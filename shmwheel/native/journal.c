@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "journal.h"
+#include "pytype.h"
 
 /* ---- JournalBuffer ------------------------------------------------------------------ */
 typedef struct {
@@ -99,19 +100,12 @@ static PyBufferProcs jbo_buffer = {
     .bf_releasebuffer = (releasebufferproc)jbo_releasebuffer,
 };
 
-static PyTypeObject JournalBufferType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.JournalBuffer",
-    .tp_basicsize = sizeof(JournalBuffer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "JournalBuffer(): framed journal records waiting for one write(2) (journal.h); "
-              "supports the buffer protocol.",
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)jbo_dealloc,
-    .tp_as_sequence = &jbo_seq,
-    .tp_as_buffer = &jbo_buffer,
-    .tp_methods = jbo_methods,
-};
+static PyTypeObject JournalBufferType = NATIVE_TYPE(
+    "JournalBuffer", JournalBuffer, 0,
+    "JournalBuffer(): framed journal records waiting for one write(2) (journal.h); supports "
+    "the buffer protocol.",
+    .tp_new = PyType_GenericNew, TYPE_BASICS(jbo), .tp_as_sequence = &jbo_seq,
+    .tp_as_buffer = &jbo_buffer);
 
 static PyObject *py_crc32(PyObject *m, PyObject *arg) {
     Py_buffer v;

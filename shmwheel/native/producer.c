@@ -32,6 +32,7 @@
 #include "atomics.h"
 #include "producer.h"
 #include "wheel.h"
+#include "pytype.h"
 
 #define URGENT_MS PRODUCER_URGENT_MS
 
@@ -398,19 +399,10 @@ static PyMemberDef prod_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-PyTypeObject ProducerType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Producer",
-    .tp_basicsize = sizeof(Producer),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The native half of a Client: its caches, its ring and the hot paths.",
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)prod_dealloc,
-    .tp_traverse = (traverseproc)prod_traverse,
-    .tp_clear = (inquiry)prod_clear,
-    .tp_methods = prod_methods,
-    .tp_members = prod_members,
-};
+PyTypeObject ProducerType = NATIVE_TYPE(
+    "Producer", Producer, Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    "The native half of a Client: its caches, its ring and the hot paths.",
+    .tp_new = PyType_GenericNew, TYPE_BASICS(prod), TYPE_GC(prod), .tp_members = prod_members);
 
 int shmwheel_add_client_types(PyObject *m) {
     struct { PyObject **s; const char *v; } names[] = {

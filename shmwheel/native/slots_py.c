@@ -15,6 +15,7 @@
 #include "wheel.h"
 
 #include "tables.h"
+#include "pytype.h"
 
 static int tables_init(Tables *self, PyObject *args, PyObject *kw) {
     PyObject *wheel, *side, *arena, *adata;
@@ -409,18 +410,11 @@ static PyMethodDef tables_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-PyTypeObject TablesType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.Tables",
-    .tp_basicsize = sizeof(Tables),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Tables(wheel, side, arena, adata): one attachment's view of a service's "
-              "tables and the slot state machine over them (see slots.h).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)tables_init,
-    .tp_dealloc = (destructor)tables_dealloc,
-    .tp_methods = tables_methods,
-};
+PyTypeObject TablesType = NATIVE_TYPE(
+    "Tables", Tables, 0,
+    "Tables(wheel, side, arena, adata): one attachment's view of a service's tables and the "
+    "slot state machine over them (see slots.h).",
+    .tp_new = PyType_GenericNew, .tp_init = (initproc)tables_init, TYPE_BASICS(tables));
 
 int shmwheel_add_client_types(PyObject *m);
 int shmwheel_add_executor_type(PyObject *m);

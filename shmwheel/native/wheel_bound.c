@@ -10,6 +10,7 @@
  */
 #include "inproc.h"
 #include "pybuf.h"
+#include "pytype.h"
 
 typedef struct {
     PyObject_HEAD
@@ -109,16 +110,10 @@ static PyMethodDef bw_methods[] = {
     {NULL},
 };
 
-PyTypeObject BoundWheelType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shmwheel._native.BoundWheel",
-    .tp_doc = "The native base of WheelCore: its array, borrowed once.",
-    .tp_basicsize = sizeof(BoundWheel),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_new = bw_new,
-    .tp_dealloc = (destructor)bw_dealloc,
-    .tp_methods = bw_methods,
-};
+PyTypeObject BoundWheelType = NATIVE_TYPE(
+    "BoundWheel", BoundWheel, Py_TPFLAGS_BASETYPE,
+    "The native base of WheelCore: its array, borrowed once.",
+    .tp_new = bw_new, TYPE_BASICS(bw));
 
 int shmwheel_add_bound_wheel_type(PyObject *m) {
     str_make_room = PyUnicode_InternFromString("_make_room");

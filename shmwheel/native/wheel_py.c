@@ -137,6 +137,29 @@ static int as_i64(PyObject *o, i64 *v, const char *fn, const char *arg) {
     return 0;
 }
 
+/* Release what a binding borrowed (NULL: nothing there; a buffer never borrowed, zeroed,
+ * is released as nothing too). */
+static void release_all(I64Buf *a, I64Buf *b, I64Buf *c) {
+    I64Buf *held[] = {c, b, a};
+    for (int i = 0; i < 3; i++)
+        if (held[i]) i64buf_release(held[i]);
+}
+
+/* A binding fn(mem, arg) -> box(op(mem, arg)) for one int64 argument, named `arg` in
+ * errors (`names`: "mem, <arg>", for the count error). */
+static PyObject *call_one(PyObject *const *args, Py_ssize_t nargs, const char *fn,
+                          const char *names, const char *arg, i64 (*op)(i64 *, i64),
+                          PyObject *(*box)(long long)) {
+    I64Buf m;
+    i64 x = 0;
+    if (!nargs_ok(fn, nargs, 2, names) || as_i64(args[1], &x, fn, arg) ||
+        borrow_wheel(args[0], &m, fn))
+        return NULL;
+    i64 r = op(m.p, x);
+    i64buf_release(&m);
+    return box(r);
+}
+
 /* ---- bindings ---------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(reset_doc,
@@ -162,7 +185,7 @@ static PyObject *py_wheel_add_free_slots(PyObject *self, PyObject *const *args,
                                          Py_ssize_t nargs) {
     const char *fn = "wheel_add_free_slots";
     I64Buf m;
-    i64 first;
+    i64 first = 0;
     if (!nargs_ok(fn, nargs, 2, "mem, first") || as_i64(args[1], &first, fn, "first"))
         return NULL;
     if (borrow_wheel(args[0], &m, fn)) return NULL;
@@ -184,15 +207,8 @@ PyDoc_STRVAR(insert_doc,
 "slot); nothing is inserted in those cases.");
 
 static PyObject *py_wheel_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf m;
-    i64 d;
-    if (!nargs_ok("wheel_insert", nargs, 2, "mem, deadline") ||
-        as_i64(args[1], &d, "wheel_insert", "deadline") ||
-        borrow_wheel(args[0], &m, "wheel_insert"))
-        return NULL;
-    i64 h = wheel_insert(m.p, d);
-    i64buf_release(&m);
-    return PyLong_FromLongLong(h);
+    return call_one(args, nargs, "wheel_insert", "mem, deadline", "deadline", wheel_insert,
+                    PyLong_FromLongLong);
 }
 
 PyDoc_STRVAR(insert_many_doc,
@@ -205,15 +221,15 @@ PyDoc_STRVAR(insert_many_doc,
 static PyObject *py_wheel_insert_many(PyObject *self, PyObject *const *args,
                                       Py_ssize_t nargs) {
     const char *fn = "wheel_insert_many";
-    I64Buf m, d, o;
-    if (!nargs_ok(fn, nargs, 3, "mem, deadlines, out") || borrow_wheel(args[0], &m, fn))
-        return NULL;
-    if (borrow(args[1], &d, 0, fn, "deadlines")) goto fail_m;
-    if (borrow(args[2], &o, 1, fn, "out")) goto fail_d;
+    I64Buf m = {0}, d = {0}, o = {0};   /* releasing a buffer never borrowed does nothing */
+    PyObject *r = NULL;
+    if (!nargs_ok(fn, nargs, 3, "mem, deadlines, out") || borrow_wheel(args[0], &m, fn) ||
+        borrow(args[1], &d, 0, fn, "deadlines") || borrow(args[2], &o, 1, fn, "out"))
+        goto out;
     if (o.n < d.n) {
         PyErr_Format(PyExc_ValueError, "%s(): 'out' has %zd words, deadlines needs %zd", fn,
                      o.n, d.n);
-        goto fail_o;
+        goto out;
     }
     i64 n = d.n, i = 0;
     PyThreadState *ts = n >= NOGIL_MIN ? PyEval_SaveThread() : NULL;
@@ -223,17 +239,10 @@ static PyObject *py_wheel_insert_many(PyObject *self, PyObject *const *args,
         o.p[i] = h;
     }
     if (ts) PyEval_RestoreThread(ts);
-    i64buf_release(&o);
-    i64buf_release(&d);
-    i64buf_release(&m);
-    return PyLong_FromLongLong(i);
-fail_o:
-    i64buf_release(&o);
-fail_d:
-    i64buf_release(&d);
-fail_m:
-    i64buf_release(&m);
-    return NULL;
+    r = PyLong_FromLongLong(i);
+out:
+    release_all(&m, &d, &o);
+    return r;
 }
 
 PyDoc_STRVAR(cancel_doc,
@@ -241,16 +250,11 @@ PyDoc_STRVAR(cancel_doc,
 "Unlink and free a PENDING entry of the handle's generation in O(1); False (and nothing\n"
 "done) for a stale, fired, unknown, negative or out-of-range handle.");
 
+static i64 cancel_one(i64 *mem, i64 handle) { return wheel_cancel(mem, handle); }
+static PyObject *as_bool(long long ok) { return PyBool_FromLong((long)ok); }
+
 static PyObject *py_wheel_cancel(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    I64Buf m;
-    i64 h;
-    if (!nargs_ok("wheel_cancel", nargs, 2, "mem, handle") ||
-        as_i64(args[1], &h, "wheel_cancel", "handle") ||
-        borrow_wheel(args[0], &m, "wheel_cancel"))
-        return NULL;
-    int ok = wheel_cancel(m.p, h);
-    i64buf_release(&m);
-    return PyBool_FromLong(ok);
+    return call_one(args, nargs, "wheel_cancel", "mem, handle", "handle", cancel_one, as_bool);
 }
 
 PyDoc_STRVAR(cancel_many_doc,
@@ -262,47 +266,34 @@ PyDoc_STRVAR(cancel_many_doc,
 static PyObject *py_wheel_cancel_many(PyObject *self, PyObject *const *args,
                                       Py_ssize_t nargs) {
     const char *fn = "wheel_cancel_many";
-    I64Buf m, h;
-    Py_buffer o;
-    Py_ssize_t size;
-    if (!nargs_ok(fn, nargs, 3, "mem, handles, out") || borrow_wheel(args[0], &m, fn))
-        return NULL;
-    if (borrow(args[1], &h, 0, fn, "handles")) goto fail_m;
-    if (borrow_flags(args[2], &o, &size, fn, "out")) goto fail_h;
+    I64Buf m = {0}, h = {0};
+    Py_buffer o = {0};   /* releasing a buffer never borrowed does nothing */
+    Py_ssize_t size = 1;
+    PyObject *r = NULL;
+    if (!nargs_ok(fn, nargs, 3, "mem, handles, out") || borrow_wheel(args[0], &m, fn) ||
+        borrow(args[1], &h, 0, fn, "handles") || borrow_flags(args[2], &o, &size, fn, "out"))
+        goto out;
     if (o.len / size < h.n) {
         PyErr_Format(PyExc_ValueError, "%s(): 'out' has %zd items, handles needs %zd", fn,
                      o.len / size, h.n);
-        goto fail_o;
+        goto out;
     }
     i64 n = h.n, done = 0;
     PyThreadState *ts = n >= NOGIL_MIN ? PyEval_SaveThread() : NULL;
-    if (size == 1) {
-        unsigned char *flags = o.buf; /* a numpy bool is one byte holding 0 or 1 */
-        for (i64 i = 0; i < n; i++) {
-            int ok = wheel_cancel(m.p, h.p[i]);
-            flags[i] = (unsigned char)ok;
-            done += ok;
-        }
-    } else {
-        i64 *flags = o.buf;
-        for (i64 i = 0; i < n; i++) {
-            int ok = wheel_cancel(m.p, h.p[i]);
-            flags[i] = ok;
-            done += ok;
-        }
+    for (i64 i = 0; i < n; i++) {
+        int ok = wheel_cancel(m.p, h.p[i]);
+        if (size == 1)   /* a numpy bool is one byte holding 0 or 1 */
+            ((unsigned char *)o.buf)[i] = (unsigned char)ok;
+        else
+            ((i64 *)o.buf)[i] = ok;
+        done += ok;
     }
     if (ts) PyEval_RestoreThread(ts);
+    r = PyLong_FromLongLong(done);
+out:
     PyBuffer_Release(&o);
-    i64buf_release(&h);
-    i64buf_release(&m);
-    return PyLong_FromLongLong(done);
-fail_o:
-    PyBuffer_Release(&o);
-fail_h:
-    i64buf_release(&h);
-fail_m:
-    i64buf_release(&m);
-    return NULL;
+    release_all(&m, &h, NULL);
+    return r;
 }
 
 PyDoc_STRVAR(release_doc,
@@ -351,19 +342,17 @@ PyDoc_STRVAR(cascade_doc,
 "instead. Returns the entries handled (moved or retired): 0 means no pre-cascade work\n"
 "is pending.");
 
+static i64 cascade_step(i64 *mem, i64 budget) {
+    PyThreadState *ts = budget >= NOGIL_MIN ? PyEval_SaveThread() : NULL;
+    i64 n = wheel_cascade_step(mem, budget, NULL, NULL);
+    if (ts) PyEval_RestoreThread(ts);
+    return n;
+}
+
 static PyObject *py_wheel_cascade_step(PyObject *self, PyObject *const *args,
                                        Py_ssize_t nargs) {
-    I64Buf m;
-    i64 budget;
-    if (!nargs_ok("wheel_cascade_step", nargs, 2, "mem, budget") ||
-        as_i64(args[1], &budget, "wheel_cascade_step", "budget") ||
-        borrow_wheel(args[0], &m, "wheel_cascade_step"))
-        return NULL;
-    PyThreadState *ts = budget >= NOGIL_MIN ? PyEval_SaveThread() : NULL;
-    i64 n = wheel_cascade_step(m.p, budget, NULL, NULL);
-    if (ts) PyEval_RestoreThread(ts);
-    i64buf_release(&m);
-    return PyLong_FromLongLong(n);
+    return call_one(args, nargs, "wheel_cascade_step", "mem, budget", "budget", cascade_step,
+                    PyLong_FromLongLong);
 }
 
 PyDoc_STRVAR(advance_doc,
@@ -378,7 +367,7 @@ PyDoc_STRVAR(advance_doc,
 static PyObject *py_wheel_advance(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     const char *fn = "wheel_advance";
     I64Buf m, o;
-    i64 now;
+    i64 now = 0;
     if (!nargs_ok(fn, nargs, 4, "mem, now, out, release") || as_i64(args[1], &now, fn, "now"))
         return NULL;
     int release = PyObject_IsTrue(args[3]);
