@@ -334,7 +334,7 @@ class SlotMachine(RuleBasedStateMachine):
         _, n = ring.peek(buf)
         res = np.zeros(C.SETTLE_RESULT_WORDS, np.int64)
         with self.mem.locked():
-            self.tables.settle(buf, n, res)
+            self.tables.settle(buf, n, self.now(), res)  # the machine's only clock
         ring.consume(n)
         for h, outcome in buf[:n, [C.RR_HANDLE, C.RR_OUTCOME]].tolist():
             if outcome == C.OUTCOME_CRASHED:

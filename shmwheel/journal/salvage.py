@@ -144,6 +144,7 @@ def _salvage_rings(mem: L.ServiceMemory) -> int:
         if n > 0:
             written += tables.journal_settled(buf, n)
             res = np.zeros(C.SETTLE_RESULT_WORDS, np.int64)
-            tables.settle(buf, n, res)  # the unsettled ones: OUTCOME records as it settles
+            # the unsettled ones: OUTCOME records as it settles
+            tables.settle(buf, n, time.monotonic_ns() // 1_000_000, res)
             written += int(res.sum())
     return written

@@ -251,8 +251,8 @@ void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res) {
     }
 }
 
-void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res) {
-    i64 *mem = s->mem, now = mem[H_NOW];
+void slot_settle(Seg *s, const i64 *results, i64 n, i64 now_ms, i64 *res) {
+    i64 *mem = s->mem, now = mem[H_NOW] > now_ms ? mem[H_NOW] : now_ms;
     s->jnow = jnow_us();
     for (i64 j = 0; j < n; j++) {
         const i64 *r = &results[RESULT_RECORD * j];

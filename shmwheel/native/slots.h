@@ -180,8 +180,10 @@ void slot_journal_fired(Seg *s, i64 handle);
  * slots retired). */
 void slot_link_records(Seg *s, const i64 *recs, i64 n, i64 ring, i64 *res);
 /* Apply n executor outcomes (with an OUTCOME record each); res: SETTLE_RESULT_WORDS
- * counts (SR_FREED, SR_REARMED). */
-void slot_settle(Seg *s, const i64 *results, i64 n, i64 *res);
+ * counts (SR_FREED, SR_REARMED). now_ms: the caller's monotonic clock (the wheel's may
+ * lag it by a sleep): a repeating timer's next deadline is the first of its grid after
+ * the later of the two, so periods that passed during its run are skipped. */
+void slot_settle(Seg *s, const i64 *results, i64 n, i64 now_ms, i64 *res);
 /* a dead or closed client's slots and blocks; `producer` is its pid (the ring table's
  * RT_PID), the producer field of what the reclaim journals */
 i64 slot_reclaim(Seg *s, i64 ring, i64 producer);

@@ -116,17 +116,16 @@ static PyObject *tables_apply(Tables *self, PyObject *const *args, Py_ssize_t na
     I64Buf recs, res;
     i64 n, ring = 0;
     OPEN(self);
-    if (nargs != (link ? 4 : 3))
-        return PyErr_Format(PyExc_TypeError, "wrong number of arguments");
-    if (arg_i64(args[1], &n) < 0 || (link && arg_i64(args[2], &ring) < 0)) return NULL;
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "wrong number of arguments");
+    if (arg_i64(args[1], &n) < 0 || arg_i64(args[2], &ring) < 0) return NULL;
     if (i64buf_get(args[0], &recs, 0) < 0) return NULL;
-    if (i64buf_get(args[link ? 3 : 2], &res, 1) < 0) { i64buf_release(&recs); return NULL; }
+    if (i64buf_get(args[3], &res, 1) < 0) { i64buf_release(&recs); return NULL; }
     i64 width = link ? PRODUCER_RECORD : RESULT_RECORD;
     int ok = n >= 0 && n * width <= recs.n &&
              res.n >= (link ? LINK_RESULT_WORDS : SETTLE_RESULT_WORDS);
     if (!ok) PyErr_SetString(PyExc_ValueError, "record count or result array out of range");
     else if (link) slot_link_records(&self->seg, recs.p, n, ring, res.p);
-    else slot_settle(&self->seg, recs.p, n, res.p);
+    else slot_settle(&self->seg, recs.p, n, ring /* here: now_ms */, res.p);
     i64buf_release(&recs);
     i64buf_release(&res);
     if (!ok) return NULL;
@@ -361,7 +360,8 @@ static PyMethodDef tables_methods[] = {
     {"link_records", (PyCFunction)(void (*)(void))tables_link_records, METH_FASTCALL,
      "link_records(recs, n, ring, res): apply n producer records (see slots.h)."},
     {"settle", (PyCFunction)(void (*)(void))tables_settle, METH_FASTCALL,
-     "settle(results, n, res): apply n executor outcomes (see slots.h)."},
+     "settle(results, n, now_ms, res): apply n executor outcomes; now_ms: the caller's "
+     "monotonic clock, for repeating timers' next deadlines (see slots.h)."},
     {"reclaim", (PyCFunction)(void (*)(void))tables_reclaim, METH_FASTCALL,
      "reclaim(ring, pid) -> slots freed of a dead or closed client (and its cached blocks); "
      "pid, its process, is the producer of what it journals."},

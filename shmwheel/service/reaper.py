@@ -72,7 +72,8 @@ class Reaper(ServiceProcess):
                 continue
             self.res[:] = 0
             with mem.locked():
-                self.tables.settle(self.rbuf, n, self.res)
+                # this moment's clock: the wheel's is the last advance, a sleep ago
+                self.tables.settle(self.rbuf, n, time.monotonic_ns() // 1_000_000, self.res)
             if self.journal is not None:  # recorded before the ring forgets them
                 self.journal.flush()
             ring.consume(n)

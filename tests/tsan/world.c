@@ -213,7 +213,7 @@ static i64 settle(World *w, Seg *rs) {
         if (n < 0) fail(w, "result ring %d: corrupt head", e);
         if (n <= 0) continue;
         lock(w);
-        slot_settle(rs, buf, n, res);
+        slot_settle(rs, buf, n, 0, res);   /* the wheel's clock is the harness's */
         unlock(w);
         rs->jb->len = 0;
         ring_consume(&w->results[e], n);
