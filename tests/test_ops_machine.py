@@ -18,7 +18,8 @@ from hypothesis.stateful import invariant, precondition, rule
 from shmwheel import Full
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from tests.test_slot_machine import RUNS, QuietClient, SlotMachine
+from tests.local_segment import QuietClient
+from tests.test_slot_machine import RUNS, SlotMachine
 
 
 class RacingClient(QuietClient):

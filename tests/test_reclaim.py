@@ -3,17 +3,14 @@ it journals names the client by its pid, as every record of a client's ring does
 
 from __future__ import annotations
 
-import os
-
 import msgpack
 import numpy as np
-from test_reset import QuietClient
+from local_segment import QuietClient, local_memory, small_config
 
 from shmwheel import _native as N
 from shmwheel.journal import format as F
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from shmwheel.service.client import now_ms
 
 
 def journaled(buf: N.JournalBuffer) -> list[dict]:
@@ -30,18 +27,7 @@ def test_the_reclaim_of_a_dead_reset_journals_its_clients_pid():
     """A client died holding a reset: the coordinator's reclaim puts the timer back and
     journals it (SCHEDULED, flag reset) with the dead client's pid as its producer, the
     ring table's RT_PID (docs/journal.md), not its ring's index."""
-    cfg = L.ServiceConfig(
-        capacity=16,
-        tick_ms=1,
-        wheel_size=4,
-        executors=1,
-        max_clients=3,
-        ring_capacity=8,
-        dispatch_capacity=8,
-        arena_blocks=(4, 1, 1, 1),
-        tasks=(("record", "workers.tasks:append_line"),),
-    )
-    mem = L.ServiceMemory.create("reclaim-pid", cfg, os.getpid(), now_ms(), local=True)
+    mem = local_memory("reclaim-pid", small_config(max_clients=3), clients=0)
     ring, pid = 2, 424242
     mem.ring_table[ring, L.RT_STATE] = L.RING_CLAIMED
     mem.ring_table[ring, L.RT_PID] = pid

@@ -9,13 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import multiprocessing as mp
-import os
 import time
 
 import numpy as np
 import pytest
 import race_tasks
 import reset_tasks
+from local_segment import QuietClient, local_memory, small_config
 from test_service import TASKS, read_log, wait_for
 
 from shmwheel import Full, JournalError, TimerService, journal
@@ -186,19 +186,8 @@ def test_a_full_ring_refuses_the_reset_and_changes_nothing(monkeypatch):
     """No coordinator drains this segment's ring: once it is full, a reset waits
     RING_WAIT_S for room, then raises Full with the timer's deadline unchanged."""
     monkeypatch.setattr(Client, "RING_WAIT_S", 0.05)
-    cfg = L.ServiceConfig(
-        capacity=64,
-        tick_ms=1,
-        wheel_size=64,
-        executors=1,
-        max_clients=1,
-        ring_capacity=8,
-        dispatch_capacity=8,
-        arena_blocks=(8, 1, 1, 1),
-        tasks=(("record", "workers.tasks:append_line"),),
-    )
-    mem = L.ServiceMemory.create("reset-ring", cfg, os.getpid(), now_ms(), local=True)
-    mem.ring_table[0, L.RT_STATE] = L.RING_CLAIMED
+    cfg = small_config(capacity=64, wheel_size=64, arena_blocks=(8, 1, 1, 1))
+    mem = local_memory("reset-ring", cfg)
     c = QuietClient(mem, 0)
     try:
         hs = []
@@ -216,27 +205,8 @@ def test_a_full_ring_refuses_the_reset_and_changes_nothing(monkeypatch):
         mem.close()
 
 
-class QuietClient(Client):
-    """A Client whose wake-ups go nowhere (no coordinator runs on a local segment)."""
-
-    def _bell(self) -> None:
-        pass
-
-
 def _advance_past_a_held_timer(q) -> None:  # (a child process: a hang must not hang pytest)
-    cfg = L.ServiceConfig(
-        capacity=16,
-        tick_ms=1,
-        wheel_size=4,
-        executors=1,
-        max_clients=1,
-        ring_capacity=8,
-        dispatch_capacity=8,
-        arena_blocks=(4, 1, 1, 1),
-        tasks=(("record", "workers.tasks:append_line"),),
-    )
-    mem = L.ServiceMemory.create("reset-held", cfg, os.getpid(), now_ms(), local=True)
-    mem.ring_table[0, L.RT_STATE] = L.RING_CLAIMED
+    mem = local_memory("reset-held", small_config())
     c = QuietClient(mem, 0)
     tables = mem.bind_tables()
     t0 = int(mem.wheel[C.H_NOW])
@@ -284,20 +254,8 @@ def test_a_cascade_places_a_moved_timer_by_its_deadline_not_its_old_bucket():
     is cascaded by its deadline, not dropped into the level-0 bucket of the same index:
     there it re-announced that bucket's expiration, and a timer already in it (due sooner)
     waited for the moved one's deadline."""
-    cfg = L.ServiceConfig(
-        capacity=16,
-        tick_ms=1,
-        wheel_size=4,
-        executors=1,
-        max_clients=2,
-        ring_capacity=8,
-        dispatch_capacity=8,
-        arena_blocks=(4, 1, 1, 1),
-        tasks=(("record", "workers.tasks:append_line"),),
-    )
     t0 = now_ms() >> 8 << 8  # level 1's buckets (4 ms) start on multiples of 4 from here
-    mem = L.ServiceMemory.create("reset-cascade", cfg, os.getpid(), t0, local=True)
-    mem.ring_table[:2, L.RT_STATE] = L.RING_CLAIMED
+    mem = local_memory("reset-cascade", small_config(max_clients=2), t0, clients=2)
     c0, c1 = QuietClient(mem, 0), QuietClient(mem, 1)
     tables, out = mem.bind_tables(), np.empty(16, np.int64)
 

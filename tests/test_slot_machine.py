@@ -16,6 +16,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from local_segment import QuietClient, small_config
 
 from shmwheel import Full
 from shmwheel import _native as N
@@ -44,13 +45,6 @@ def failing(payload: object) -> None:
     raise RuntimeError("task failed on purpose")
 
 
-class QuietClient(Client):
-    """A Client whose wake-ups go nowhere (there are no processes to wake)."""
-
-    def _bell(self) -> None:
-        pass
-
-
 class SlotMachine(RuleBasedStateMachine):
     @initialize(align=st.integers(0, (1 << 20) - 1))
     def setup(self, align: int) -> None:
@@ -64,14 +58,9 @@ class SlotMachine(RuleBasedStateMachine):
         purgatory_mod.time = types.SimpleNamespace(
             monotonic_ns=lambda: self.now() * 1_000_000, monotonic=time.monotonic
         )
-        cfg = L.ServiceConfig(
+        cfg = small_config(
             capacity=CAPACITY,
-            tick_ms=1,
-            wheel_size=4,
-            executors=1,
             max_clients=CLIENTS,
-            ring_capacity=8,
-            dispatch_capacity=8,
             arena_blocks=(6, 3, 1, 1),
             tasks=(("record", "t:record"), ("failing", "t:failing")),
             watch_capacity=12,  # small: the purgatory's machine fills it (test_ops_machine)

@@ -5,7 +5,6 @@ as the Python one (a thread holding it, a holder that died mid-update)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -14,14 +13,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from local_segment import QuietClient, local_memory, small_config
 
 from shmwheel import TimerService
 from shmwheel import _native as N
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.service import purgatory as ops
-from shmwheel.service.client import Client, now_ms
-from tests.test_slot_machine import QuietClient
+from shmwheel.service.client import Client
 
 TASKS = {"noop": "shmwheel.examples.tasks:noop"}
 M64 = (1 << 64) - 1
@@ -207,20 +206,9 @@ def test_a_thread_holding_the_lock_holds_off_the_native_path(svc_client):
 @pytest.fixture
 def local_client():
     """A client over a segment in this process's memory: no coordinator to race."""
-    cfg = L.ServiceConfig(
-        capacity=64,
-        tick_ms=1,
-        wheel_size=4,
-        executors=1,
-        max_clients=1,
-        ring_capacity=8,
-        dispatch_capacity=8,
-        arena_blocks=(6, 3, 1, 1),
-        tasks=(("noop", "t:noop"),),
-        watch_capacity=12,
-    )
-    mem = L.ServiceMemory.create("native", cfg, os.getpid(), now_ms(), local=True)
-    mem.ring_table[0, L.RT_STATE] = L.RING_CLAIMED
+    cfg = small_config(capacity=64, arena_blocks=(6, 3, 1, 1), tasks=(("noop", "t:noop"),),
+                       watch_capacity=12)  # fmt: skip
+    mem = local_memory("native", cfg)
     c = QuietClient(mem, 0)
     yield mem, c
     c._closed = True
