@@ -119,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     embedder = active_session()  # a session already running (a notebook, a test) stays up
     try:
-        spark = spark_session(args.master, args.shuffle_partitions, verbose=args.verbose)
+        spark = spark_session(
+            args.master, args.shuffle_partitions, verbose=args.verbose, data_source=False
+        )
     except SparkUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
