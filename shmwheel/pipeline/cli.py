@@ -164,7 +164,7 @@ def _preload() -> None:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401
+        import matplotlib.pyplot
         import pandas  # noqa: F401
     except Exception:  # noqa: BLE001 - the report imports them again and says what failed
         pass
