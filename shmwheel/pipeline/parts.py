@@ -83,4 +83,4 @@ def options(schema: pa.Schema) -> dict[str, Any]:
 def _is_string(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         t = t.value_type
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))

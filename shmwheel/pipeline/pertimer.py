@@ -138,7 +138,7 @@ class _Groups:
         of_row[order] = np.cumsum(new) - 1
         return cls(of_row, int(new.sum())), ordered[new]
 
-    def _at(self, ufunc: np.ufunc, values: np.ndarray, initial: int) -> np.ndarray:
+    def _at(self, ufunc: np.ufunc, values: np.ndarray, initial: int | np.integer) -> np.ndarray:
         out = np.full(self.groups, initial, np.int64)
         ufunc.at(out, self.of_row, values.astype(np.int64, copy=False))
         return out
