@@ -226,6 +226,30 @@ def test_the_cases_hypothesis_must_not_miss() -> None:
     assert (got[6]["lost_runs"], got[6]["in_flight_runs"]) == (0, 1)
 
 
+def test_on_a_tie_the_later_record_decides() -> None:
+    """Two outcomes of one run recorded at the same microsecond: the later record (in the
+    rows' order, the order the journal wrote them in) is the run's result, as SQL's
+    max_by over the journal's order gives it; the rows' order is not the ids' order."""
+    b = P.Bounds(end_us=10_000, final_epoch=1, grace_us=0, tasks=TASKS)
+
+    def rec(i: int, kind: str, t: int, **kw: int) -> dict[str, Any]:
+        return {**dict.fromkeys(P.INPUT, 0), "id": i, "kc": K[kind], "t_us": t, "epoch": 1, **kw}
+
+    records = [
+        rec(2, "scheduled", 0, deadline_ms=1),
+        rec(1, "scheduled", 0, deadline_ms=1),
+        rec(1, "fired", 1000, run=1, deadline_ms=1),
+        rec(2, "fired", 1000, run=1, deadline_ms=1),
+        rec(1, "outcome", 1500, run=1, oc=OC["error"], duration_us=7),
+        rec(2, "outcome", 1500, run=1, oc=OC["ok"], duration_us=8),
+        rec(1, "outcome", 1500, run=1, oc=OC["crashed"], duration_us=9),
+        rec(2, "outcome", 1500, run=1, oc=OC["error"], duration_us=10),
+    ]
+    got = kernel(records, b)
+    assert (got[1]["crashed"], got[1]["error"], got[1]["duration_max_us"]) == (1, 0, 9)
+    assert (got[2]["error"], got[2]["ok"], got[2]["duration_max_us"]) == (1, 0, 10)
+
+
 def test_nulls_and_an_empty_partition() -> None:
     b = P.Bounds(end_us=0, final_epoch=1, grace_us=0, tasks=())
     empty = pa.table({c: pa.array([], pa.int64()) for c in P.INPUT})

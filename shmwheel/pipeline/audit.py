@@ -194,10 +194,16 @@ def rules(b: Bounds) -> list[tuple[str, Column, Column]]:
 
 def count_violations(table: Any, b: Bounds) -> dict[str, int]:
     """The violations of each rule broken in a per-timer table held by pyarrow (one
-    service's; ``pertimer.OUTPUT``): the same conditions as the Spark job's."""
-    return {
-        rule: n for rule, cond in conditions(b, arrow_ops()) if (n := table.filter(cond).num_rows)
-    }
+    service's; ``pertimer.OUTPUT``): the same conditions as the Spark job's, evaluated in
+    one scan of the table (a filter per rule took 3x as long) and counted where true (a
+    null is no violation, as in Spark's filter)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    conds = conditions(b, arrow_ops())
+    scan = ds.Scanner.from_batches(table.to_batches(), schema=table.schema, columns=dict(conds))
+    got = scan.to_table()
+    return {rule: n for rule, _ in conds if (n := int(pc.sum(got.column(rule)).as_py() or 0))}
 
 
 def violations(timers: DataFrame, b: Bounds) -> DataFrame:

@@ -22,7 +22,6 @@ The tasks get the segments one of two ways (``READERS``):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import pickle
 import posixpath
@@ -112,13 +111,13 @@ def written(seg: Segment, columns: list[str], target: tuple[str, int]) -> Iterat
     report = pickle.dumps(segment_report(seg))
     # segment_batch puts the rejects after the records: they are the tail
     perm, sizes = buckets.order(E.record_ids(seg), n, tail=len(seg.rejects))
-    ordered = dataclasses.replace(seg, rows=seg.rows[perm])  # one gather of whole rows
-    batch = E.segment_batch(ordered, columns, dictionary=True)
+    # the columns are built in bucket order (each one gathered once, no copy of the rows)
+    batch = E.segment_batch(seg, columns, dictionary=True, order=perm)
     table = pa.Table.from_batches([batch])
     buckets.write(table, directory, f"{posixpath.basename(seg.path)}.parquet", n, sizes)
     more = [c for c in SECONDS_COLUMNS if c not in columns]
     if more:  # counted, not written
-        extra = E.segment_batch(ordered, more, dictionary=True)
+        extra = E.segment_batch(seg, more, dictionary=True, order=perm)
         for c in more:
             table = table.append_column(c, extra.column(c))
     yield pa.RecordBatch.from_pydict(

@@ -91,6 +91,7 @@ def _one_epoch(
 ) -> None:  # fmt: skip
     """One run of the service on the journal: its timers added to `n`."""
     from .. import TimerService
+    from ..segment.sizes import DEFAULT_TABLE_CAPACITY
 
     cap = max(1024, 2 * (one_shots + operations + repeating))
     # the failing task's tracebacks are expected: the service processes log errors only
@@ -101,6 +102,8 @@ def _one_epoch(
             name=name,
             tasks=TASKS,
             capacity=cap,
+            # every operation is live (one key each) until the checks after the last watch
+            watch_capacity=max(DEFAULT_TABLE_CAPACITY, 2 * operations),
             executors=1,
             journal=directory,
             journal_keep_hours=1e6,  # keep every segment: the audit reads the whole history
@@ -145,7 +148,9 @@ def _one_epoch(
             for h in reps:
                 h.cancel()
             expect_runs = (one_shots - cancelled) + operations
-            give_up = time.monotonic() + 60 + spread_ms / 1000
+            # a minute, and more for a big run on a loaded machine (its one executor runs
+            # every task: 3.4 M of them for a 10 M-record journal)
+            give_up = time.monotonic() + 60 + spread_ms / 1000 + expect_runs / 20_000
             while time.monotonic() < give_up:
                 s = svc.stats()
                 done = s["completed"] + s["task_errors"] + s["crashed"]
@@ -153,7 +158,10 @@ def _one_epoch(
                     break
                 time.sleep(0.02)
             else:
-                raise TimeoutError("the demo service did not finish its timers in time")
+                raise TimeoutError(
+                    f"the demo service did not finish its timers in time: {s['pending']:,} "
+                    f"pending, {done:,} of {expect_runs:,} runs done"
+                )
         finally:
             c.close()
         time.sleep(0.05)  # the reaper settles the last outcomes before the stop

@@ -92,19 +92,6 @@ def _field(kind: int, name: str) -> int:
     return 3 + F.FIELDS[kind].index(name)
 
 
-def _int_column(
-    rows: np.ndarray, kinds: np.ndarray, sources: dict[int, int], dtype: pa.DataType
-) -> pa.Array:
-    """One int column: for each kind in `sources`, row column sources[kind]; else null."""
-    values = np.zeros(len(rows), np.int64)
-    valid = np.zeros(len(rows), bool)
-    for kind, col in sources.items():
-        m = kinds == kind
-        values[m] = rows[m, col]
-        valid |= m
-    return pa.array(values, type=pa.int64(), mask=~valid).cast(dtype)
-
-
 def _names(index: np.ndarray, valid: np.ndarray, names: Sequence[str]) -> pa.Array:
     """Strings by index into `names` (an index out of range is null), dictionary-encoded."""
     valid = valid & (index >= 0) & (index < len(names))
@@ -122,20 +109,88 @@ def _repeat(value: object, n: int, typ: pa.DataType) -> pa.Array:
     return pa.array(np.full(n, value, np.int64)).cast(typ)
 
 
+#: kind codes a lookup table by kind covers (a record of another code has no field)
+_KIND_SPAN = max(F.KIND_NAMES) + 1
+
+
+class _Words:
+    """The words of a segment's record rows (``reader.Segment.rows``), one column at a
+    time, in the order `order` (a permutation of the rows; None: file order). A row is a
+    record's SCAN_WORDS words, so reading a column of the row-major matrix strides over
+    all of it: each column is taken once, with the reordering in the same gather (no
+    copy of whole rows), and a field that sits in a different word for each kind is one
+    gather of (row, word) pairs."""
+
+    def __init__(self, rows: np.ndarray, order: np.ndarray | None) -> None:
+        self.rows, self.order = rows, order
+        self._got: dict[int, np.ndarray] = {}
+        self._of: dict[tuple[int, ...], np.ndarray] = {}
+        kinds = self.word(2)
+        #: each row's kind as an index into lookup tables of _KIND_SPAN + 1 entries (the
+        #: last: a kind no table knows)
+        self.kind_at = np.where((kinds >= 0) & (kinds < _KIND_SPAN), kinds, _KIND_SPAN)
+        self.kinds = kinds
+
+    def word(self, col: int) -> np.ndarray:
+        """Word `col` of every row, in order (contiguous)."""
+        got = self._got.get(col)
+        if got is None:
+            src = self.rows[:, col] if self.order is None else self.rows[self.order, col]
+            got = self._got[col] = np.ascontiguousarray(src)
+        return got
+
+    def of(self, kinds: Sequence[int]) -> np.ndarray:
+        """True where a row is of one of `kinds`."""
+        key = tuple(sorted(kinds))
+        got = self._of.get(key)
+        if got is None:
+            lut = np.zeros(_KIND_SPAN + 1, bool)
+            lut[[k for k in key if 0 <= k < _KIND_SPAN]] = True
+            got = self._of[key] = lut[self.kind_at]
+        return got
+
+    def field(self, sources: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """(values, valid): for each row of a kind in `sources`, its word sources[kind];
+        0 and not valid for the others."""
+        cols = set(sources.values())
+        valid = self.of(list(sources))
+        if len(cols) == 1:
+            values = self.word(cols.pop())
+        else:  # one gather of (row, word) pairs
+            lut = np.zeros(_KIND_SPAN + 1, np.intp)
+            for k, c in sources.items():
+                if 0 <= k < _KIND_SPAN:
+                    lut[k] = c
+            rows = np.arange(len(self.rows)) if self.order is None else self.order
+            values = self.rows[rows, lut[self.kind_at]]
+        return np.where(valid, values, 0), valid
+
+
+def _int_column(words: _Words, sources: dict[int, int], dtype: pa.DataType) -> pa.Array:
+    """One int column: for each kind in `sources`, row word sources[kind]; else null."""
+    values, valid = words.field(sources)
+    return pa.array(values, type=pa.int64(), mask=~valid).cast(dtype)
+
+
 def segment_batch(
-    seg: Segment, columns: Sequence[str] = NAMES, dictionary: bool = False
+    seg: Segment,
+    columns: Sequence[str] = NAMES,
+    dictionary: bool = False,
+    order: np.ndarray | None = None,
 ) -> pa.RecordBatch:
     """One segment's events and rejects as one Arrow record batch with `columns` (a
-    subset of NAMES, in that order): the records first, in file order, then one row per
-    reject. With `dictionary`, every string column is dictionary-encoded (the same
-    strings: cheaper to build, reorder and write to Parquet, where a segment's path,
-    say, is one value however many rows repeat it)."""
+    subset of NAMES, in that order): the records first, in file order (with `order`, a
+    permutation of the records, in that order), then one row per reject. With
+    `dictionary`, every string column is dictionary-encoded (the same strings: cheaper
+    to build, reorder and write to Parquet, where a segment's path, say, is one value
+    however many rows repeat it)."""
     rows, hdr = seg.rows, seg.header or {}
-    kinds = rows[:, 2]
     n, nrej = len(rows), len(seg.rejects)
+    if order is not None and len(order) != n:
+        raise ValueError(f"order has {len(order)} rows; the segment has {n} records")
+    w = _Words(rows, order)
     tasks = list(hdr.get("tasks", ()))
     mono0, wall0 = hdr.get("mono_us"), hdr.get("wall_us")
-    sched, watched, outcome = kinds == F.SCHEDULED, kinds == F.WATCHED, kinds == F.OUTCOME
     everything = np.ones(n, bool)
     per_file = _per_file(seg)
 
@@ -143,31 +198,29 @@ def segment_batch(
         if name in per_file:
             return _repeat(per_file[name], n, ARROW_SCHEMA.field(name).type)
         if name == "offset":
-            return pa.array(rows[:, 0])
+            return pa.array(w.word(0))
         if name == "kind":
-            return _names(kinds, everything, list(_KINDS))
+            return _names(w.kinds, everything, list(_KINDS))
         if name in ("id", "t_us"):
-            return pa.array(rows[:, _ID_WORD if name == "id" else _ID_WORD + 1])
+            return pa.array(w.word(_ID_WORD if name == "id" else _ID_WORD + 1))
         if name == "wall_us":
             if mono0 is None or wall0 is None:
                 return pa.nulls(n, pa.int64())
-            return pa.array(rows[:, 4] - mono0 + wall0)
+            return pa.array(w.word(4) - mono0 + wall0)
         if name == "task":
-            return _names(rows[:, _field(F.SCHEDULED, "task")], sched, tasks)
+            return _names(w.word(_field(F.SCHEDULED, "task")), w.of([F.SCHEDULED]), tasks)
         if name in ("on_complete", "on_expire"):
-            idx = rows[:, _field(F.WATCHED, name)]
-            return _names(idx, watched & (idx != TASK_NONE), tasks)
+            idx = w.word(_field(F.WATCHED, name))
+            return _names(idx, w.of([F.WATCHED]) & (idx != TASK_NONE), tasks)
         if name == "outcome":
-            return _names(rows[:, _field(F.OUTCOME, "outcome")], outcome, _OUTCOMES)
+            return _names(w.word(_field(F.OUTCOME, "outcome")), w.of([F.OUTCOME]), _OUTCOMES)
         if name == "reason":
             return pa.nulls(n, pa.string())
         if name == "payload_bytes":
-            return _int_column(
-                rows, kinds, {F.SCHEDULED: _BLOB_LEN, F.WATCHED: _BLOB_LEN}, pa.int32()
-            )
+            return _int_column(w, {F.SCHEDULED: _BLOB_LEN, F.WATCHED: _BLOB_LEN}, pa.int32())
         typ = ARROW_SCHEMA.field(name).type
         sources = {k: 3 + f.index(name) for k, f in F.FIELDS.items() if name in f and k != F.HEADER}
-        return _int_column(rows, kinds, sources, typ)
+        return _int_column(w, sources, typ)
 
     arrays = []
     for name in columns:

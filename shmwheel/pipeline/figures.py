@@ -43,6 +43,10 @@ PRODUCER_SUMS = ("timers", "repeating", "runs", "cancelled", "late_sum_us", "lat
 #: then the longest duration (us), None if none
 TASK_SUMS = ("runs", "ok", "error", "crashed", "duration_sum_us")
 _ENDS = ("completed", "expired", "cancelled")  # an operation's
+_PRODUCER_COLUMNS = ("producer", "type", "runs_fired", "end", "late_sum_us", "late_n",
+                     "late_max_us")  # fmt: skip
+_TASK_COLUMNS = ("run_task", "outcomes", "ok", "error", "crashed", "duration_sum_us",
+                 "duration_max_us")  # fmt: skip
 
 
 @dataclass
@@ -64,7 +68,10 @@ class TimerFigures:
     def of_table(cls, table: pa.Table, bounds: P.Bounds) -> TimerFigures:
         """The figures of per-timer rows (``pertimer.OUTPUT``)."""
         out = cls(tally=tally(table, bounds))
-        mine = table.filter(pa.array(A.among(table.column("type"), "one-shot", "repeating")))
+        # the columns used, then the rows: a filter copies every column it is given
+        mine = table.select(_PRODUCER_COLUMNS).filter(
+            pa.array(A.among(table.column("type"), "one-shot", "repeating"))
+        )
         out.producers = {
             int(k): row
             for k, row in _grouped(
@@ -76,7 +83,7 @@ class TimerFigures:
                 count=True,
             ).items()
         }  # fmt: skip
-        ran = table.filter(pc.is_valid(table.column("run_task")))
+        ran = table.select(_TASK_COLUMNS).filter(pc.is_valid(table.column("run_task")))
         out.tasks = {
             str(k): row
             for k, row in _grouped(
@@ -225,13 +232,15 @@ def tally(table: pa.Table, b: P.Bounds) -> dict[str, dict[str, int]]:
 
     has_deadline = A.valid(table.column("deadline_ms"))
     undecided = (ints("decisions") == 0) & has_deadline & ~b.overdue(ints("deadline_ms"))
-    ends = {e: A.among(table.column("end"), e) for e in ("ran", "cancelled", "completed",
-                                                         "expired")}  # fmt: skip
+    end_names = ("ran", "cancelled", "completed", "expired")
+    end = A.index_in(table.column("end"), end_names)  # each string column looked up once
+    ends = {e: end == i for i, e in enumerate(end_names)}
     sums = {"runs": ints("runs_fired"), "repeats_in_window": ints("repeats"),
             "in_flight": ints("in_flight_runs")}  # fmt: skip
+    types = A.index_in(table.column("type"), P.TYPES)
     out: dict[str, dict[str, int]] = {}
-    for typ in P.TYPES:
-        m = A.among(table.column("type"), typ)
+    for i, typ in enumerate(P.TYPES):
+        m = types == i
         if not m.any():
             continue
         row = {"n": int(m.sum()), **{e: int((m & v).sum()) for e, v in ends.items()}}

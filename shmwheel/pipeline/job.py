@@ -154,20 +154,20 @@ def run(
     # rules on the files' reports (fleet.py)
     groups = fleet.services([pickle.loads(r["report"]) for r in rows])
     gaps, gap_warnings = fleet.completeness(groups)
-    table = spark.read.parquet(events_dir)
     kinds = secs.kinds()
     records = sum(n for k, n in kinds.items() if k != E.REJECT)
     # each service is judged against its own journal's end and last epoch (its clocks
     # are its host's)
     bounds = {svc: P.Bounds.of(x, grace_ms) for svc, x in secs_of.items() if svc is not None}
-    rejects = table.filter(f.col("kind") == E.REJECT).select(
-        "service", "file", "offset", "epoch", "reason"
-    )
     rejects_dir = os.path.join(out, "rejects")
+    rej_columns = ["service", "file", "offset", "epoch", "reason"]
+    rejects: DataFrame | None = None
     if secs.rejects:
+        table = spark.read.parquet(events_dir)
+        rejects = table.filter(f.col("kind") == E.REJECT).select(*rej_columns)
         rejects.write.mode(mode).parquet(rejects_dir)
-    else:  # the decoding tasks counted none: no scan of events/ for them, no job
-        empty = E.ARROW_SCHEMA.empty_table().select(rejects.columns)
+    else:  # the decoding tasks counted none: Spark reads nothing back, runs no job
+        empty = E.ARROW_SCHEMA.empty_table().select(rej_columns)
         parts.write(empty, parts.prepare(rejects_dir), "part-00000.parquet")
     if gaps:  # the chains' rejects, beside the decoder's
         gap_rows = pa.table(
@@ -184,7 +184,9 @@ def run(
                   f"{records:,} records, {secs.rejects:,} rejects; {len(groups)} "
                   f"service(s), {len(gaps)} gap(s) in their chains")  # fmt: skip
 
-    timers, figs_of, counted = T.per_timer(spark, events_dir, bounds, os.path.join(out, "timers"))
+    timers_dir, figs_of, counted = T.per_timer(
+        spark, events_dir, bounds, os.path.join(out, "timers")
+    )
     figs = TimerFigures.merge(figs_of.values())
     tally = figs.tally
     stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
@@ -195,6 +197,7 @@ def run(
     viol_dir = os.path.join(out, "violations")
     sample: list[dict[str, Any]] = []
     if by_service_rule:
+        timers = spark.read.parquet(timers_dir)
         A.fleet_violations(timers, bounds).write.mode(mode).parquet(viol_dir)
         viol = spark.read.parquet(viol_dir)
         sample = [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
@@ -224,7 +227,7 @@ def run(
             f"{r['file']} at byte {r['offset']}: {r['reason']}"
             for r in rejects.orderBy("file", "offset").limit(SAMPLE).collect()
         ]
-        if secs.rejects
+        if rejects is not None
         else []
     )
     rej_list = [f"missing: {g}" for g in gaps[:SAMPLE]] + rej_list[: max(0, SAMPLE - len(gaps))]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -56,13 +57,30 @@ def write(
     fs, path = filesystem(directory)
     fs.create_dir(path, recursive=True)  # a no-op once it is there
     tmp = f"{path}/.{name}.{uuid.uuid4().hex}.tmp"
+    opts = options(table.schema)
     if row_groups is None:
-        pq.write_table(table, tmp, filesystem=fs)
+        pq.write_table(table, tmp, filesystem=fs, **opts)
     else:
         assert sum(row_groups) == table.num_rows, "row groups must cover the table"
-        with pq.ParquetWriter(tmp, table.schema, filesystem=fs) as w:
+        with pq.ParquetWriter(tmp, table.schema, filesystem=fs, **opts) as w:
             at = 0
             for size in row_groups:
                 w.write_table(table.slice(at, size), row_group_size=max(1, size))
                 at += size
     fs.move(tmp, f"{path}/{name}")
+
+
+def options(schema: pa.Schema) -> dict[str, Any]:
+    """The Parquet writer's options for a table of `schema`: dictionary pages for its
+    string columns only. pyarrow's default tries a dictionary for every column, and an
+    int column of distinct values (ids, times, offsets) never outgrows one in a row
+    group of the audit's size: each value hashed on write and looked up on read, for
+    nothing (docs/performance.md)."""
+    strings = [f.name for f in schema if _is_string(f.type)]
+    return {"use_dictionary": strings}
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))

@@ -5,8 +5,9 @@ one bucket of events/ (every record of its ids, ``buckets.py``) and hands it to
 ``per_timer_of``, which codes it (``coded``) for ``per_timer_table``; the tests call both
 on tables directly.
 
-Theory of operation. A partition's records are sorted by id once; every per-id figure is
-then a ``reduceat`` over the runs of equal ids (``_Groups``). A *run* of a timer is what
+Theory of operation. A partition's ids are sorted once, to number each record's timer;
+every per-id figure is then one ``ufunc.at`` over the records, left in their order, into
+an array of the timers (``_Groups``). A *run* of a timer is what
 one firing did: its fire records and its outcome records. For an id with at most one fire
 and one outcome (one-shots, operations: nearly all of them) the id's figures are already
 its one run's. The few ids with more (repeating timers, runs repeated after a whole-service
@@ -103,46 +104,73 @@ class Bounds:
 
 
 class _Groups:
-    """Runs of equal keys in sorted arrays: ``starts[g]`` is group g's first row."""
+    """Groups of rows: ``of_row[i]`` is row i's group, in [0, groups). Each figure is one
+    ``ufunc.at`` over the rows (``reduceat`` over runs of sorted rows costs a call of its
+    inner loop per group: 3x the time for groups of three rows, and a gather of every
+    column into sorted order before it; docs/performance.md)."""
 
-    def __init__(self, starts: np.ndarray, n: int) -> None:
-        self.starts, self.n = starts, n
-        self.size = np.diff(np.append(starts, n))
-        #: each row's group
-        self.of_row = np.repeat(np.arange(len(starts)), self.size)
+    def __init__(self, of_row: np.ndarray, groups: int) -> None:
+        self.of_row, self.groups = of_row, groups
+        self._any: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by id(mask): mask, any
 
     @classmethod
-    def of(cls, *keys: np.ndarray) -> _Groups:
-        """Groups of rows sorted by `keys` (equal in every key)."""
+    def of_sorted(cls, *keys: np.ndarray) -> tuple[_Groups, np.ndarray]:
+        """Groups of rows sorted by `keys` (equal in every key), and each one's first row."""
         n = len(keys[0])
         new = np.zeros(n, bool)
         if n:
             new[0] = True
             for k in keys:
                 new[1:] |= k[1:] != k[:-1]
-        return cls(np.flatnonzero(new), n)
+        return cls(np.cumsum(new) - 1, int(new.sum())), np.flatnonzero(new)
+
+    @classmethod
+    def of_keys(cls, keys: np.ndarray) -> tuple[_Groups, np.ndarray]:
+        """Groups of rows with equal `keys` (in any order), numbered in ascending order of
+        their key, and the keys ascending (one sort, which need not be stable: a group is
+        a set of rows; ``arg_max`` breaks ties by row position)."""
+        order = np.argsort(keys)
+        ordered = keys[order]
+        new = np.empty(len(keys), bool)
+        new[:1] = True
+        new[1:] = ordered[1:] != ordered[:-1]
+        of_row = np.empty(len(keys), np.intp)
+        of_row[order] = np.cumsum(new) - 1
+        return cls(of_row, int(new.sum())), ordered[new]
+
+    def _at(self, ufunc: np.ufunc, values: np.ndarray, initial: int | np.integer) -> np.ndarray:
+        out = np.full(self.groups, initial, np.int64)
+        ufunc.at(out, self.of_row, values.astype(np.int64, copy=False))
+        return out
 
     def count(self, mask: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(mask, self.starts, dtype=np.int64)
+        return np.bincount(self.of_row[mask], minlength=self.groups).astype(np.int64)
 
     def any(self, mask: np.ndarray) -> np.ndarray:
-        return np.logical_or.reduceat(mask, self.starts)
+        """Whether each group has a row of `mask` (a new array; the kernel asks again and
+        again of the same few masks: kept while the mask is)."""
+        got = self._any.get(id(mask))
+        if got is None or got[0] is not mask:
+            out = np.zeros(self.groups, bool)
+            out[self.of_row[mask]] = True
+            got = self._any[id(mask)] = (mask, out)
+        return got[1].copy()
 
     def max(self, values: np.ndarray, mask: np.ndarray) -> Col:
-        return np.maximum.reduceat(np.where(mask, values, _LO), self.starts), self.any(mask)
+        return self._at(np.maximum, np.where(mask, values, _LO), _LO), self.any(mask)
 
     def min(self, values: np.ndarray, mask: np.ndarray) -> Col:
-        return np.minimum.reduceat(np.where(mask, values, _HI), self.starts), self.any(mask)
+        return self._at(np.minimum, np.where(mask, values, _HI), _HI), self.any(mask)
 
     def sum(self, values: np.ndarray, mask: np.ndarray) -> Col:
-        return np.add.reduceat(np.where(mask, values, 0), self.starts), self.any(mask)
+        return self._at(np.add, np.where(mask, values, 0), 0), self.any(mask)
 
     def arg_max(self, order: np.ndarray, mask: np.ndarray) -> Col:
         """Per group, the row (a position) of the masked row with the greatest `order`
         (the last such row on a tie), as SQL's max_by picks it."""
         top, has = self.max(order, mask)
         cand = mask & (order == top[self.of_row])
-        pos = np.maximum.reduceat(np.where(cand, np.arange(self.n), -1), self.starts)
+        pos = self._at(np.maximum, np.where(cand, np.arange(len(self.of_row)), -1), -1)
         return np.maximum(pos, 0), has
 
 
@@ -216,12 +244,12 @@ def _multi_runs(r: dict[str, np.ndarray], b: Bounds) -> tuple[np.ndarray, dict[s
     summed over their runs."""
     order = np.lexsort((r["run"], r["id"]))
     r = {k: v[order] for k, v in r.items()}
-    runs = _Groups.of(r["id"], r["run"])
+    runs, first = _Groups.of_sorted(r["id"], r["run"])
     agg = _run_aggregates(runs, r)
     flags = _run_flags(agg, b)
-    run_id = r["id"][runs.starts]
-    run_no = r["run"][runs.starts]
-    ids = _Groups.of(run_id)
+    run_id = r["id"][first]
+    run_no = r["run"][first]
+    ids, id_first = _Groups.of_sorted(run_id)
     every = _ones(len(run_id))
     out: dict[str, Col] = {c: ids.sum(flags[c], every) for c in RUN_TALLIES}
     out["outcome_epochs"] = ids.max(flags["outcome_epochs"], every)
@@ -229,7 +257,7 @@ def _multi_runs(r: dict[str, np.ndarray], b: Bounds) -> tuple[np.ndarray, dict[s
     out["late_sum_us"] = ids.sum(late, has_late)
     out["late_max_us"] = ids.max(late, has_late)
     out["late_min_us"] = ids.min(late, has_late)
-    out["late_n"] = (ids.count(has_late), _ones(len(ids.starts)))
+    out["late_n"] = (ids.count(has_late), _ones(ids.groups))
     dur, has_dur = agg["duration_us"]
     out["duration_sum_us"] = ids.sum(dur, has_dur)
     out["duration_max_us"] = ids.max(dur, has_dur)
@@ -237,30 +265,25 @@ def _multi_runs(r: dict[str, np.ndarray], b: Bounds) -> tuple[np.ndarray, dict[s
     last = ids.arg_max(run_no, answered)
     ndl, has_ndl = agg["next_deadline_ms"]
     out["last_next_deadline_ms"] = (ndl[last[0]], last[1] & has_ndl[last[0]])
-    return run_id[ids.starts], out
+    return run_id[id_first], out
 
 
 def per_timer_table(records: pa.Table, bounds: Bounds) -> pa.Table:
     """The per-timer table (``OUTPUT``) of `records` (``INPUT`` columns; every record of
     an id must be among them)."""
     # int64 throughout (numpy keeps an int32 array's type against a Python int)
-    r = {
-        c: pc.fill_null(records.column(c), -1 if c in ("kc", "oc") else 0)
-        .to_numpy()
-        .astype(np.int64, copy=False)
-        for c in INPUT
-    }
+    r = {c: A.ints(records.column(c), -1 if c in ("kc", "oc") else 0) for c in INPUT}
     if len(r["id"]) == 0:
         return empty()
-    order = np.argsort(r["id"], kind="stable")
-    r = {k: v[order] for k, v in r.items()}
-    g = _Groups.of(r["id"])
+    # the rows stay in their order: each figure gathers by group (_Groups)
+    g, ids = _Groups.of_keys(r["id"])
     kc = r["kc"]
     is_ = {k: kc == code for k, code in KIND.items()}
     made = is_["scheduled"] | is_["watched"]
-    t: dict[str, Col] = {"id": (r["id"][g.starts], _ones(len(g.starts)))}
+    every = _ones(g.groups)
+    t: dict[str, Col] = {"id": (ids, every)}
     for k in ("scheduled", "watched", "cancelled", "completed", "expired"):
-        t[f"n_{k}"] = (g.count(is_[k]), _ones(len(g.starts)))
+        t[f"n_{k}"] = (g.count(is_[k]), every)
     t["deadline_ms"] = g.max(r["deadline_ms"], made)
     t["period_ms"] = g.max(r["period_ms"], is_["scheduled"])
     t["producer"] = g.max(r["producer"], is_["scheduled"] & (r["producer"] > 0))
@@ -271,7 +294,6 @@ def per_timer_table(records: pa.Table, bounds: Bounds) -> pa.Table:
     agg = _run_aggregates(g, r)
     t["last_fire_us"] = agg["last_fire_us"]
     flags = _run_flags(agg, bounds)
-    every = _ones(len(g.starts))
     for c in (*RUN_TALLIES, "outcome_epochs"):
         t[c] = (flags[c], every)
     t["late_sum_us"] = t["late_max_us"] = t["late_min_us"] = agg["late_us"]
@@ -283,8 +305,8 @@ def per_timer_table(records: pa.Table, bounds: Bounds) -> pa.Table:
     multi = (agg["n_fired"][0] > 1) | (agg["n_outcome"][0] > 1)
     if multi.any():
         rows = multi[g.of_row] & (is_["fired"] | is_["outcome"])
-        ids, m = _multi_runs({k: v[rows] for k, v in r.items()}, bounds)
-        at = np.searchsorted(t["id"][0], ids)
+        several, m = _multi_runs({k: v[rows] for k, v in r.items()}, bounds)
+        at = np.searchsorted(t["id"][0], several)
         for c, (v, valid) in m.items():
             tv, tvalid = t[c][0].copy(), t[c][1].copy()
             tv[at], tvalid[at] = v, valid

@@ -32,6 +32,12 @@ ARROW_BATCH_ROWS = 1 << 19
 #: system time and 1.4x the wall time with them: docs/performance.md). The variable, if
 #: set in the driver's environment, is passed on instead.
 HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
+#: the embedded session's JVM (in local mode, the driver runs every task): its client
+#: compiler only and one garbage-collector thread. The audit's work is in Python; the
+#: JVM's default JIT and GC threads spent 27.6 s of CPU in a session that ran one tiny
+#: job (16.3 s with these), taken from the Python workers on a machine of two cores
+#: (docs/performance.md)
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 _LOG4J = os.path.join(os.path.dirname(__file__), "log4j2-quiet.properties")
 
 
@@ -78,9 +84,12 @@ def spark_session(
     shuffle_partitions: int | None = None,
     app_name: str = "shmwheel-audit",
     verbose: bool = False,
+    data_source: bool = True,
 ) -> SparkSession:
     """The session the audit runs in (see the module docstring); the data source is
-    registered in it."""
+    registered in it unless `data_source` is false (the ``audit`` command's job opens
+    the segments itself: registering costs a Python worker that imports every
+    ``pyspark_*`` module, 2.4 s of the session's start)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -99,10 +108,11 @@ def spark_session(
         builder = builder.config("spark.ui.showConsoleProgress", "false")
         hugepage = os.environ.get(HUGEPAGE_ENV, "0")
         builder = builder.config(f"spark.executorEnv.{HUGEPAGE_ENV}", hugepage)
+        quiet = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+        driver = f"{JVM_OPTIONS} {quiet}" if not verbose else JVM_OPTIONS
+        builder = builder.config("spark.driver.extraJavaOptions", driver)
         if not verbose:
-            opts = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
-            builder = builder.config("spark.driver.extraJavaOptions", opts)
-            builder = builder.config("spark.executor.extraJavaOptions", opts)
+            builder = builder.config("spark.executor.extraJavaOptions", quiet)
         if master and not master.startswith("local"):
             # a cluster's executors run this interpreter too (same path on every host)
             builder = builder.config("spark.pyspark.python", sys.executable)
@@ -120,7 +130,8 @@ def spark_session(
         spark.conf.set(ARROW_BATCH, str(ARROW_BATCH_ROWS))
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    if data_source:
+        register(spark)
     return spark
 
 

@@ -10,7 +10,7 @@ main cost: 36 s of a 78 s audit of 9.2 M records with Spark's hash aggregation, 
 (docs/performance.md). So there is no shuffle: the decoding tasks write events/ bucketed
 by id (``buckets.py``), and one task per bucket reads its row group of every events file
 with pyarrow, and numpy does the per-id arithmetic (``pertimer.py`` says how: one sort
-and a few dozen ``reduceat`` calls).
+and a few dozen ``ufunc.at`` calls).
 
 The task writes its rows to ``timers/`` itself, with pyarrow, and returns what they add
 up to (``figures.TimerFigures``: the tally, per producer, per task, the operations);
@@ -41,7 +41,7 @@ from . import pertimer as P
 from .figures import TimerFigures
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 #: records per bucket, at most (about 110 bytes each in numpy)
 ROWS_PER_TASK = 2_000_000
@@ -70,10 +70,11 @@ def per_timer(
     events_dir: str,
     bounds: P.Bounds | dict[str, P.Bounds],
     directory: str,
-) -> tuple[DataFrame, dict[str, TimerFigures], dict[str, dict[str, int]]]:
+) -> tuple[str, dict[str, TimerFigures], dict[str, dict[str, int]]]:
     """The per-timer table (``SERVICE`` then ``pertimer.OUTPUT``) of the bucketed events
-    under `events_dir`, written as Parquet under `directory` (emptied first), read back;
-    its figures per service (``figures.TimerFigures``); and per service, the timers
+    under `events_dir`, written as Parquet under `directory` (emptied first; its
+    location is returned: Spark reads it only when a rule is broken, ``job.run``); its
+    figures per service (``figures.TimerFigures``); and per service, the timers
     breaking each rule (``audit.count_violations``: the rules' conditions evaluated by
     the tasks with pyarrow, so a clean journal needs no Spark job for its rules). A timer
     is a (service, id): each service's records are judged apart, against its own
@@ -95,7 +96,7 @@ def per_timer(
         for rule, k in json.loads(r["violations"]).items():
             mine[rule] = mine.get(rule, 0) + k
     figures = {svc: TimerFigures.merge(fs) for svc, fs in sorted(by_service.items())}
-    return spark.read.parquet(directory), figures, broken
+    return directory, figures, broken
 
 
 def event_files(events_dir: str) -> list[str]:
@@ -149,7 +150,9 @@ def _by_service(
     if len(names) == 1 and (code == 0).all():
         yield names[0], events
         return
-    order = np.argsort(code, kind="stable")
+    # a stable sort of small keys (rows of no service, -1, first): numpy's radix sort
+    key = (code + 1).astype(np.uint16) if len(names) < 1 << 16 else code
+    order = np.argsort(key, kind="stable")
     ordered = events.take(pa.array(order))
     at = np.searchsorted(code[order], np.arange(len(names) + 1))
     for i, svc in enumerate(names):
