@@ -15,6 +15,10 @@ import pytest
 # path the supervisor hands its children, in executors, however pytest was started
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# the suite never writes the audit's JVM class archive to the user's cache, and every run
+# starts its JVMs alike (test_jvm_archive.py turns it on in a directory of its own)
+os.environ["SHMWHEEL_JVM_ARCHIVE"] = "off"
+
 # services started in this process are named "s<pid>-<hex>"; others (a bench running
 # beside the tests) are not this suite's business
 MINE = f"s{os.getpid()}-"

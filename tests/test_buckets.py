@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from shmwheel.pipeline import buckets, parts
@@ -58,6 +59,10 @@ def test_every_id_is_in_one_bucket_of_every_file(tmp_path: Path) -> None:
         assert key == sorted(key)
     assert rows == 3 * 301  # nothing lost, nothing doubled
     assert seen[-1] == n - 1  # rows without an id (rejects) are in the last bucket
+    # no column statistics: every row group spans its file's ids (parts.options)
+    meta = pq.ParquetFile(files[0]).metadata
+    chunks = [meta.row_group(k).column(c) for k in range(n) for c in range(meta.num_columns)]
+    assert not any(c.is_stats_set for c in chunks)
 
 
 def test_empty_buckets_keep_their_row_group(tmp_path: Path) -> None:

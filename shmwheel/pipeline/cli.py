@@ -15,11 +15,12 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 import traceback
+from typing import Any
 
 from .audit import DEFAULT_GRACE_MS
+from .background import in_thread
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 
@@ -115,15 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.isfile(args.out):
         print(f"error: OUT {args.out!r} is a file, not a directory", file=sys.stderr)
         return EXIT_USAGE
-    from .session import SparkUnavailable, active_session, spark_session
+    from .session import SparkUnavailable, active_session, finish_archive, spark_session
 
     t0 = time.perf_counter()
     embedder = active_session()  # a session already running (a notebook, a test) stays up
     if embedder is None:
-        threading.Thread(target=_preload, name="shmwheel-preload", daemon=True).start()
+        in_thread("shmwheel-preload", _preload)
     try:
         spark = spark_session(
-            args.master, args.shuffle_partitions, verbose=args.verbose, data_source=False
+            args.master,
+            args.shuffle_partitions,
+            verbose=args.verbose,
+            data_source=False,
+            write_archive=embedder is None,
+            whole_stage_codegen=False,
         )
     except SparkUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
@@ -132,8 +138,21 @@ def main(argv: list[str] | None = None) -> int:
         return _failed("could not start Spark", e)
     _progress(
         f"[session] Spark {spark.version}, master {spark.sparkContext.master} "
-        f"({time.perf_counter() - t0:.1f} s)"
+        f"({time.perf_counter() - t0:.1f} s; {_archive_note()})"
     )
+    try:
+        return _audit(spark, dirs, args)
+    finally:  # the verdict is out: stop Spark, then keep the class archive its JVM writes
+        if embedder is None:
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001 - the job's failure is the one to report
+                pass
+            finish_archive(_progress)
+
+
+def _audit(spark: Any, dirs: list[str], args: argparse.Namespace) -> int:
+    """The job and its verdict (stdout) in a running session: the exit status."""
     from . import job
 
     try:
@@ -143,17 +162,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - any other failure is the job's, not a finding
         return _failed("the audit job failed", e)
-    finally:
-        if embedder is None:
-            try:
-                spark.stop()
-            except Exception:  # noqa: BLE001 - the job's failure is the one to report
-                pass
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(summary, indent=2, default=str), flush=True)
     else:
-        print(text_summary(summary, args.out))
+        print(text_summary(summary, args.out), flush=True)
     return EXIT_CLEAN if summary["clean"] else EXIT_FOUND
+
+
+def _archive_note() -> str:
+    from .session import archive_plan
+
+    return f"JVM class archive: {archive_plan().note}"
 
 
 def _preload() -> None:

@@ -26,6 +26,7 @@ import os
 import pickle
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -184,6 +185,11 @@ def run(
                   f"{records:,} records, {secs.rejects:,} rejects; {len(groups)} "
                   f"service(s), {len(gaps)} gap(s) in their chains")  # fmt: skip
 
+    # the plots need only what the read stage added up: drawn while Spark works on
+    small: dict[str, Any] = {"lateness": secs.lateness(), "throughput": secs.throughput()}
+    overall = secs.overall()
+    drawing = _start_plots(out, groups, secs_of, small, overall)
+
     timers_dir, figs_of, counted = T.per_timer(
         spark, events_dir, bounds, os.path.join(out, "timers")
     )
@@ -212,13 +218,10 @@ def run(
 
     # the small tables (a row per second, producer or task) are written from the driver
     # and used for the report
-    small: dict[str, Any] = {}
-    for name, got in (("lateness", secs.lateness()), ("throughput", secs.throughput()),
-                      ("per_producer", figs.per_producer()),
-                      ("per_task", figs.per_task())):  # fmt: skip
-        parts.write(got, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
-        small[name] = got.to_pandas()
-    overall = secs.overall()
+    small.update(per_producer=figs.per_producer(), per_task=figs.per_task())
+    for name in ("lateness", "throughput", "per_producer", "per_task"):
+        parts.write(small[name], parts.prepare(os.path.join(out, name)), "part-00000.parquet")
+    small = {name: table.to_pandas() for name, table in small.items()}
     ops = figs.operations_summary()
     stage("figures", "lateness, throughput, per producer, per task, operations")
 
@@ -232,11 +235,6 @@ def run(
     )
     rej_list = [f"missing: {g}" for g in gaps[:SAMPLE]] + rej_list[: max(0, SAMPLE - len(gaps))]
     services = _services(groups, secs_of, figs_of, gaps, by_service_rule)
-    if len(secs_of) > 1:  # each service's own per-second figures, for the report's plots
-        small["services"] = {
-            str(svc): (x.throughput().to_pandas(), x.lateness().to_pandas())
-            for svc, x in sorted(secs_of.items(), key=lambda kv: str(kv[0]))
-        }
     summary = {
         "journal": " ".join(dirs),
         "journals": dirs,
@@ -263,10 +261,45 @@ def run(
     }
     from .report import write_report
 
-    write_report(out, summary, small, overall["cdf"])
+    write_report(out, summary, small, overall["cdf"], drawing)
     summary["seconds"] = time.perf_counter() - t0
     stage("report", f"report/ written; {summary['seconds']:.1f} s in all")
     return summary
+
+
+def _start_plots(
+    out: str,
+    groups: dict[str, fleet.Service],
+    secs_of: dict[str | None, Seconds],
+    small: dict[str, Any],
+    overall: dict[str, Any],
+) -> Future[list[str]]:
+    """The report's plots, drawn in a thread from the read stage's figures
+    (``report.start_plots``): the journal's per-second tables, each service's when there
+    are several, and each service's epoch starts."""
+    from .report import start_plots
+
+    figures: dict[str, Any] = {name: small[name].to_pandas() for name in small}
+    if len(secs_of) > 1:  # each service's own per-second figures
+        figures["services"] = {
+            str(svc): (x.throughput().to_pandas(), x.lateness().to_pandas())
+            for svc, x in sorted(secs_of.items(), key=lambda kv: str(kv[0]))
+        }
+    known = {
+        "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
+        "services": [
+            {
+                "service": svc,
+                "epoch_starts_us": {str(e): t for e, t in sorted(g.epoch_starts.items())},
+            }
+            for svc, g in sorted(groups.items())
+        ],
+    }
+    return start_plots(out, known, figures, overall["cdf"])
+
+
+def _epoch_starts(g: fleet.Service) -> dict[str, int]:
+    return {str(e): t for e, t in sorted(g.epoch_starts.items())}
 
 
 def _services(
@@ -289,9 +322,7 @@ def _services(
                 "directories": g.directories if g else [],
                 "segments": len(g.segments) if g else 0,
                 "epochs": x.final_epoch if x else 0,
-                "epoch_starts_us": {str(e): t for e, t in sorted(g.epoch_starts.items())}
-                if g
-                else {},
+                "epoch_starts_us": _epoch_starts(g) if g else {},
                 "records": sum(n for k, n in x.kinds().items() if k != E.REJECT) if x else 0,
                 "rejects": x.rejects if x else 0,
                 "gaps": [g.what for g in gaps if g.service == svc],
