@@ -1,10 +1,11 @@
 """The embedded driver's class archive: Java's class data sharing for Spark's classes.
 
 Theory of operation. An embedded session's JVM spends most of its start loading and
-verifying Spark's classes from some 280 jars: 8-13 s of an audit's first 15 on this
-machine, more than the journal's decoding (docs/performance.md). Java 17 can write the
-classes a run loaded to an archive when the JVM exits (``-XX:ArchiveClassesAtExit``) and
-map them at a later start (``-XX:SharedArchiveFile``): the session then starts in 4-5 s.
+verifying Spark's classes from some 280 jars, and Spark's first job more of the same: on
+this machine a session with one tiny job took 10-13 s. Java 17 can write the classes a run
+loaded to an archive when the JVM exits (``-XX:ArchiveClassesAtExit``) and map them at a
+later start (``-XX:SharedArchiveFile``): then 5-7 s, and an audit's session starts in
+3.7-7.0 s instead of 6.6-11.2 s (docs/performance.md).
 
 The archive is a cache the ``audit`` command keeps, one file per JVM and Spark:
 
