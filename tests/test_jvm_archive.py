@@ -167,6 +167,19 @@ def test_a_failed_dump_leaves_a_note_and_no_file_and_is_not_retried_for_a_day(wh
     assert plan(home).writes  # a day on, tried again
 
 
+def test_a_jvm_that_does_not_exit_is_killed_and_leaves_nothing(where, home, monkeypatch):
+    p = plan(home)
+    assert p.tmp and p.path
+    monkeypatch.setattr(J, "DUMP_TIMEOUT_S", 0.5)
+    proc = jvm_stand_in(f"printf partial > {p.tmp}; exec sleep 60")  # wedged mid-dump
+    lines: list[str] = []
+    t = time.monotonic()
+    assert not J.finish(p, proc, lines.append)
+    assert time.monotonic() - t < 10 and proc.returncode is not None  # killed, reaped
+    assert "did not exit within" in lines[-1]
+    assert sorted(os.listdir(where)) == [os.path.basename(p.path) + ".failed"]
+
+
 def test_a_command_killed_while_its_jvm_wrote_leaves_nothing_for_long(where, home):
     p = plan(home)
     assert p.tmp

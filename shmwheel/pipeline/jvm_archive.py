@@ -182,7 +182,11 @@ def finish(
     try:
         rc = _end(proc) if proc is not None else None
         if rc != 0 or not os.path.isfile(plan.tmp) or os.path.getsize(plan.tmp) == 0:
-            why = f"the JVM exited {rc} without writing it" if proc else "no JVM to write it"
+            why = (
+                "no JVM to write it" if proc is None
+                else f"the JVM did not exit within {DUMP_TIMEOUT_S:.0f} s" if rc is None
+                else f"the JVM exited {rc} without writing it"
+            )  # fmt: skip
             _note_failure(plan.path, why)
             progress(f"[archive] not written: {why} ({plan.path}.failed)")
             return False
