@@ -2,8 +2,8 @@
 archive a session maps, when one is written, what is never trusted, and a full disk.
 
 The plan and the finishing step are tested without a JVM (a shell stands in for it where
-a process is needed); one test runs the audit command twice with a real JVM: the first
-run writes the archive, the second maps it. (The suite itself runs with the archive off:
+a process is needed); one test runs the audit command with a real JVM, which writes the
+archive, then starts a session that maps it. (The suite itself runs with the archive off:
 conftest.py.)"""
 
 from __future__ import annotations
