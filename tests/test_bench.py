@@ -45,6 +45,10 @@ def _marked_env() -> tuple[str, dict[str, str]]:
     return mark, dict(os.environ, SHMWHEEL_BENCH_TEST_MARK=mark)
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _marked_processes(mark: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
@@ -245,6 +249,9 @@ def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # SIGINT as a terminal's Ctrl-C finds it: a run started as a background job (CI
+        # under `nohup ... &`) inherits it ignored, and Python then keeps it ignored
+        preexec_fn=_sigint_default,
     )
     try:
         end = time.monotonic() + 60
