@@ -19,6 +19,7 @@ process left) whatever happens. The test suite runs small versions of each kill.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
 import signal
@@ -59,6 +60,13 @@ def killer(
             pass
 
 
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -81,6 +89,7 @@ def main() -> int:
     nprng = np.random.default_rng(args.seed)
     fd, log = tempfile.mkstemp(prefix="shmwheel-chaos-", suffix=".log")
     os.close(fd)  # the executors append to it by name
+    atexit.register(_remove, log)  # also when the run fails or is interrupted
     kills: Counter[str] = Counter()
     roles = args.roles.split(",") if args.roles else None
     stop = threading.Event()
@@ -181,7 +190,7 @@ def main() -> int:
             runs[int(tag)] += 1
             early += int(run_ns) < int(deadline) * 1_000_000
             wrong_deadline += int(deadline) != deadline_of.get(int(tag), int(deadline))
-    os.unlink(log)
+    _remove(log)
     twice = [t for t, c in runs.items() if c > 1]
     ran_cancelled = [t for t in cancelled if runs[t]]
     missing = [t for t in not_cancelled if not runs[t]]
