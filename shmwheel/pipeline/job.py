@@ -186,7 +186,8 @@ def run(
                   f"service(s), {len(gaps)} gap(s) in their chains")  # fmt: skip
 
     # the plots need only what the read stage added up: drawn while Spark works on
-    small: dict[str, Any] = {"lateness": secs.lateness(), "throughput": secs.throughput()}
+    tables = {"lateness": secs.lateness(), "throughput": secs.throughput()}  # Arrow
+    small: dict[str, Any] = {name: t.to_pandas() for name, t in tables.items()}  # pandas
     overall = secs.overall()
     drawing = _start_plots(out, groups, secs_of, small, overall)
 
@@ -218,10 +219,10 @@ def run(
 
     # the small tables (a row per second, producer or task) are written from the driver
     # and used for the report
-    small.update(per_producer=figs.per_producer(), per_task=figs.per_task())
-    for name in ("lateness", "throughput", "per_producer", "per_task"):
-        parts.write(small[name], parts.prepare(os.path.join(out, name)), "part-00000.parquet")
-    small = {name: table.to_pandas() for name, table in small.items()}
+    tables.update(per_producer=figs.per_producer(), per_task=figs.per_task())
+    for name, table in tables.items():
+        parts.write(table, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
+        small.setdefault(name, table.to_pandas())
     ops = figs.operations_summary()
     stage("figures", "lateness, throughput, per producer, per task, operations")
 
@@ -279,7 +280,7 @@ def _start_plots(
     are several, and each service's epoch starts."""
     from .report import start_plots
 
-    figures: dict[str, Any] = {name: small[name].to_pandas() for name in small}
+    figures = dict(small)
     if len(secs_of) > 1:  # each service's own per-second figures
         figures["services"] = {
             str(svc): (x.throughput().to_pandas(), x.lateness().to_pandas())
