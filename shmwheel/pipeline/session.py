@@ -107,8 +107,9 @@ def spark_session(
     (the ``audit`` command, which then calls ``finish_archive``) it writes one at exit
     if there is none. Without `whole_stage_codegen` (the ``audit`` command: its jobs'
     work is in Python), Spark does not compile each job's plan: Janino, its compiler,
-    cannot be in the class archive (a signed jar), and compiling cost each job 0.3-0.6 s
-    of the JVM's start-up work."""
+    cannot be in the class archive (a signed jar), and compiling cost the first Python
+    job about 0.4 s (medians 1.47 s against 1.05 s until its Python daemon started:
+    bench/results/audit-jvm-probes-2026-11-27.txt)."""
     embedded = not under_spark_submit()
     planner: concurrent.futures.Future[jvm_archive.Plan] | None = None
     if embedded:
