@@ -35,3 +35,23 @@ def mark(payload: Any) -> None:
         os.close(fd)
     if sleep_ms:
         time.sleep(sleep_ms / 1000)
+
+
+def fired_seen(payload: Any) -> None:
+    """Look in the journal for this run's fired record, as the task starts, and append
+    what was found to a log: ``F id attempt seen``. `payload` is [journal dir, log path].
+    The reaper writes the record before it hands the timer to an executor (reaper.py), so
+    seen is 1 however slow the journal's disk is."""
+    from shmwheel import journal as J
+
+    ctx = shmwheel.context()
+    seen = any(
+        r["kind"] == "fired" and r["id"] == ctx.id and r["run"] == ctx.attempt
+        for r in J.records(payload[0], rejects=[])  # (a tail being written is a reject)
+    )
+    line = f"F {ctx.id} {ctx.attempt} {int(seen)}\n"
+    fd = os.open(payload[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

@@ -334,3 +334,25 @@ def test_retention_reads_a_predecessors_segment_whole_and_keeps_a_damaged_one(tm
     assert Path(bad).read_bytes() == bytes(data)  # untouched
     retired = [reader.read_segment(p).retired for p in F.segment_files(tmp_path / "w")]
     assert retired == [[os.path.basename(good)]]
+
+
+# -- a slow disk: the fired record is written before the run starts ------------------------
+def test_a_run_starts_only_after_its_fired_record_is_written(tmp_path):
+    """With every reaper write held up 300 ms (a slow disk, through the seam's delay), each
+    run still finds its fired record in the journal as it starts: the reaper writes the
+    records of the timers it won before it hands them to executors, so a whole-service
+    kill can never leave a run that the journal says never fired."""
+    d, log = tmp_path / "j", tmp_path / "seen"
+    tasks = {"seen": "journal_tasks:fired_seen"}
+    with TimerService(tasks=tasks, capacity=1000, executors=1, journal=d) as svc:
+        svc.mem.header[L.W_JINJECT] = D.inject(0, D.OP_WRITE, D.ROLE_BITS["reaper"], 300)
+        with svc.client() as c:
+            one = [c.schedule("seen", [str(d), str(log)], delay_ms=20 + i) for i in range(3)]
+            rep = c.schedule("seen", [str(d), str(log)], delay_ms=20, every_ms=50)
+            wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 6)
+            rep.cancel()
+        svc.mem.header[L.W_JINJECT] = 0
+    rows = [line.split() for line in log.read_text().splitlines()]
+    ran = {(int(i), int(a)) for _, i, a, _ in rows}
+    assert {(h.id, 1) for h in one} | {(rep.id, 1), (rep.id, 2)} <= ran, rows
+    assert [r for r in rows if r[3] != "1"] == [], f"runs with no fired record on disk: {rows}"

@@ -5,13 +5,16 @@ coordinator and reaper.
 
 Injection. In this process, ``Disk.plan = (errno, ops)``. In a service, the injection word
 of its segment header (``layout.W_JINJECT``, see ``inject``): ``errno | ops << 16 | roles
-<< 24``, 0 for none, read before every call. A fault stays in force until it is cleared,
-as a full or read-only disk does. Nothing but tests and benchmarks writes that word.
+<< 24 | delay_ms << 32``, 0 for none, read before every call. A fault stays in force until
+it is cleared, as a full or read-only disk does. A delay makes each chosen call wait that
+long first (a slow or stalled disk; with errno 0 the call then succeeds). Nothing but
+tests and benchmarks writes that word.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -23,15 +26,44 @@ OP_OPEN, OP_WRITE, OP_SYNC, OP_TRUNCATE = 1, 2, 4, 8
 OPS_ALL = OP_OPEN | OP_WRITE | OP_SYNC | OP_TRUNCATE
 # whose calls (roles)
 ROLE_BITS = {"coordinator": 1, "reaper": 2, "recovery": 4}
-_ERRNO_MASK, _OPS_SHIFT, _ROLES_SHIFT = 0xFFFF, 16, 24
+_ERRNO_MASK, _OPS_SHIFT, _ROLES_SHIFT, _DELAY_SHIFT = 0xFFFF, 16, 24, 32
+_BYTE, _DELAY_MASK = 0xFF, 0xFFFF  # ops and roles: 8 bits each; the delay: 16 bits of ms
 
 
-def inject(errno_: int, ops: int = OPS_ALL, roles: int = 3) -> int:
-    """The injection word that fails `ops` of the writers in `roles` with `errno_` (0: a
-    word that injects nothing)."""
-    if not errno_:
+def inject(errno_: int, ops: int = OPS_ALL, roles: int = 3, delay_ms: int = 0) -> int:
+    """The injection word that makes `ops` of the writers in `roles` wait `delay_ms` and
+    then fail with `errno_` (errno 0: wait, then succeed; both 0: a word that injects
+    nothing)."""
+    if not errno_ and not delay_ms:
         return 0
-    return (errno_ & _ERRNO_MASK) | (ops & 0xFF) << _OPS_SHIFT | (roles & 0xFF) << _ROLES_SHIFT
+    if not 0 <= delay_ms <= _DELAY_MASK:
+        raise ValueError(f"delay_ms must be in 0..{_DELAY_MASK}, got {delay_ms}")
+    return (
+        (errno_ & _ERRNO_MASK)
+        | (ops & _BYTE) << _OPS_SHIFT
+        | (roles & _BYTE) << _ROLES_SHIFT
+        | delay_ms << _DELAY_SHIFT
+    )
+
+
+def injected_errno(word: int) -> int:
+    """The errno an injection word fails its calls with (0: none)."""
+    return word & _ERRNO_MASK
+
+
+def injected_ops(word: int) -> int:
+    """The calls an injection word acts on (OP_* bits)."""
+    return (word >> _OPS_SHIFT) & _BYTE
+
+
+def injected_roles(word: int) -> int:
+    """The writers an injection word acts on (ROLE_BITS)."""
+    return (word >> _ROLES_SHIFT) & _BYTE
+
+
+def injected_delay_ms(word: int) -> int:
+    """How long an injection word makes each of its calls wait first, in ms."""
+    return (word >> _DELAY_SHIFT) & _DELAY_MASK
 
 
 class Disk:
@@ -49,9 +81,11 @@ class Disk:
             raise OSError(plan[0], os.strerror(plan[0]), path)
         if self._word is not None:
             w = int(self._word[0])
-            if w and (w >> _OPS_SHIFT) & 0xFF & op and (w >> _ROLES_SHIFT) & 0xFF & self._role_bit:
-                code = w & _ERRNO_MASK
-                raise OSError(code, os.strerror(code), path)
+            if w and injected_ops(w) & op and injected_roles(w) & self._role_bit:
+                if delay := injected_delay_ms(w):
+                    time.sleep(delay / 1000)
+                if code := injected_errno(w):
+                    raise OSError(code, os.strerror(code), path)
 
     def create(self, path: str) -> int:
         """A new file, opened for appending, and reading back (it must not exist)."""

@@ -10,7 +10,8 @@ or a result ring — and each hand-over writes the next place before clearing th
 one. On start the reaper dispatches the FIRING slots found in none of those places (a
 dead reaper held them, so they never ran).
 
-With a journal, the reaper records FIRED as it wins slots, CANCELLED for the cancelled
+With a journal, the reaper records FIRED as it wins slots (written before those slots are
+dispatched: no run starts that the journal does not show fired), CANCELLED for the cancelled
 slots its walk retires, and OUTCOME as it settles; a batch of outcomes is written before
 its result ring is consumed, so a restarted reaper finds the ones its predecessor settled
 without recording and records them (``journal_settled``). Started by the supervisor
@@ -118,6 +119,11 @@ class Reaper(ServiceProcess):
             with mem.locked():
                 n = self.tables.advance(now_ns // 1_000_000, self.out)
         if n:
+            if self.journal is not None:
+                # write-ahead: the FIRED records advance encoded reach the file before any
+                # executor can run these timers, so a whole-service kill never leaves a run
+                # the journal says did not fire (the flush at the end writes the rest)
+                self.journal.flush()
             fired = self.out[:n].copy()
             self.backlog = np.concatenate([self.backlog, fired]) if len(self.backlog) else fired
             self.row[C.C_FIRED] += n
