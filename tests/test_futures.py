@@ -18,6 +18,7 @@ import pytest
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
 from shmwheel.service import client as client_mod
+from shmwheel.service import outcomes as outcomes_mod
 
 TASKS = {
     "noop": "shmwheel.examples.tasks:noop",
@@ -117,6 +118,38 @@ def test_done_means_result_at_once(service):
                     early += 1
                 left.remove(h)
     assert not left and early == 0, f"done() before the outcome {early} times in 90"
+
+
+def test_done_is_false_while_the_listener_is_resolving(service, monkeypatch):
+    """The race above, widened: the listener takes a waiter and sets its result 50 ms
+    later. Meanwhile done() must stay False (the words say decided, but the future is
+    another thread's to resolve), so that once it is True result(timeout=0) returns."""
+    _, c = service
+    real_pop = outcomes_mod.Outcomes._pop
+
+    def slow_pop(self, h):
+        fut = real_pop(self, h)
+        if fut is not None and threading.current_thread().name.startswith("shmwheel-outcomes"):
+            time.sleep(0.05)  # the listener, between taking the waiter and setting it
+        return fut
+
+    monkeypatch.setattr(outcomes_mod.Outcomes, "_pop", slow_pop)
+    handles = [c.schedule("noop", delay_ms=20 + 10 * i) for i in range(6)]
+    for h in handles:
+        with pytest.raises(cf.TimeoutError):
+            h.result(timeout=0)  # each has its waiter now
+    left, early = list(handles), []
+    end = time.monotonic() + 10
+    while left and time.monotonic() < end:
+        for h in list(left):
+            if h.done():
+                try:
+                    assert h.result(timeout=0) == "ok"
+                except cf.TimeoutError:
+                    early.append(h.id)
+                left.remove(h)
+        time.sleep(0.005)  # (the listener gets to each outcome first)
+    assert not left and not early, f"done() True before result() could return: {early}"
 
 
 # -- asyncio -----------------------------------------------------------------------------

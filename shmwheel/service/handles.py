@@ -196,6 +196,9 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
             return False
         if fut is not None:  # its waiters and callbacks learn it now, not at the next news
             outcomes.settle(self.id)
+            # False while the listener, which took the waiter first, is still resolving
+            # the future: result(timeout=0) reads the future, and would not find it set
+            return fut.done()
         return True
 
     def running(self) -> bool:
