@@ -198,7 +198,7 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
             outcomes.settle(self.id)
             # False while the listener, which took the waiter first, is still resolving
             # the future: result(timeout=0) reads the future, and would not find it set
-            return fut.done()
+            return bool(fut.done())
         return True
 
     def running(self) -> bool:
