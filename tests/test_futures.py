@@ -161,14 +161,51 @@ def test_asyncio_helpers(service, kind):
         one, two = make(c, kind, 20), make(c, kind, 60)
         assert await one == ran(kind)
         assert await asyncio.gather(two, make(c, kind, 10)) == [ran(kind)] * 2
-        done, pending = await asyncio.wait([make(c, kind, 10), make(c, kind, 30)], timeout=10)
-        assert len(done) == 2 and not pending
-        assert {t.result() for t in done} == {ran(kind)}
+        # wait() returns when the handles are decided, not at its timeout (a callback that
+        # did not wake the loop left it asleep until then, or for ever with no timeout)
+        loop = asyncio.get_running_loop()
+        pair, t0 = [make(c, kind, 10), make(c, kind, 30)], loop.time()
+        done, pending = await asyncio.wait(pair, timeout=10)
+        assert done == set(pair) and not pending  # the handles themselves: Python 3.11
+        assert {t.result() for t in done} == {ran(kind)}  # wraps only coroutines
+        first = [make(c, kind, 10), make(c, kind, LONG_MS)]
+        done, pending = await asyncio.wait(first, timeout=10, return_when="FIRST_COMPLETED")
+        assert done == {first[0]} and pending == {first[1]}
+        assert loop.time() - t0 < 10, "wait() returned only at its timeout"
+        assert first[1].cancel()
         got = [await f for f in asyncio.as_completed([make(c, kind, 40), make(c, kind, 5)])]
         assert got == [ran(kind)] * 2
         assert await asyncio.wait_for(make(c, kind, 10), 10) == ran(kind)
 
     asyncio.run(main())
+
+
+def test_a_callback_added_in_an_event_loop_runs_on_that_loop(service):
+    """add_done_callback in a loop's thread: fn(handle) runs in that thread, on the loop
+    (also for a handle decided already); outside a loop, on the outcome thread."""
+    _, c = service
+    seen: list[tuple[object, str]] = []
+
+    def note(h):
+        seen.append((h, threading.current_thread().name))
+
+    async def main():
+        h = c.schedule("noop", delay_ms=20)
+        h.add_done_callback(note)
+        while not seen:
+            await asyncio.sleep(0.005)
+        h.add_done_callback(note)  # decided: soon, on the loop, not inside this call
+        assert len(seen) == 1
+        await asyncio.sleep(0.01)
+        return h
+
+    h = asyncio.run(main())
+    me = threading.current_thread().name
+    assert seen == [(h, me), (h, me)]
+    g = c.schedule("noop", delay_ms=20)
+    g.add_done_callback(note)
+    until(lambda: len(seen) == 3)
+    assert seen[2][0] is g and seen[2][1].startswith("shmwheel-outcomes"), seen[2]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -111,6 +111,28 @@ class _Callback:
         self.fn(self.handle)
 
 
+class _LoopCallback(_Callback):
+    """A done callback added in an event loop's thread: fn(handle) is called on that
+    loop, as an asyncio future's callback is. asyncio.wait adds its callbacks straight to
+    what it is given (Python 3.11 wraps only coroutines), and one called on the outcome
+    thread would set the waiter without waking the loop: wait() would return only at its
+    timeout, or never."""
+
+    __slots__ = ("loop",)
+
+    def __init__(
+        self, fn: Callable[[Any], object], handle: _FutureLike, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        super().__init__(fn, handle)
+        self.loop = loop
+
+    def __call__(self, _f: object) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.fn, self.handle)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+
 def _to_loop(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[str]) -> Callable[[Any], None]:
     """A done callback of the internal future that hands its outcome to `waiter` on its
     event loop (from the client's outcome thread, or at once)."""
@@ -237,8 +259,15 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
         """Call fn(handle) once the outcome is decided: on the client's outcome thread, or
-        at once in this thread if it is decided already."""
-        self._settled().add_done_callback(_Callback(fn, self))
+        at once in this thread if it is decided already. Added in a thread that runs an
+        asyncio event loop, fn is called on that loop instead (soon, if decided already),
+        as an asyncio future's callbacks are: so ``asyncio.wait`` takes handles."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        cb = _Callback(fn, self) if loop is None else _LoopCallback(fn, self, loop)
+        self._settled().add_done_callback(cb)
 
     def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
         """Remove every pending fn added with add_done_callback; returns how many."""
