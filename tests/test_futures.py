@@ -123,8 +123,9 @@ def test_done_means_result_at_once(service):
 def test_done_is_false_while_the_listener_is_resolving(service, monkeypatch):
     """The race above, widened: the listener takes a waiter and sets its result 50 ms
     later. Meanwhile done() must stay False (the words say decided, but the future is
-    another thread's to resolve), so that once it is True result(timeout=0) returns."""
-    _, c = service
+    another thread's to resolve), so that once it is True result(timeout=0) returns; the
+    same for cancelled()."""
+    svc, c = service
     real_pop = outcomes_mod.Outcomes._pop
 
     def slow_pop(self, h):
@@ -150,6 +151,18 @@ def test_done_is_false_while_the_listener_is_resolving(service, monkeypatch):
                 left.remove(h)
         time.sleep(0.005)  # (the listener gets to each outcome first)
     assert not left and not early, f"done() True before result() could return: {early}"
+    # and cancelled(), for cancels won by another client (the listener hears of them)
+    gone = [c.schedule("noop", delay_ms=LONG_MS) for _ in range(4)]
+    for h in gone:
+        with pytest.raises(cf.TimeoutError):
+            h.result(timeout=0)
+    with svc.client() as other:
+        for h in gone:
+            assert other.cancel(h.id)
+            time.sleep(0.02)  # (the slot is freed and the listener takes the waiter)
+            while not h.cancelled():
+                time.sleep(0.001)
+            assert h.done() and h.result(timeout=0) == "cancelled"
 
 
 # -- asyncio -----------------------------------------------------------------------------
