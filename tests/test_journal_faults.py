@@ -356,3 +356,61 @@ def test_a_run_starts_only_after_its_fired_record_is_written(tmp_path):
     ran = {(int(i), int(a)) for _, i, a, _ in rows}
     assert {(h.id, 1) for h in one} | {(rep.id, 1), (rep.id, 2)} <= ran, rows
     assert [r for r in rows if r[3] != "1"] == [], f"runs with no fired record on disk: {rows}"
+
+
+def test_a_reaper_killed_before_its_fired_records_are_written_gets_them_written(tmp_path):
+    """The reaper is SIGKILLed while it writes the FIRED records of timers it has just won
+    (every reaper write held up 3 s, so the kill lands before a byte is written): the
+    restarted reaper finds them FIRING in no place, with W_REAPER_JOPEN still set, records
+    them and runs them. Each run then has exactly one fired record and one outcome."""
+    d, log = tmp_path / "j", tmp_path / "log"
+    with (
+        TimerService(
+            tasks=TASKS, capacity=1000, executors=1, journal=d, journal_keep_hours=1e6
+        ) as svc,
+        svc.client() as c,
+    ):
+        wait_for(lambda: svc.stats()["processes"]["reaper"]["alive"])
+        svc.mem.header[L.W_JINJECT] = D.inject(0, D.OP_WRITE, D.ROLE_BITS["reaper"], 3000)
+        hs = list(  # one deadline: won in one advance
+            c.schedule_many(
+                "record", [50] * 5, [{"path": str(log), "tag": f"t{i}"} for i in range(5)]
+            )
+        )
+        assert len({h.deadline_ms for h in hs}) == 1
+        # won (FIRING: running() is True from then) in one advance, whose write is held
+        wait_for(lambda: all(h.running() for h in hs), timeout=2.5, what="all five won")
+        assert svc.mem.header[L.W_REAPER_JOPEN] == 1
+        assert not any(r["kind"] == "fired" for r in journal.records(d))
+        os.kill(svc.procs["reaper"].pid, signal.SIGKILL)
+        svc.mem.header[L.W_JINJECT] = 0
+        wait_for(lambda: len(read_log(log)) == 5, what="the five runs")
+        wait_for(lambda: svc.stats()["in_flight"] == 0, what="their outcomes settled")
+        assert svc.restarts["reaper"] == 1
+    kinds = Counter((r["kind"], r["id"]) for r in journal.records(d))
+    for h in hs:
+        assert (kinds[("fired", h.id)], kinds[("outcome", h.id)]) == (1, 1), (h, kinds)
+    assert Counter(r[0] for r in read_log(log)) == Counter(f"t{i}" for i in range(5))
+
+
+def test_a_reaper_killed_with_a_backlog_does_not_record_its_fires_twice(tmp_path):
+    """The other side: killed while timers it won and recorded wait for room in a full
+    dispatch ring (its backlog, FIRING in no shared place), the reaper leaves
+    W_REAPER_JOPEN clear, and its successor dispatches them without a second fired
+    record."""
+    d = tmp_path / "j"
+    tasks = TASKS | {"nap": "shmwheel.examples.tasks:sleep_ms"}
+    with TimerService(
+        tasks=tasks, capacity=1000, executors=1, dispatch_capacity=8, journal=d,
+        journal_keep_hours=1e6,
+    ) as svc, svc.client() as c:  # fmt: skip
+        hs = list(c.schedule_many("nap", [30] * 40, [25] * 40))
+        wait_for(lambda: all(h.running() for h in hs), what="all forty won")
+        assert svc.mem.header[L.W_REAPER_JOPEN] == 0
+        os.kill(svc.procs["reaper"].pid, signal.SIGKILL)
+        wait_for(lambda: svc.stats()["completed"] == 40, what="the forty runs")
+        assert svc.restarts["reaper"] == 1
+        st = svc.stats()
+    kinds = Counter((r["kind"], r["id"]) for r in journal.records(d))
+    assert st["completed"] == 40 and st["crashed"] == 0, st
+    assert [h for h in hs if kinds[("fired", h.id)] != 1] == [], kinds

@@ -244,6 +244,27 @@ static PyObject *tables_set_journal(Tables *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* journal_fired(handles) -> records written: the FIRED record of each FIRING handle (an
+ * operation's COMPLETED or EXPIRED), as advance writes it. For the timers a dead reaper won
+ * and did not record (reaper.py, recover); the caller holds the segment lock, as advance. */
+static PyObject *tables_journal_fired(Tables *self, PyObject *arg) {
+    I64Buf hs;
+    OPEN(self);
+    if (i64buf_get(arg, &hs, 0) < 0) return NULL;
+    i64 k = 0;
+    self->seg.jnow = jnow_us();
+    for (i64 i = 0; i < hs.n; i++)
+        if (slot_of(&self->seg, hs.p[i]) < 0) {
+            i64buf_release(&hs);
+            return PyErr_Format(PyExc_ValueError, "journal_fired: handle %#llx out of range",
+                                (unsigned long long)hs.p[i]);
+        }
+    if (self->seg.jb)
+        for (; k < hs.n; k++) slot_journal_fired(&self->seg, hs.p[k]);
+    i64buf_release(&hs);
+    return PyLong_FromLongLong(k);
+}
+
 /* journal_records(recs, n, producer) / journal_settled(results, n): records written */
 static PyObject *tables_journal(Tables *self, PyObject *const *args, Py_ssize_t nargs,
                                 int producer_records) {
@@ -384,6 +405,8 @@ static PyMethodDef tables_methods[] = {
     {"journal_records", (PyCFunction)(void (*)(void))tables_journal_records, METH_FASTCALL,
      "journal_records(recs, n, producer) -> records written ahead of link_records for n "
      "producer records (slots.h)."},
+    {"journal_fired", (PyCFunction)tables_journal_fired, METH_O,
+     "journal_fired(handles) -> FIRED records written for these FIRING handles (under the lock)."},
     {"journal_settled", (PyCFunction)(void (*)(void))tables_journal_settled, METH_FASTCALL,
      "journal_settled(results, n) -> OUTCOME records of results a previous reaper settled "
      "but did not record (slots.h)."},

@@ -82,6 +82,11 @@ W_JLOW = 15  # the oldest coordinator segment still holding a live timer
 W_RESTARTS_COORDINATOR = 16  # restarts of each role, counted by the supervisor
 W_RESTARTS_REAPER = 17
 W_INSTANCE = 18  # random, drawn at create: which instance of its name this segment is
+# 1 from just before the reaper's advance until the FIRED records of what it won are
+# written (0 again); written only by the reaper. A reaper that finds it 1 at start knows its
+# predecessor died holding won timers it had not recorded: the FIRING slots in no place
+# (shmwheel/service/reaper.py, recover)
+W_REAPER_JOPEN = 19
 # the journal's faults (shmwheel/journal/writer.py, "Faults"): three words per writer
 # (errno, since in wall ms, bytes held; all 0 while it writes), each written only by that
 # writer; W_JREFUSE, written only by the supervisor, is 1 while either has a fault: the

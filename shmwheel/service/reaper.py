@@ -11,7 +11,9 @@ one. On start the reaper dispatches the FIRING slots found in none of those plac
 dead reaper held them, so they never ran).
 
 With a journal, the reaper records FIRED as it wins slots (written before those slots are
-dispatched: no run starts that the journal does not show fired), CANCELLED for the cancelled
+dispatched: no run starts that the journal does not show fired; a reaper that dies between
+winning and writing leaves ``W_REAPER_JOPEN`` set, and its successor writes them), CANCELLED
+for the cancelled
 slots its walk retires, and OUTCOME as it settles; a batch of outcomes is written before
 its result ring is consumed, so a restarted reaper finds the ones its predecessor settled
 without recording and records them (``journal_settled``). Started by the supervisor
@@ -114,16 +116,24 @@ class Reaper(ServiceProcess):
         mem = self.mem
         now_ns = time.monotonic_ns()
         n = 0
-        blocked = self.journal is not None and self.journal.blocked
-        if not blocked:  # a journal holding all it may (writer.py): late, never lost
+        journal = self.journal
+        blocked = journal is not None and journal.blocked
+        # nothing is won while the backlog holds timers (the executors' rings are full: the
+        # timers wait in the wheel, where a cancel can still win them), so at a death with
+        # W_REAPER_JOPEN set every FIRING slot in no place is of the last advance (recover)
+        if not blocked and not len(self.backlog):  # blocked: journal.py holds all it may
+            if journal is not None:
+                mem.header[L.W_REAPER_JOPEN] = 1
             with mem.locked():
                 n = self.tables.advance(now_ns // 1_000_000, self.out)
-        if n:
-            if self.journal is not None:
+            if journal is not None:
                 # write-ahead: the FIRED records advance encoded reach the file before any
-                # executor can run these timers, so a whole-service kill never leaves a run
-                # the journal says did not fire (the flush at the end writes the rest)
-                self.journal.flush()
+                # executor can run these timers, so no run starts that the journal does not
+                # show fired (the flush at the end writes the rest)
+                if n:
+                    journal.flush()
+                mem.header[L.W_REAPER_JOPEN] = 0
+        if n:
             fired = self.out[:n].copy()
             self.backlog = np.concatenate([self.backlog, fired]) if len(self.backlog) else fired
             self.row[C.C_FIRED] += n
@@ -150,16 +160,23 @@ class Reaper(ServiceProcess):
     # -- recovery ---------------------------------------------------------------------
     def recover(self) -> int:
         """Queue the FIRING slots that no executor has (a previous reaper died holding them);
-        record the outcomes it settled but did not get to record."""
-        if self.journal is not None:
-            for ring in self.mem.results:
+        record the outcomes it settled but did not get to record, and, if it died between
+        winning timers and writing their FIRED records (W_REAPER_JOPEN), those records."""
+        mem, journal = self.mem, self.journal
+        if journal is not None:
+            for ring in mem.results:
                 _, n = ring.peek(self.rbuf)
                 if n > 0:
-                    with self.mem.locked():
+                    with mem.locked():
                         self.tables.journal_settled(self.rbuf, n)
-            self.journal.flush()
-        with self.mem.locked():
-            orphans = V.firing_nowhere(self.mem)
+        with mem.locked():
+            orphans = V.firing_nowhere(mem)
+            if journal is not None and len(orphans) and mem.header[L.W_REAPER_JOPEN]:
+                self.tables.journal_fired(orphans)  # all of its last advance (fire)
+                log.warning("recorded the fired records of %d timers", len(orphans))
+        if journal is not None:
+            journal.flush()
+            mem.header[L.W_REAPER_JOPEN] = 0
         if len(orphans):
             self.backlog = orphans
             log.warning(
