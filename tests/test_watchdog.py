@@ -151,6 +151,23 @@ def test_nobody_is_judged_stalled_while_another_process_is_stopped(tmp_path, mon
         finish(svc, log, tags)
 
 
+def test_a_reaper_waiting_for_busy_executors_is_not_judged_stalled(tmp_path):
+    """Executors busy with long tasks and their dispatch rings full: due timers wait (in
+    the reaper's backlog and in the wheel) and the reaper loops, alive, for several stall
+    bounds. It is late, and says so, but it is not stalled: nothing is restarted."""
+    log = tmp_path / "log"
+    with TimerService(
+        tasks=TASKS, capacity=1000, executors=1, dispatch_capacity=8
+    ) as svc, svc.client() as c:  # fmt: skip
+        tags = schedule(c, log, "long", 1, 0, sleep_ms=3500)
+        wait_for(lambda: len(read_log(log)) == 1, what="the long task to start")
+        tags += schedule(c, log, "after", 40, 200)  # room for 8: the rest wait
+        time.sleep(3 * W.STALL_S)
+        assert svc.restarts == {}, (svc.restarts, health(svc))
+        assert "stalled" not in health(svc)["reasons"]
+        finish(svc, log, tags)
+
+
 @pytest.mark.parametrize("word", [C.RING_HEAD, C.RING_TAIL], ids=["head", "tail"])
 def test_result_ring_index_moved_by_a_stray_write_is_rederived(word, tmp_path, caplog):
     log = tmp_path / "log"

@@ -149,6 +149,11 @@ class Reaper(ServiceProcess):
                 # set under the lock: a deadline the coordinator links after this sees it
                 if now_ns < self.hot_until:
                     nxt = min(nxt, now_ns // 1_000_000 + int(HOT_STEP_S * 1000))
+                if len(self.backlog):
+                    # due timers wait in the wheel for room in the rings (run() looks again
+                    # in 0.2 ms): say when, not their past deadline, which the watchdog
+                    # would read as a reaper that has work and does not wake for it
+                    nxt = max(nxt, now_ns // 1_000_000 + 1)
                 mem.header[L.W_REAPER_WAKE_AT] = nxt
         if blocked:
             nxt, busy = max(nxt, now_ns // 1_000_000 + BLOCKED_WAIT_MS), False
