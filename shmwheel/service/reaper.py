@@ -10,11 +10,11 @@ or a result ring — and each hand-over writes the next place before clearing th
 one. On start the reaper dispatches the FIRING slots found in none of those places (a
 dead reaper held them, so they never ran).
 
-With a journal, the reaper records FIRED as it wins slots (written before those slots are
-dispatched: no run starts that the journal does not show fired; a reaper that dies between
-winning and writing leaves ``W_REAPER_JOPEN`` set, and its successor writes them), CANCELLED
-for the cancelled
-slots its walk retires, and OUTCOME as it settles; a batch of outcomes is written before
+With a journal, the reaper records FIRED as it wins slots, CANCELLED for the cancelled
+slots its walk retires, and OUTCOME as it settles. The FIRED records of an advance are
+written before any of its timers is dispatched, so no run starts that the journal does not
+show fired; a reaper that dies between winning and writing leaves ``W_REAPER_JOPEN`` set,
+and its successor writes them (``journal_fired``). A batch of outcomes is written before
 its result ring is consumed, so a restarted reaper finds the ones its predecessor settled
 without recording and records them (``journal_settled``). Started by the supervisor
 through ``shmwheel.service.main``.
@@ -174,11 +174,13 @@ class Reaper(ServiceProcess):
                 if n > 0:
                     with mem.locked():
                         self.tables.journal_settled(self.rbuf, n)
+        recorded = 0
         with mem.locked():
             orphans = V.firing_nowhere(mem)
             if journal is not None and len(orphans) and mem.header[L.W_REAPER_JOPEN]:
-                self.tables.journal_fired(orphans)  # all of its last advance (fire)
-                log.warning("recorded the fired records of %d timers", len(orphans))
+                recorded = self.tables.journal_fired(orphans)  # all of its last advance
+        if recorded:
+            log.warning("wrote the fired records of %d timers a previous reaper won", recorded)
         if journal is not None:
             journal.flush()
             mem.header[L.W_REAPER_JOPEN] = 0
