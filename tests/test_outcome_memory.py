@@ -105,9 +105,10 @@ def test_an_outcome_in_its_entry_survives_a_full_outcome_ring():
         TimerService(tasks=TASKS, capacity=8192, executors=1, waiter_capacity=4096) as svc,
         svc.client() as c,
     ):
-        # due late enough that every future below asks before the first one ends, however
-        # slow the machine (an outcome that ends before its ask never uses the ring)
-        hs = c.schedule_many("noop", np.full(n, 1500.0))
+        # far off while every future asks (an outcome that ends before its ask never uses
+        # the ring: with timers due in 1.5 s, a loaded machine asked too late), then reset to
+        # one deadline once the listener is held up
+        hs = c.schedule_many("noop", np.full(n, 60_000.0))
         futs = [c.handle(int(h)) for h in hs.ids]
         for h in futs:
             h.add_done_callback(lambda _h: None)
@@ -115,6 +116,8 @@ def test_an_outcome_in_its_entry_survives_a_full_outcome_ring():
         dropped = int(ring[C.OUTQ_DROPPED])
         assert c._outcomes is not None
         with c._outcomes._lock:  # the listener stops at its first resolve
+            soon = int(time.monotonic() * 1000) + 100
+            assert all(c.reset(h, deadline_ms=soon) for h in futs)
             wait_for(lambda: svc.stats()["completed"] == n, what="the runs")
             # their slots reserved again (most recently freed first): the outcomes the ring
             # dropped are now in the waiters' entries only
