@@ -107,7 +107,15 @@ def test_done_means_result_at_once(service):
     for h in handles:  # asked before the end: each has its future, still undecided (on a
         with pytest.raises(cf.TimeoutError):  # loaded machine 20 ms was not always enough)
             h.result(timeout=0)
-    left, early = list(handles), 0
+    left, early = poll_done(handles, pause=0.0)
+    assert not left and not early, f"done() before the outcome {len(early)} times in 90"
+
+
+def poll_done(handles: list, pause: float) -> tuple[list, list]:
+    """Poll done() on each handle (for at most 10 s, sleeping `pause` between rounds); as
+    each turns True, result(timeout=0) must give "ok". Returns (the handles never done,
+    the ids whose result(timeout=0) raised TimeoutError)."""
+    left, early = list(handles), []
     end = time.monotonic() + 10
     while left and time.monotonic() < end:
         for h in list(left):
@@ -115,9 +123,10 @@ def test_done_means_result_at_once(service):
                 try:
                     assert h.result(timeout=0) == "ok"
                 except cf.TimeoutError:
-                    early += 1
+                    early.append(h.id)
                 left.remove(h)
-    assert not left and early == 0, f"done() before the outcome {early} times in 90"
+        time.sleep(pause)
+    return left, early
 
 
 def test_done_is_false_while_the_listener_is_resolving(service, monkeypatch):
@@ -139,17 +148,7 @@ def test_done_is_false_while_the_listener_is_resolving(service, monkeypatch):
     for h in handles:
         with pytest.raises(cf.TimeoutError):
             h.result(timeout=0)  # each has its waiter now
-    left, early = list(handles), []
-    end = time.monotonic() + 10
-    while left and time.monotonic() < end:
-        for h in list(left):
-            if h.done():
-                try:
-                    assert h.result(timeout=0) == "ok"
-                except cf.TimeoutError:
-                    early.append(h.id)
-                left.remove(h)
-        time.sleep(0.005)  # (the listener gets to each outcome first)
+    left, early = poll_done(handles, pause=0.005)  # (the listener gets to each one first)
     assert not left and not early, f"done() True before result() could return: {early}"
     # and cancelled(), for cancels won by another client (the listener hears of them)
     gone = [c.schedule("noop", delay_ms=LONG_MS) for _ in range(4)]
