@@ -236,15 +236,15 @@ class _FutureLike(N.Handle, concurrent.futures.Future[str]):
         """True iff a cancel won: the task never ran and never will. Once True, done() is
         True and result(timeout=0) returns "cancelled"."""
         fut = self._future
+        if fut is not None and fut.done():
+            return fut.exception() is None and fut.result() == "cancelled"
+        outcomes = self._outcomes()
+        if outcomes.known(self.id, self._operation) != "cancelled":
+            return False
         if fut is None:
-            return self._outcomes().known(self.id, self._operation) == "cancelled"
-        if not fut.done():  # as done(): False until the future is set, by us or the listener
-            if self._outcomes().known(self.id, self._operation) != "cancelled":
-                return False
-            self._outcomes().settle(self.id)
-            if not fut.done():
-                return False
-        return fut.exception() is None and fut.result() == "cancelled"
+            return True
+        outcomes.settle(self.id)  # as done(): False until the future is set, here or by
+        return bool(fut.done())  # the listener (a won cancel resolves it "cancelled")
 
     def result(self, timeout: float | None = None) -> str:
         """Wait up to `timeout` seconds (None: no limit) for the outcome and return it:
