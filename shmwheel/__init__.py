@@ -9,9 +9,11 @@ The public API, all importable from here:
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
+* jobs, work bounded in time (``shmwheel.service.jobs``): Executor, Job, Retry;
 * errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
-  TaskError (what a handle's ``exception()`` gives when its task raised) and
-  RemoteTraceback (its cause).
+  TaskError (what a handle's ``exception()`` gives when its task raised, and what a
+  job's ``result()`` raises when it failed), JobTimeout (a job that passed its time
+  limit) and RemoteTraceback (their cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     Full,
+    JobTimeout,
     JournalError,
     JournalInUse,
     LayoutError,
@@ -51,6 +54,9 @@ _WHERE = {
     "context": ".service.context",
     "TimerService": ".service.supervisor",
     "WheelCore": ".wheel.core",
+    "Executor": ".service.jobs.executor",
+    "Job": ".service.jobs.job",
+    "Retry": ".service.jobs.retry",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +67,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .service.client import Client, connect
     from .service.context import FireContext, context
     from .service.handles import TimerHandle, TimerHandles
+    from .service.jobs.executor import Executor
+    from .service.jobs.job import Job
+    from .service.jobs.retry import Retry
     from .service.purgatory import Operation
     from .service.supervisor import TimerService
     from .wheel.core import WheelCore
@@ -85,8 +94,11 @@ __all__ = [
     "Client",
     "DelayedOperation",
     "DelayedOperationPurgatory",
+    "Executor",
     "FireContext",
     "Full",
+    "Job",
+    "JobTimeout",
     "JournalError",
     "JournalInUse",
     "LayoutError",
@@ -95,6 +107,7 @@ __all__ = [
     "Operation",
     "RecoveryError",
     "RemoteTraceback",
+    "Retry",
     "ShmwheelError",
     "SystemTimer",
     "TaskError",

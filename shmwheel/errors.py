@@ -94,8 +94,26 @@ class TaskError(ShmwheelError):
             "message": self.message,
             "traceback": self.traceback,
         }
-        return (_task_error, (str(self), fields))
+        extra = {k: v for k, v in self.__dict__.items() if k not in fields and k != "__cause__"}
+        return (_task_error, (type(self), str(self), fields, extra))
 
 
-def _task_error(text: str, fields: dict[str, object]) -> TaskError:
-    return TaskError(text, **fields)  # type: ignore[arg-type]
+def _task_error(
+    cls: type[TaskError], text: str, fields: dict[str, object], extra: dict[str, object]
+) -> TaskError:
+    error = cls(text, **fields)  # type: ignore[arg-type]
+    error.__dict__.update(extra)
+    return error
+
+
+class JobTimeout(TaskError):
+    """A job's attempt passed its time limit and was stopped (``Job.result()`` raises it
+    for the last attempt; inside the job it is raised at the limit, the soft stop).
+
+    Deliberately **not** a ``TimeoutError``: that is what a caller's own wait raises
+    (``result(timeout=...)``), so ``except TimeoutError`` never hides a job that overran.
+    ``limit`` is the attempt's time limit in seconds; ``killed`` is True when the job did
+    not end at the soft stop and its worker was killed after the grace."""
+
+    limit: float | None = None
+    killed: bool = False

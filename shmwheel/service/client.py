@@ -30,6 +30,9 @@ from .batch import BatchCalls
 from .client_base import _live_clients, now_ms
 from .connection import claim_ring
 from .handles import TimerHandle, _FutureLike
+from .jobs.job import Job
+from .jobs.link import JobLink
+from .jobs.retry import Retry
 from .purgatory import Operation, PurgatoryCalls
 from .stats import read_stats
 
@@ -87,6 +90,7 @@ class Client(BatchCalls, PurgatoryCalls):
 
     def __init__(self, mem: L.ServiceMemory, ring: int) -> None:
         super().__init__(mem, ring, Operation)
+        self._job_link: JobLink | None = None  # Client.submit's connection, made on first use
 
     def __enter__(self) -> Client:
         return self
@@ -165,6 +169,37 @@ class Client(BatchCalls, PurgatoryCalls):
         node = self._mem.nodes()[C.handle_slot(h)]
         deadline = int(node[C.F_DEADLINE]) if C.gs_gen(gs) == C.handle_gen(h) else -1
         return h, deadline
+
+    def submit(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        delay_ms: float = 0,
+        time_limit_ms: float | None = None,
+        retry: Retry | None = None,
+    ) -> Job:
+        """Run the registered `task` as a job on the service's job workers
+        (``TimerService(job_workers=N)``), from any process of the service: ``task(payload)``
+        after `delay_ms`, stopped at `time_limit_ms`, retried by `retry` (whose ``on`` may
+        name builtin exceptions and shmwheel's errors). Its ``Job``'s result is the task's
+        return value, which must be msgpack-encodable."""
+        self._check()
+        self._task_id(task)
+        delay = _times.check_delay(delay_ms, "delay_ms", self._max_delay)
+        if time_limit_ms is not None:
+            _times.check_delay(time_limit_ms, "time_limit_ms", self._max_delay)
+        blob = P.encode_payload(payload)
+        link = self._job_link
+        if link is None:
+            link = self._job_link = JobLink(self.name, int(self._mem.header[L.W_OWNER]))
+        return link.submit(task, blob, delay, time_limit_ms, retry)
+
+    def close(self) -> None:
+        link, self._job_link = self._job_link, None
+        if link is not None:
+            link.close()
+        super().close()
 
     def stats(self) -> dict[str, Any]:
         """The service's stats() as this process sees them in shared memory (no restart

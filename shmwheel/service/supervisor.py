@@ -27,6 +27,8 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import sizes as Z
 from .client import Client, connect, now_ms
+from .jobs.executor import Executor
+from .jobs.pool import DEFAULT_GRACE_S, JobPool
 from .outcomes import mark_stopped
 from .stats import read_stats
 from .tasks import service_path, task_spec
@@ -54,7 +56,7 @@ class TimerService:
         self,
         name: str | None = None,
         *,
-        tasks: Mapping[str, str | Callable[..., Any]],
+        tasks: Mapping[str, str | Callable[..., Any]] | None = None,
         capacity: int = 1_000_000,
         executors: int | None = None,
         tick_ms: int = 1,
@@ -71,6 +73,8 @@ class TimerService:
         watch_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         waiter_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         journal_on_damage: str = "refuse",
+        job_workers: int = 0,
+        job_grace: float = DEFAULT_GRACE_S,
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
@@ -94,7 +98,11 @@ class TimerService:
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
-        if not isinstance(tasks, Mapping) or not tasks:
+        if isinstance(job_workers, bool) or not isinstance(job_workers, int) or job_workers < 0:
+            raise ValueError(f"job_workers must be an integer >= 0, got {job_workers!r}")
+        if tasks is None and job_workers:
+            tasks = {}  # a service for jobs alone registers no task
+        if not isinstance(tasks, Mapping) or not (tasks or job_workers):
             raise ValueError(
                 "tasks must be a non-empty mapping of task name -> "
                 "'module:function' or a module-level function"
@@ -157,6 +165,11 @@ class TimerService:
         self.recovery: dict[str, Any] = {}  # what the last start recovered (journal only)
         self._rate_sample: tuple[float, int] | None = None
         self._started = 0.0
+        # the job workers (service/jobs/): a pool made by start(), ended by stop()
+        self._job_options = (job_workers, job_grace)
+        if job_workers:
+            JobPool.check_pool_options(job_workers, job_grace)
+        self._jobs: JobPool | None = None
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> TimerService:
@@ -187,6 +200,15 @@ class TimerService:
         except BaseException:
             self._teardown(5.0)
             raise
+        if self._job_options[0]:
+            try:
+                self._jobs = JobPool(
+                    self._job_options[0], grace=self._job_options[1], name=f"{self.name}-jobs"
+                ).start()
+                self._jobs.listen(self.name, dict(self.config.tasks))
+            except BaseException:
+                self._teardown(5.0)
+                raise
         self._stop.clear()
         self._started, self._rate_sample = time.monotonic(), None
         self._watchdog = Watchdog(self)
@@ -213,6 +235,9 @@ class TimerService:
             self.procs = {}
             self._monitor = None
             return
+        if self._jobs is not None:  # running jobs fail ("the service stopped"), queued cancel
+            self._jobs.shutdown(wait=False, kill=True)
+            self._jobs = None
         self._stop.set()
         if self._monitor is not None:
             self._monitor.join()
@@ -244,6 +269,20 @@ class TimerService:
         if self.mem is None:
             raise ShmwheelError("start the service before asking for a client")
         return connect(self.name)
+
+    def job_pool(self) -> JobPool:
+        """The pool of this service's job workers (``TimerService(job_workers=N)``)."""
+        if self._jobs is None:
+            raise ShmwheelError(
+                f"service {self.name!r} has no job workers running: start it, made with "
+                "TimerService(job_workers=N)"
+            )
+        return self._jobs
+
+    def executor(self, **defaults: Any) -> Executor:
+        """An ``Executor`` on this service's job workers; `defaults` are its
+        ``time_limit`` and ``retry``. Its ``shutdown`` leaves the service running."""
+        return Executor(service=self, **defaults)
 
     # -- the journal --------------------------------------------------------------------
     def _recover_plan(self) -> Any:
@@ -434,6 +473,8 @@ class TimerService:
         if self.mem is None:
             raise ShmwheelError("the service is not running")
         stats = read_stats(self.mem, self.procs, self.restarts)
+        if self._jobs is not None:
+            stats["jobs"] = self._jobs.stats()
         j = stats.get("journal")
         if j is not None:  # the write rate since the previous stats() (or the start)
             t, prev = time.monotonic(), self._rate_sample or (self._started, 0)
