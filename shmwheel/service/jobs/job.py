@@ -14,11 +14,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .pool import JobPool
     from .retry import Retry
+
+
+class JobOwner(Protocol):
+    """What decides a job's cancel: its pool (pool.py), or the job link to one (link.py)."""
+
+    def cancel(self, job: Job, stop: bool) -> bool: ...
+
 
 QUEUED, RUNNING, BACKOFF, DONE = "queued", "running", "backoff", "done"
 
@@ -31,7 +37,7 @@ class Job(concurrent.futures.Future[Any]):
 
     def __init__(
         self,
-        pool: JobPool,
+        pool: JobOwner,
         id: int,
         name: str,
         blob: bytes,

@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -22,8 +22,15 @@ from . import wire
 from . import worker as W
 from .job import Job
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .pool import JobPool
+
+class Submit(Protocol):
+    """The pool's submit, as the link calls it."""
+
+    def __call__(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], time_limit: float | None,
+        retry: Any, delay_s: float = 0.0, name: str | None = None,
+    ) -> Job: ...  # fmt: skip
+
 
 log = logging.getLogger("shmwheel.jobs")
 
@@ -41,18 +48,19 @@ class Conn:
 
 
 class Listener:
-    """The job link's server for `pool`: `tasks` maps the service's task names to their
-    specs; `register(sock, data, write)` / `unregister(sock)` are the manager's selector."""
+    """The job link's server, submitting through `submit`: `tasks` maps the service's task
+    names to their specs; `watch(sock, data, write)` / `unwatch(sock)` are the manager's
+    selector."""
 
     def __init__(
         self,
-        pool: JobPool,
+        submit: Submit,
         service: str,
         tasks: Mapping[str, str],
         watch: Callable[[socket.socket, Any, bool], None],
         unwatch: Callable[[socket.socket], None],
     ) -> None:
-        self.pool, self.tasks = pool, dict(tasks)
+        self.submit, self.tasks = submit, dict(tasks)
         self.watch, self.unwatch = watch, unwatch
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -119,7 +127,7 @@ class Listener:
                 spec = self.tasks.get(task)
                 if spec is None:
                     raise ValueError(f"unknown task {task!r}")
-                job = self.pool.submit(
+                job = self.submit(
                     W.run_task, (spec, blob), {},
                     None if limit_ms is None else limit_ms / 1000.0,
                     wire.decode_retry(retry), delay_s=delay_ms / 1000.0, name=task,

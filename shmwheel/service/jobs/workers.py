@@ -39,24 +39,6 @@ class WorkerProc:
     the worker (worker.py: RUNNING, STOP). ``avg_s`` is a running average of one job's
     time, which sizes how far ahead it is sent work (``window``)."""
 
-    __slots__ = (
-        "index",
-        "proc",
-        "tasks",
-        "conns",
-        "results_fd",
-        "wake_fd",
-        "slot",
-        "inflight",
-        "buf",
-        "avg_s",
-        "last_s",
-        "kill_reason",
-        "hard_timer",
-        "started_s",
-        "dead",
-    )
-
     def __init__(self, index: int) -> None:
         self.index = index
         self.proc: Any = None
@@ -72,6 +54,7 @@ class WorkerProc:
         self.hard_timer = -1  # the hard stop's wheel handle, while armed
         self.started_s = 0.0
         self.dead = True
+        self.failures = 0  # deaths in a row before running any job
 
     def window(self) -> int:
         return max(1, min(MAX_WINDOW, int(WINDOW_TARGET_S / max(self.avg_s, 1e-7))))
