@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -41,6 +43,32 @@ MONITOR_S = 0.05
 
 def default_executors() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the process group `pgid` (a service process's: it leads its own session)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# The journal's lock must not outlive the service in a child the embedding process forks
+# (a multiprocessing worker, say): each such child closes its copy at once.
+_LOCK_HOLDERS: weakref.WeakSet[TimerService] = weakref.WeakSet()
+
+
+def _drop_locks_in_child() -> None:
+    for svc in list(_LOCK_HOLDERS):
+        fd, svc._journal_fd = svc._journal_fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 def _pow2(n: int) -> int:
@@ -152,7 +180,7 @@ class TimerService:
         self._watchdog: Watchdog | None = None  # made by start(), run by the monitor thread
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._journal_fd = -1  # the journal directory's lock, shared with our children
+        self._journal_fd = -1  # the journal directory's lock, shared with its writers
         self._path: list[str] = []  # the service processes' import path (tasks.service_path)
         self.recovery: dict[str, Any] = {}  # what the last start recovered (journal only)
         self._rate_sample: tuple[float, int] | None = None
@@ -253,6 +281,7 @@ class TimerService:
         assert self.journal is not None
         plan = recovery.prepare(self.journal, self.name, self.journal_on_damage)
         self._journal_fd = plan.fd
+        _LOCK_HOLDERS.add(self)
         st = plan.state
         self.journal = replace(self.journal, epoch=st.epoch + 1)
         self.config = replace(self.config, journal_epoch=st.epoch + 1, journal_next_gen=st.next_gen)
@@ -281,8 +310,8 @@ class TimerService:
             sys.executable,
             "-Pc",
             "import signal; signal.signal(signal.SIGINT, "
-            "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
-            "main(sys.argv)",
+            "signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); import sys; "
+            "from shmwheel.service.main import main; main(sys.argv)",
         ]
         if role.startswith("exec"):
             argv += ["executor", self.name, role[4:]]
@@ -295,10 +324,17 @@ class TimerService:
             logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()),
         )
         try:
-            # the journal's lock goes with them: it is free only when they are all gone
-            fds = (self._journal_fd,) if self._journal_fd >= 0 else ()
+            # the journal's lock goes with its writers, which never run tasks: it is free
+            # once they are gone, whatever processes a task left. Each process leads its own
+            # session: a group's signal does not reach it, and stop() ends an executor's
+            # group, the processes its tasks left in it included (_teardown)
+            writer = self._journal_fd >= 0 and not role.startswith("exec")
             self.procs[role] = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, pass_fds=fds
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                pass_fds=(self._journal_fd,) if writer else (),
+                start_new_session=True,
             )
         except OSError as e:
             raise ShmwheelError(
@@ -414,12 +450,14 @@ class TimerService:
                     except Exception:
                         pass
             end = time.monotonic() + timeout
-            for p in self.procs.values():
+            for role, p in self.procs.items():
                 try:
                     p.wait(max(0.0, end - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    p.kill()
+                    _kill_group(p.pid)
                     p.wait()
+                if role.startswith("exec"):  # what its tasks left in its group
+                    _kill_group(p.pid)
             self.procs.clear()
         if mem is not None:
             mark_stopped(mem)  # the handles still undecided: "stopped"
