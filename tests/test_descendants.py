@@ -42,10 +42,12 @@ def assert_each_ran_once_none_early(directory: Path, ids: list[int]) -> None:
     got = runs(directory)
     counts = Counter(r[0] for r in got)
     twice = {i: n for i, n in counts.items() if n > 1}
-    assert not twice, f"timers ran more than once: {twice}"
-    assert set(counts) == set(ids), f"missing runs: {sorted(set(ids) - set(counts))[:10]}"
+    assert not twice, f"{len(twice)} timers ran more than once, e.g. {list(twice.items())[:5]}"
+    missing = set(ids) - set(counts)
+    assert not missing, f"{len(missing)} accepted timers never ran, e.g. {sorted(missing)[:5]}"
+    assert set(counts) <= set(ids), f"runs of timers never accepted: {set(counts) - set(ids)}"
     early = [r for r in got if r[3] < r[2]]
-    assert not early, f"ran before their deadline: {early[:5]}"
+    assert not early, f"{len(early)} ran before their deadline, e.g. {early[:5]}"
 
 
 def alive(pids: set[int]) -> list[int]:
@@ -107,9 +109,7 @@ def test_children_and_forks_of_tasks_do_not_hold_the_service(tmp_path, monkeypat
         assert took < 5, f"stop() took {took:.1f} s"
         wait_for(lambda: not alive(seen), timeout=5, what="every process to end")
         svc2 = TimerService(tasks=TASKS, capacity=4096, executors=2, journal=jdir).start()
-        wait_for(
-            lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run"
-        )
+        wait_for(lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run")
         seen |= {p.pid for p in svc2.procs.values()} | child_pids(marks)
         svc2.stop()
         assert_each_ran_once_none_early(marks, ids)
@@ -203,9 +203,7 @@ def test_a_group_sigterm_of_shmwheel_run_is_a_clean_stop(tmp_path, monkeypatch):
         assert proc.returncode == 0, err.decode()[-3000:]
         wait_for(lambda: not alive(seen), timeout=5, what="every process to end")
         svc = TimerService(tasks=TASKS, capacity=4096, executors=2, journal=jdir).start()
-        wait_for(
-            lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run"
-        )
+        wait_for(lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run")
         svc.stop()
         assert_each_ran_once_none_early(marks, ids)
     finally:

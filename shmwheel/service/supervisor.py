@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ShmwheelError
+from ..journal import spill
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import contract as C
@@ -465,6 +466,15 @@ class TimerService:
             self.mem = None
         shm.unlink_service(self.name)
         self._release_journal()
+        held = spill.pending(self.journal.directory) if self.journal is not None else []
+        if held:  # its writers could not write everything (a disk gone read-only)
+            log.warning(
+                "service %s stopped with records its journal %s did not take; they are kept "
+                "in %s, and the next start on this journal writes them first",
+                self.name,
+                self.journal.directory,  # type: ignore[union-attr]
+                ", ".join(held),
+            )
 
     # -- observation ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
