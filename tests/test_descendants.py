@@ -81,13 +81,13 @@ def child_pids(directory: Path, kind: str | None = None) -> set[int]:
 def test_children_and_forks_of_tasks_do_not_hold_the_service(tmp_path, monkeypatch):
     """Two tasks start a multiprocessing child that sleeps 30 s, two fork and return in
     the child, 200 plain timers run around them. The forked copies end at once (they
-    never serve a ring); stop() ends everything in well under its 10 s; the journal's
-    lock is free at once (a restart on it succeeds); nothing ran twice."""
+    never serve a ring); stop() ends every service process in well under its 10 s; the
+    multiprocessing children, the tasks' business, live on but hold no lock: a restart on
+    the journal succeeds while they run; nothing ran twice."""
     marks = tmp_path / "runs"
     marks.mkdir()
     monkeypatch.setenv("DESC_RUNS", str(marks))
     jdir = tmp_path / "journal"
-    seen: set[int] = set()  # every process of the service and of its tasks, killed at the end
     svc = TimerService(tasks=TASKS, capacity=4096, executors=2, journal=jdir)
     svc2 = None
     try:
@@ -97,8 +97,7 @@ def test_children_and_forks_of_tasks_do_not_hold_the_service(tmp_path, monkeypat
             ids += [c.schedule("fork", None, delay_ms=20).id for _ in range(2)]
             ids += [c.schedule("record", 1, delay_ms=50 + 10 * i).id for i in range(200)]
         wait_for(lambda: len(child_pids(marks)) >= 4, what="the tasks' children")
-        seen |= child_pids(marks) | {p.pid for p in svc.procs.values()}
-        seen |= {p.pid for p in psutil.Process().children(recursive=True)}
+        service = {p.pid for p in svc.procs.values()}
         # a forked copy of an executor ends as soon as its task returns in it
         forks = child_pids(marks, "fork")
         wait_for(lambda: not alive(forks), timeout=5, what="the forked copies to end")
@@ -107,17 +106,18 @@ def test_children_and_forks_of_tasks_do_not_hold_the_service(tmp_path, monkeypat
         took = time.monotonic() - t0
         # a correctness bound, not a speed figure: the old stop waited out its 10 s
         assert took < 5, f"stop() took {took:.1f} s"
-        wait_for(lambda: not alive(seen), timeout=5, what="every process to end")
+        assert not alive(service), "service processes outlived stop()"
+        children = child_pids(marks, "mp")
+        assert set(alive(children)) == children, "the tasks' own children were ended"
         svc2 = TimerService(tasks=TASKS, capacity=4096, executors=2, journal=jdir).start()
         wait_for(lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run")
-        seen |= {p.pid for p in svc2.procs.values()} | child_pids(marks)
         svc2.stop()
         assert_each_ran_once_none_early(marks, ids)
     finally:
         for s in (svc, svc2):
             if s is not None:
                 s.stop()
-        kill_all(seen | child_pids(marks))
+        kill_all(child_pids(marks))
 
 
 EMBEDDER = textwrap.dedent("""

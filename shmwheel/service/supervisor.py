@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -44,14 +43,6 @@ MONITOR_S = 0.05
 
 def default_executors() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL the process group `pgid` (a service process's: it leads its own session)."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # The journal's lock must not outlive the service in a child the embedding process forks
@@ -326,16 +317,11 @@ class TimerService:
         )
         try:
             # the journal's lock goes with its writers, which never run tasks: it is free
-            # once they are gone, whatever processes a task left. Each process leads its own
-            # session: a group's signal does not reach it, and stop() ends an executor's
-            # group, the processes its tasks left in it included (_teardown)
+            # once they are gone, whatever processes a task left behind
             writer = self._journal_fd >= 0 and not role.startswith("exec")
+            fds = (self._journal_fd,) if writer else ()
             self.procs[role] = subprocess.Popen(
-                argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                pass_fds=(self._journal_fd,) if writer else (),
-                start_new_session=True,
+                argv, env=env, stdin=subprocess.DEVNULL, pass_fds=fds
             )
         except OSError as e:
             raise ShmwheelError(
@@ -451,14 +437,12 @@ class TimerService:
                     except Exception:
                         pass
             end = time.monotonic() + timeout
-            for role, p in self.procs.items():
+            for p in self.procs.values():
                 try:
                     p.wait(max(0.0, end - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    _kill_group(p.pid)
+                    p.kill()
                     p.wait()
-                if role.startswith("exec"):  # what its tasks left in its group
-                    _kill_group(p.pid)
             self.procs.clear()
         if mem is not None:
             mark_stopped(mem)  # the handles still undecided: "stopped"
