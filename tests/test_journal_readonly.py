@@ -8,6 +8,7 @@ without them)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -16,12 +17,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_descendants import TASKS, assert_each_ran_once_none_early, runs
+from test_journal_faults import assert_chain, read_ids
 from test_service import wait_for
 
-from shmwheel import JournalError, TimerService
+from shmwheel import JournalError, RecoveryError, TimerService
+from shmwheel.journal import disk as D
+from shmwheel.journal import format as F
 from shmwheel.journal import spill
+from shmwheel.journal.writer import JournalOptions, SegmentWriter
 
 
 def _run(*cmd: str) -> str:
@@ -116,3 +122,72 @@ def test_a_stop_while_the_disk_is_read_only_loses_nothing_and_runs_nothing_twice
                     s.stop()
             for h in spill.pending(str(jdir)):
                 os.unlink(h)
+
+
+# -- the held files alone (no root, no loop device) -------------------------------------
+def _writer(directory: Path, policy: str = "interval") -> SegmentWriter:
+    return SegmentWriter(
+        JournalOptions(str(directory), policy, fsync_ms=5),
+        "reaper",
+        "svc",
+        ["t"],
+        1,
+        fault_words=np.zeros(3, np.int64),
+    )
+
+
+@pytest.mark.parametrize("policy", ["none", "interval", "always"])
+def test_a_writer_closing_through_a_fault_keeps_its_records_for_the_next_claim(tmp_path, policy):
+    w = _writer(tmp_path, policy)
+    held: list[str] = []
+    try:
+        for i in range(3000):
+            w.append(F.body(F.CANCELLED, i, 7))
+            if i == 1000:
+                w.disk.plan = (errno.EROFS, D.OPS_ALL)  # for good: it closes read-only
+            if i % 25 == 0:
+                w.flush()
+        w.close()
+        held = spill.pending(str(tmp_path))
+        assert len(held) == 1 and os.stat(held[0]).st_mode & 0o777 == 0o600
+        ids, _ = read_ids(tmp_path)
+        assert 0 < len(ids) <= 1000 and ids == list(range(len(ids)))  # what the disk took
+        assert spill.restore(str(tmp_path)) > 0
+        assert not spill.pending(str(tmp_path))
+        ids, segs = read_ids(tmp_path)
+        assert ids == list(range(3000))  # nothing lost, nothing twice, in order
+        assert_chain(segs)  # and closed with its END
+    finally:
+        for h in held:
+            Path(h).unlink(missing_ok=True)
+
+
+def test_held_files_are_read_only_when_this_user_owns_them_alone(tmp_path, caplog):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chown)")
+    seg = tmp_path / F.SegmentName(1, 1, "reaper", 1).filename()
+    seg.write_bytes(b"x" * 10)
+    path = spill.keep(str(tmp_path), str(seg), 10, b"planted", "reaper")
+    try:
+        os.chown(path, 4242, 4242)
+        with caplog.at_level(logging.WARNING, logger="shmwheel"):
+            assert spill.restore(str(tmp_path)) == 0
+        assert "not read" in caplog.text and os.path.exists(path)
+        assert seg.read_bytes() == b"x" * 10  # untouched
+        os.chown(path, 0, 0)
+        os.chmod(path, 0o666)
+        assert spill.restore(str(tmp_path)) == 0 and seg.read_bytes() == b"x" * 10
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
+def test_a_segment_shorter_than_what_was_synced_is_refused(tmp_path):
+    seg = tmp_path / F.SegmentName(1, 1, "reaper", 1).filename()
+    seg.write_bytes(b"x" * 10)
+    path = spill.keep(str(tmp_path), str(seg), 100, b"more", "reaper")
+    try:
+        with pytest.raises(RecoveryError, match="disk lost some"):
+            spill.restore(str(tmp_path))
+        assert os.path.exists(path) and seg.read_bytes() == b"x" * 10
+    finally:
+        Path(path).unlink(missing_ok=True)

@@ -27,7 +27,7 @@ import stat
 import struct
 from typing import Any
 
-from ..errors import RecoveryError
+from ..errors import JournalError, RecoveryError
 from ..segment import shm
 from . import format as F
 
@@ -148,38 +148,50 @@ def _read(path: str, directory: str) -> tuple[str, int, bytes]:
     return segment, size, data[start + n :]
 
 
+def _write_back(target: str, size: int, tail: bytes, held: str) -> None:
+    """Cut `target` to `size` bytes, append `tail`, sync it and its directory."""
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        have = os.fstat(fd).st_size
+        if have < size:
+            raise RecoveryError(
+                f"journal {os.path.dirname(target)}: {os.path.basename(target)} has {have} "
+                f"bytes, fewer than the {size} that were on disk when its writer began to "
+                f"hold the records in {held}: the disk lost some; {held} is left for "
+                "inspection"
+            )
+        os.ftruncate(fd, size)
+        done = 0
+        while done < len(tail):
+            done += os.pwrite(fd, tail[done:], size + done)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    dfd = os.open(os.path.dirname(target), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def restore(directory: str) -> int:
     """Write every held file of `directory`'s journal into its segment, synced, and
     delete it; returns the bytes written. Call with the journal's lock held. Raises
     RecoveryError when a segment is shorter than what was on disk when its writer held
-    (the disk lost synced bytes), OSError when the directory still takes no writes."""
+    (the disk lost synced bytes), JournalError when the directory still takes no writes
+    (the held file stays either way)."""
     total = 0
     for path in pending(directory):
         if not _trusted(path):
             continue
         segment, size, tail = _read(path, directory)
-        target = os.path.join(directory, segment)
-        fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
-            have = os.fstat(fd).st_size
-            if have < size:
-                raise RecoveryError(
-                    f"journal {directory}: {segment} has {have} bytes, fewer than the {size} "
-                    f"that were on disk when its writer began to hold records in {path}: the "
-                    "disk lost some; the held file is left for inspection"
-                )
-            os.ftruncate(fd, size)
-            done = 0
-            while done < len(tail):
-                done += os.pwrite(fd, tail[done:], size + done)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+            _write_back(os.path.join(directory, segment), size, tail, path)
+        except OSError as e:
+            raise JournalError(
+                f"journal {directory}: cannot write the records held in {path} into "
+                f"{segment}: {e.strerror or e}; they stay there for the next start"
+            ) from e
         os.unlink(path)
         total += len(tail)
         log.warning(
