@@ -206,6 +206,10 @@ def test_a_group_sigterm_of_shmwheel_run_is_a_clean_stop(tmp_path, monkeypatch):
         wait_for(lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run")
         svc.stop()
         assert_each_ran_once_none_early(marks, ids)
+        # and none was killed mid-task: each executor finished the run in hand
+        started = {p.name.split(".", 1)[1].rsplit(".", 1)[0] for p in marks.glob("run.*")}
+        ended = {p.name.split(".", 1)[1] for p in marks.glob("done.*")}
+        assert started == ended, f"runs that never ended: {sorted(started - ended)[:5]}"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
