@@ -7,6 +7,10 @@
  * `recover`): outcomes up to the last published seq are done, the `started` record (if
  * unreported) crashed with it, the rest are still to run. No task runs twice.
  *
+ * A forked copy of the executor (a task that called fork() and returned in the child)
+ * ends with _exit(0) as soon as the task returns in it, before it touches anything shared.
+ * With a stop word, a batch ends after the record in hand once the word is set.
+ *
  * A record whose slot is not FIRING (or STOPPING) with the record's generation is garbage:
  * counted, reported as an error, never run. The payload is decoded only after its side
  * record and arena block check out. The running task's context is kept here and read by
@@ -17,6 +21,7 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "atomics.h"
 #include "errlog.h"
@@ -36,6 +41,8 @@ typedef struct {
     i64 *started;        /* this executor's X_STARTED word */
     i64 *counters;       /* its counter row (single writer) */
     i64 *hist;           /* its lateness histogram (single writer) */
+    i64 *stop;           /* the service's stopping word, or NULL (optional argument) */
+    pid_t pid;           /* the process that made this executor: a fork's copy is not it */
     PyObject *tasks;     /* list: task id -> callable */
     PyObject *unpack;    /* bytes -> object (msgpack) */
     PyObject *on_error;  /* (handle, task, exception, run, ERF_*): logs and records it */
@@ -117,6 +124,9 @@ static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
         current.attempt = attempt;
         current.key = key;
         r = PyObject_CallOneArg(PyList_GET_ITEM(e->tasks, tid), payload);
+        /* a task that forked and returned in the child: that copy must not touch a ring,
+         * a counter or the error log; it ends here, at once, whatever the task left */
+        if (getpid() != e->pid) _exit(0);
         current.active = 0;
         current.key = NULL;
         Py_DECREF(payload);
@@ -163,6 +173,14 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
         i64 h = d[DR_HANDLE], fired_ns = d[DR_FIRED_NS], seq = seq0 + i;
         i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0, duration_us = 0;
         relaxed_store(e->started, seq);
+        /* stopping: the runs done are reported, the records from this one on stay on the
+         * ring, never started (a start on the journal re-arms them). The fence orders the
+         * store above before the load: a reaper that saw the stop and then `started` at -1
+         * (reaper.py, _await_executors) knows no run of this batch will start. */
+        if (e->stop) {
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            if (relaxed_load(e->stop)) { n = i; break; }
+        }
         i64 deadline;
         if (slot_fired(&e->seg, h, &deadline)) {
             late_us = now_us() - deadline * 1000;
@@ -200,14 +218,14 @@ static PyObject *ex_close(Executor *e, PyObject *unused) {
 }
 
 static int ex_init(Executor *e, PyObject *args, PyObject *kw) {
-    PyObject *o[9];
+    PyObject *o[9], *stop = NULL;
     if (e->holds.n) {
         PyErr_SetString(PyExc_RuntimeError, "Executor is initialised already");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!OOO:Executor", &o[0], &o[1], &o[2], &o[3], &o[4],
-                          &o[5], &o[6], &o[7], &o[8], &PyList_Type, &e->tasks, &e->unpack,
-                          &e->on_error, &e->on_full))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!OOO|O:Executor", &o[0], &o[1], &o[2], &o[3],
+                          &o[4], &o[5], &o[6], &o[7], &o[8], &PyList_Type, &e->tasks,
+                          &e->unpack, &e->on_error, &e->on_full, &stop))
         return -1;
     Py_INCREF(e->tasks);
     Py_INCREF(e->unpack);
@@ -223,8 +241,10 @@ static int ex_init(Executor *e, PyObject *args, PyObject *kw) {
         holds_add(&e->holds, o[5], &e->results.w, &nr) < 0 ||
         holds_add(&e->holds, o[6], &started_row, NULL) < 0 ||
         holds_add(&e->holds, o[7], &e->counters, &nc) < 0 ||
-        holds_add(&e->holds, o[8], &e->hist, &nh) < 0)
+        holds_add(&e->holds, o[8], &e->hist, &nh) < 0 ||
+        (stop && stop != Py_None && holds_add(&e->holds, stop, &e->stop, NULL) < 0))
         return -1;
+    e->pid = getpid();
     e->started = started_row;   /* the caller passes a view starting at X_STARTED */
     e->dispatch.record = DISPATCH_RECORD;
     e->dispatch.cap = (nd - RING_HEADER_WORDS) / DISPATCH_RECORD;
@@ -257,7 +277,8 @@ static PyMethodDef ex_methods[] = {
 static PyTypeObject ExecutorType = NATIVE_TYPE(
     "Executor", Executor, 0,
     "Executor(wheel, side, arena, adata, dispatch, results, started, counters, hist, tasks, "
-    "unpack, on_error, on_full): an executor's batch loop (executor.c).",
+    "unpack, on_error, on_full[, stop]): an executor's batch loop (executor.c); with `stop` "
+    "(a one-word view) it takes no further record of a batch once that word is set.",
     .tp_new = PyType_GenericNew, .tp_init = (initproc)ex_init, TYPE_BASICS(ex));
 
 static PyObject *fire_context(PyObject *m, PyObject *unused) {

@@ -2,7 +2,9 @@
 outcome. The batch loop is native (shmwheel/native/executor.c: its header gives the order
 of the writes that makes a crash recoverable); this module sets it up, recovers what a
 predecessor on the same rings left, logs and records task tracebacks (tracebacks.py),
-and sleeps when idle.
+and sleeps when idle. A stop ends the batch in hand after the task running
+now (the records after it stay on the ring, never started); a copy of the process that a
+task forked ends as soon as the task returns in it (executor.c).
 Started by the supervisor through ``shmwheel.service.main``.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +62,7 @@ class Executor(ServiceProcess):
             P.unpack,
             self._task_failed,
             self._results_full,
+            mem.header[L.W_STOPPING : L.W_STOPPING + 1],  # a stop ends a batch early
         )
 
     def _task_failed(self, handle: int, tid: int, exc: BaseException, run: int, flags: int) -> None:
@@ -137,6 +141,25 @@ def _failed_import(error: Exception) -> Callable[[Any], Any]:
 
 
 def main(service: str, index: int) -> None:
-    executor = Executor(service, index)
-    executor.settle_heap()
-    executor.run()
+    """Run an executor until the service stops, then end the process with ``os._exit``:
+    an interpreter's normal exit would wait for what a task left behind (a
+    ``multiprocessing`` child that is not a daemon, a thread, an atexit handler), and
+    a stop must not (docs/operating.md, "Stopping")."""
+    code = 0
+    try:
+        executor = Executor(service, index)
+        executor.settle_heap()
+        executor.run()
+    except SystemExit as e:  # a task raised it: the process ends, as Python would
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        log.critical("executor %d ends on an exception", index, exc_info=True)
+        code = 1
+    finally:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)

@@ -16,11 +16,13 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from ..errors import ShmwheelError
+from ..journal import spill
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import contract as C
@@ -43,6 +45,24 @@ MONITOR_S = 0.05
 
 def default_executors() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
+
+
+# The journal's lock must not outlive the service in a child the embedding process forks
+# (a multiprocessing worker, say): each such child closes its copy at once.
+_LOCK_HOLDERS: weakref.WeakSet[TimerService] = weakref.WeakSet()
+
+
+def _drop_locks_in_child() -> None:
+    for svc in list(_LOCK_HOLDERS):
+        fd, svc._journal_fd = svc._journal_fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 def _pow2(n: int) -> int:
@@ -160,7 +180,7 @@ class TimerService:
         self._watchdog: Watchdog | None = None  # made by start(), run by the monitor thread
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._journal_fd = -1  # the journal directory's lock, shared with our children
+        self._journal_fd = -1  # the journal directory's lock, shared with its writers
         self._path: list[str] = []  # the service processes' import path (tasks.service_path)
         self.recovery: dict[str, Any] = {}  # what the last start recovered (journal only)
         self._rate_sample: tuple[float, int] | None = None
@@ -292,6 +312,7 @@ class TimerService:
         assert self.journal is not None
         plan = recovery.prepare(self.journal, self.name, self.journal_on_damage)
         self._journal_fd = plan.fd
+        _LOCK_HOLDERS.add(self)
         st = plan.state
         self.journal = replace(self.journal, epoch=st.epoch + 1)
         self.config = replace(self.config, journal_epoch=st.epoch + 1, journal_next_gen=st.next_gen)
@@ -320,8 +341,8 @@ class TimerService:
             sys.executable,
             "-Pc",
             "import signal; signal.signal(signal.SIGINT, "
-            "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
-            "main(sys.argv)",
+            "signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); import sys; "
+            "from shmwheel.service.main import main; main(sys.argv)",
         ]
         if role.startswith("exec"):
             argv += ["executor", self.name, role[4:]]
@@ -334,8 +355,10 @@ class TimerService:
             logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()),
         )
         try:
-            # the journal's lock goes with them: it is free only when they are all gone
-            fds = (self._journal_fd,) if self._journal_fd >= 0 else ()
+            # the journal's lock goes with its writers, which never run tasks: it is free
+            # once they are gone, whatever processes a task left behind
+            writer = self._journal_fd >= 0 and not role.startswith("exec")
+            fds = (self._journal_fd,) if writer else ()
             self.procs[role] = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, pass_fds=fds
             )
@@ -466,6 +489,15 @@ class TimerService:
             self.mem = None
         shm.unlink_service(self.name)
         self._release_journal()
+        held = spill.pending(self.journal.directory) if self.journal is not None else []
+        if held:  # its writers could not write everything (a disk gone read-only)
+            log.warning(
+                "service %s stopped with records its journal %s did not take; they are kept "
+                "in %s, and the next start on this journal writes them first",
+                self.name,
+                self.journal.directory,  # type: ignore[union-attr]
+                ", ".join(held),
+            )
 
     # -- observation ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
