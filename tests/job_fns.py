@@ -54,8 +54,11 @@ def hang_with_cleanup(path: str, seconds: float) -> None:
         Path(path).write_text("cleaned up")
 
 
-def swallow(seconds: float) -> str:
-    """Catches every stop raised inside it and goes on: only a kill ends it."""
+def swallow(seconds: float, started: str | None = None) -> str:
+    """Catches every stop raised inside it and goes on: only a kill ends it. Leaves the
+    file `started` first, if given (the test then knows it runs in its worker)."""
+    if started:
+        Path(started).write_text("started")
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         try:
@@ -84,8 +87,11 @@ def attempt_log(path: str, fail_times: int, kind: str = "value") -> int:
             f.write(f"{start} {time.monotonic_ns()}\n")
 
 
-def wait_for_file(path: str, timeout: float) -> str:
-    """Blocks until `path` exists (bounded): a job that is busy until the test releases it."""
+def wait_for_file(path: str, timeout: float, started: str | None = None) -> str:
+    """Blocks until `path` exists (bounded): a job that is busy until the test releases it.
+    Leaves the file `started` first, if given."""
+    if started:
+        Path(started).write_text("started")
     end = time.monotonic() + timeout
     while not os.path.exists(path):
         if time.monotonic() > end:

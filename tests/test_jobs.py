@@ -147,8 +147,9 @@ def test_a_job_whose_worker_dies_fails_alone(ex, fn, args, how):
 
 def test_cancel_wins_only_before_the_job_starts_and_stop_ends_a_running_one(ex, tmp_path):
     flag = tmp_path / "release"
-    blockers = [ex.submit(job_fns.wait_for_file, str(flag), FLAG_TIMEOUT) for _ in range(2)]
-    wait_for(lambda: all(b.running() for b in blockers), 20, "both workers busy")
+    marks = [tmp_path / f"started-{i}" for i in range(2)]
+    blockers = [ex.submit(job_fns.wait_for_file, str(flag), FLAG_TIMEOUT, str(m)) for m in marks]
+    wait_for(lambda: all(m.exists() for m in marks), 20, "both workers busy")
     queued = ex.submit(job_fns.add, 1)
     assert queued.cancel() and queued.cancelled() and queued.done()
     with pytest.raises(cf.CancelledError):
@@ -163,9 +164,10 @@ def test_cancel_wins_only_before_the_job_starts_and_stop_ends_a_running_one(ex, 
     serves_again(ex)
 
 
-def test_stop_of_a_job_that_ignores_it_kills_and_replaces_its_worker(ex):
-    job = ex.submit(job_fns.swallow, 60.0)
-    wait_for(job.running, 20, "the job to start")
+def test_stop_of_a_job_that_ignores_it_kills_and_replaces_its_worker(ex, tmp_path):
+    started = tmp_path / "started"
+    job = ex.submit(job_fns.swallow, 60.0, str(started))
+    wait_for(started.exists, 20, "the job to start in its worker")
     before = ex.stats()["worker_restarts"]
     assert job.stop() and job.cancelled()
     wait_for(lambda: ex.stats()["worker_restarts"] > before, 10, "the killed worker's successor")

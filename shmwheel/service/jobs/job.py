@@ -40,6 +40,7 @@ class Job(concurrent.futures.Future[Any]):
         pool: JobOwner,
         id: int,
         name: str,
+        fn: bytes,
         blob: bytes,
         time_limit: float | None,
         retry: Retry | None,
@@ -51,7 +52,8 @@ class Job(concurrent.futures.Future[Any]):
         self.time_limit = time_limit
         self.retry = retry
         self._pool = pool
-        self._blob = blob
+        self._fn = fn  # the function pickled (by reference), the same bytes for each job of it
+        self._blob = blob  # its arguments pickled (worker.NO_ARGS: none)
         self.where = QUEUED
         self.worker = -1  # the worker running the current attempt (RUNNING)
         self.timer = -1  # the back-off timer's wheel handle (BACKOFF)

@@ -62,7 +62,7 @@ class JobLink:
         check_job(limit, retry)
         msg = [wire.SUBMIT, 0, task, blob, float(delay_ms), time_limit_ms, wire.encode_retry(retry)]
         reply = self._ask(msg)
-        job = Job(self, int(reply[2]), task, b"", limit, retry)
+        job = Job(self, int(reply[2]), task, b"", b"", limit, retry)
         with self._lock:
             self._jobs[job.id] = job
             early = self._early.pop(job.id, [])

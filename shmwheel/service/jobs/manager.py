@@ -24,7 +24,7 @@ from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .remote import Listener, Submit
 from .state import PoolState
 from .timers import now_ms
-from .workers import WorkerProc, fork_server
+from .workers import WINDOW_TARGET_S, WorkerProc, fork_server
 
 log = logging.getLogger("shmwheel.jobs")
 
@@ -146,16 +146,22 @@ class Manager:
             self._dispatch()
 
     def _dispatch(self) -> None:
-        sends: list[tuple[WorkerProc, list[tuple[int, float, bytes]]]] = []
+        sends: list[tuple[WorkerProc, list[tuple[int, float, bytes, bytes]]]] = []
         starts: list[Job] = []
         with self.state.lock:
+            now = time.monotonic()
             self.state.poked = False
             if not self.state.queue:
                 return
             for w in sorted(self.workers, key=lambda x: len(x.inflight)):
                 if w.dead or w.proc is None:
                     continue
-                room = w.window() - len(w.inflight)
+                window = w.window()
+                if len(w.inflight) > window // 2:  # it has work: send a fuller batch later
+                    continue
+                if w.inflight and now - w.last_s > WINDOW_TARGET_S:
+                    continue  # its job runs long: what waits may go to another worker
+                room = window - len(w.inflight)
                 batch = []
                 while room > 0 and self.state.queue:
                     job = self.state.queue.popleft()
@@ -166,7 +172,7 @@ class Manager:
                     if not w.inflight:
                         w.last_s = time.monotonic()
                     w.inflight.append(job)
-                    batch.append((job.id, float(job.time_limit or 0.0), job._blob))
+                    batch.append((job.id, float(job.time_limit or 0.0), job._fn, job._blob))
                     if job.on_start is not None:
                         starts.append(job)
                     room -= 1

@@ -75,6 +75,7 @@ class JobPool:
         self.size = n
         self._state = PoolState(name, float(grace), max_message_bytes)
         self._ids = 0
+        self._sendable: dict[Any, bytes] = {}  # each function submitted, pickled
         self._mgr = Manager(self._state, n, self.submit)
 
     check_pool_options = staticmethod(check_pool)
@@ -135,7 +136,10 @@ class JobPool:
             raise TypeError(f"fn must be a module-level function, got {fn!r}")
         check_job(time_limit, retry)
         try:
-            blob = pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+            fn_blob = self._sendable.get(fn)
+            if fn_blob is None:  # a function pickles once: by its name
+                fn_blob = self._sendable[fn] = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = W.NO_ARGS if not (args or kwargs) else pickle.dumps((args, kwargs), 5)
         except Exception as e:
             raise TypeError(
                 f"a job's function and arguments travel pickled (the function by reference, "
@@ -154,7 +158,7 @@ class JobPool:
             if st.broken:
                 raise ShmwheelError(st.broken)
             self._ids += 1
-            job = Job(self, self._ids, name, blob, time_limit, retry)
+            job = Job(self, self._ids, name, fn_blob, blob, time_limit, retry)
             if delay_s > 0:
                 st.later(job, delay_s)
             else:

@@ -35,6 +35,8 @@ from typing import Any
 from ...errors import JobTimeout
 
 RUNNING, STOP, SLOT_WORDS = 0, 1, 2
+NO_ARGS = b""  # a job's arguments when it has none
+MAX_FNS = 1024  # functions a worker keeps resolved
 
 # outcome kinds of a frame: (id, kind, value)
 OK, RAISED, TIMED_OUT, STOPPED, REFUSED = 0, 1, 2, 3, 4
@@ -143,18 +145,24 @@ def serve(
     signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
     slot[RUNNING] = -1
     recv, send, loads, dumps = tasks.recv_bytes, results.send_bytes, pickle.loads, pickle.dumps
+    fns: dict[bytes, Any] = {}  # pickled function -> the function, as imported here
     while True:
         try:
             batch = loads(recv())
         except EOFError:
             return
-        for job_id, limit, blob in batch:
+        for job_id, limit, fn_blob, blob in batch:
             slot[RUNNING] = job_id
             if slot[STOP] == job_id:
                 kind, value = STOPPED, None
             else:
                 try:
-                    fn, args, kwargs = loads(blob)
+                    fn = fns.get(fn_blob)
+                    if fn is None:
+                        if len(fns) > MAX_FNS:
+                            fns.clear()
+                        fn = fns[fn_blob] = loads(fn_blob)
+                    args, kwargs = loads(blob) if blob else ((), {})
                 except BaseException as e:
                     kind, value = RAISED, _error_info(e)
                 else:

@@ -95,7 +95,7 @@ class WorkerProc:
         """What the manager waits on: results, wake-up bytes, and the exit sentinel."""
         return self.results_fd, self.wake_fd, self.proc.sentinel
 
-    def send(self, batch: list[tuple[int, float, bytes]]) -> None:
+    def send(self, batch: list[tuple[int, float, bytes, bytes]]) -> None:
         try:
             self.tasks.send_bytes(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
