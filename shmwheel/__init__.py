@@ -9,8 +9,8 @@ The public API, all importable from here:
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
-* errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
-  TaskError (what a handle's ``exception()`` gives when its task raised) and
+* errors: ShmwheelError, Full, LayoutError, SharedMemoryFull, JournalError, JournalInUse,
+  RecoveryError, TaskError (what a handle's ``exception()`` gives when its task raised) and
   RemoteTraceback (its cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
@@ -26,6 +26,7 @@ from .errors import (
     LayoutError,
     RecoveryError,
     RemoteTraceback,
+    SharedMemoryFull,
     ShmwheelError,
     TaskError,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "Operation",
     "RecoveryError",
     "RemoteTraceback",
+    "SharedMemoryFull",
     "ShmwheelError",
     "SystemTimer",
     "TaskError",
