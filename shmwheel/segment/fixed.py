@@ -1,7 +1,8 @@
 """The words of a service segment that ``ServiceMemory.create`` writes once and the native
 tables then trust as sizes and offsets, outside the segment header (``layout.read_config``
 checks the header's): the wheel's header, the arena's class table, and the sizes of the
-watch and waiter tables.
+watch and waiter tables; and ``check_sizes``, which refuses a recorded config that no
+service has (a negative size).
 
 ``arena_classes`` is the class table create writes; ``check`` compares every such word
 with what the segment's config makes it, at every open (``ServiceMemory.attach``), so a
@@ -22,6 +23,15 @@ from . import contract as C
 
 # the class-table words create fixes (the others, A_FREE, change as blocks come and go)
 ARENA_FIXED = (C.A_NBLOCKS, C.A_OFF_NEXT, C.A_OFF_OWNER, C.A_DATA, C.A_BLOCK_WORDS)
+
+
+def check_sizes(config: dict[str, object]) -> None:
+    """ValueError naming the first field of a recorded config (its ``asdict``) that holds a
+    negative number, which no service's config has."""
+    for field, value in config.items():
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(x, (int, float)) and x < 0 for x in items):
+            raise ValueError(f"its {field} is {value!r}")
 
 
 def arena_classes(blocks: Sequence[int]) -> np.ndarray:

@@ -472,6 +472,7 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
     start = HEADER_WORDS * 8
     try:
         cfg = ServiceConfig.from_blob(bytes(seg.bytes[start : start + n]))
+        fixed.check_sizes(asdict(cfg))
         total = segment_layout(cfg)["total"] * 8
     except Exception as e:
         raise LayoutError(f"segment {seg.name} has an unreadable config: {e}") from e
