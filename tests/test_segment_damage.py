@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MINE
+from test_trust import _fake_service
 
 import shmwheel
 from shmwheel import LayoutError, ShmwheelError, TimerService
@@ -30,18 +31,7 @@ META = L.HEADER_WORDS * 8  # where the config blob starts
 
 def fake(name: str, owner_pid: int) -> None:
     """A small formatted service segment with no processes and no semaphores."""
-    cfg = TimerService(
-        name,
-        tasks=TASKS,
-        capacity=64,
-        executors=1,
-        max_clients=1,
-        ring_capacity=16,
-        dispatch_capacity=16,
-        arena_bytes=4096,
-        watch_capacity=16,
-    ).config
-    L.ServiceMemory.create(name, cfg, owner_pid, 0).close()
+    _fake_service(name, owner_pid)
 
 
 def write_config(mem: L.ServiceMemory, blob: bytes, total: int | None = None) -> None:
