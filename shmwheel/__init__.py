@@ -10,9 +10,9 @@ The public API, all importable from here:
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
 * jobs, work bounded in time (``shmwheel.service.jobs``): Executor, Job, Retry;
-* errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
-  TaskError (what a handle's ``exception()`` gives when its task raised, and what a
-  job's ``result()`` raises when it failed), JobTimeout (a job that passed its time
+* errors: ShmwheelError, Full, LayoutError, SharedMemoryFull, JournalError, JournalInUse,
+  RecoveryError, TaskError (what a handle's ``exception()`` gives when its task raised, and
+  what a job's ``result()`` raises when it failed), JobTimeout (a job that passed its time
   limit) and RemoteTraceback (their cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
@@ -29,6 +29,7 @@ from .errors import (
     LayoutError,
     RecoveryError,
     RemoteTraceback,
+    SharedMemoryFull,
     ShmwheelError,
     TaskError,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "RecoveryError",
     "RemoteTraceback",
     "Retry",
+    "SharedMemoryFull",
     "ShmwheelError",
     "SystemTimer",
     "TaskError",

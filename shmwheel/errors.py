@@ -20,6 +20,18 @@ class LayoutError(ShmwheelError):
     """A wheel array or segment whose header does not match this code's layout."""
 
 
+class SharedMemoryFull(ShmwheelError):
+    """/dev/shm has no room for a service's shared memory. ``start()`` reserves every byte
+    of its segment, and each semaphore's page, when it makes them (``posix_fallocate``),
+    so a full /dev/shm is this error at ``start()``, naming the bytes needed and the bytes
+    /dev/shm has free, and never a SIGBUS later; nothing of the failed start is left
+    behind. ``needed`` and ``free`` are those byte counts."""
+
+    def __init__(self, message: str, needed: int, free: int) -> None:
+        super().__init__(message)
+        self.needed, self.free = needed, free
+
+
 class JournalError(ShmwheelError):
     """The journal cannot keep new timers durable now (its disk is full, read-only or
     failing): ``schedule``, ``schedule_many`` and ``watch`` refuse until writes succeed

@@ -37,7 +37,7 @@ from .. import _native as N
 from ..errors import LayoutError
 from ..wheel import core as wheel_core
 from . import contract as C
-from . import shm
+from . import fixed, shm
 from .ring import Ring
 from .sizes import (
     DEFAULT_TABLE_CAPACITY,
@@ -335,17 +335,8 @@ class ServiceMemory:
             h[W_MAGIC] = C.as_int64(MAGIC)
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)
-            a = mem.arena
-            at, data = C.ARENA_CLASSES * C.A_CLASS_WORDS, 0
-            for c, n in enumerate(cfg.arena_blocks):
-                base = c * C.A_CLASS_WORDS
-                a[base + C.A_NBLOCKS] = n
-                a[base + C.A_OFF_NEXT] = at
-                a[base + C.A_OFF_OWNER] = at + n
-                a[base + C.A_DATA] = data // 8  # the classes' blocks follow one another
-                a[base + C.A_BLOCK_WORDS] = C.ARENA_CLASS_BYTES[c] // 8
-                data += n * C.ARENA_CLASS_BYTES[c]
-                at += 2 * n
+            table = fixed.arena_classes(cfg.arena_blocks).reshape(-1)
+            mem.arena[: len(table)] = table
             mem.anchors[:] = -1  # no slot anchored in a journal segment
             tables = mem.bind_tables()
             tables.watch_format(watch_buckets(cfg), cfg.watch_capacity)
@@ -361,11 +352,29 @@ class ServiceMemory:
 
     @classmethod
     def attach(cls, service: str) -> ServiceMemory:
+        """Map the segment of `service` (this user's, wholly reserved: shm.Segment) after
+        checking its header and every word create fixed (``fixed.check``): any damage is a
+        ``LayoutError`` naming what is wrong, and nothing is left mapped."""
         seg = shm.Segment(shm.segment_name(shm.check_name(service)))
         try:
             cfg = read_config(seg)
-            mem = cls(service, seg, cfg)
-            mem.bind_tables()
+            try:
+                mem = cls(service, seg, cfg)
+                sizes = (watch_buckets(cfg), cfg.watch_capacity)
+                fixed.check(
+                    seg.name,
+                    mem.wheel,
+                    cfg.geometry(),
+                    mem.arena,
+                    cfg.arena_blocks,
+                    mem.watch,
+                    sizes,
+                    mem.waiters,
+                    waiter_buckets(cfg),
+                )
+                mem.bind_tables()
+            except (ValueError, TypeError, ArithmeticError, IndexError) as e:
+                raise LayoutError(f"segment {seg.name} is damaged: {e}") from e
             return mem
         except BaseException:
             seg.close()
@@ -463,9 +472,10 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
     start = HEADER_WORDS * 8
     try:
         cfg = ServiceConfig.from_blob(bytes(seg.bytes[start : start + n]))
+        fixed.check_sizes(asdict(cfg))
+        total = segment_layout(cfg)["total"] * 8
     except Exception as e:
         raise LayoutError(f"segment {seg.name} has an unreadable config: {e}") from e
-    total = segment_layout(cfg)["total"] * 8
     if int(h[W_TOTAL]) != total or seg.size < int(h[W_TOTAL]):
         raise LayoutError(
             f"segment {seg.name}: header size {int(h[W_TOTAL])} does not match "

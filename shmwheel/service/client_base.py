@@ -121,7 +121,7 @@ class ClientBase(N.Producer):
                 with mem.locked():
                     mem.ring_table[self.ring, L.RT_STATE] = L.RING_CLOSING
                 mem.ring_bell("coordinator")
-        except posix_ipc.Error:
+        except (posix_ipc.Error, ShmwheelError):
             pass  # the service was stopped and unlinked: there is nothing left to release
         finally:
             self._release()
