@@ -264,7 +264,7 @@ class Manager:
                     w: WorkerProc = target
                     w.hard_timer = -1
                     reason = w.kill_reason
-                    if reason and w.slot[W.RUNNING] == reason[0] and not w.dead:
+                    if reason and w.running() == reason[0] and not w.dead:
                         kills.append(w)
                     else:
                         w.kill_reason = None

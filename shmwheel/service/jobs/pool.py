@@ -179,7 +179,7 @@ class JobPool:
                 if not stop:
                     return False
                 running_on = self._mgr.workers[job.worker]
-                running_on.slot[W.STOP] = job.id
+                running_on.ask_stop(job.id)
                 st.counts["stopped"] += 1
             else:
                 if job.where == BACKOFF:

@@ -25,6 +25,7 @@ Ground rules (the pool relies on each):
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import signal
@@ -133,8 +134,46 @@ def run_task(spec: str, blob: bytes) -> Any:
     return fn(msgpack.unpackb(blob, raw=False))
 
 
+class Slot:
+    """The words a worker shares with its pool (RUNNING, STOP), in a memfd: memory that no
+    full /dev/shm can take away, reserved whole when it is made (never a SIGBUS), passed to
+    the worker as a descriptor when the worker is started."""
+
+    def __init__(self, fd: int | None = None) -> None:
+        if fd is None:
+            fd = os.memfd_create("shmwheel-job-slot", os.MFD_CLOEXEC)
+            try:
+                os.posix_fallocate(fd, 0, mmap.PAGESIZE)
+            except BaseException:
+                os.close(fd)
+                raise
+        self.fd = fd
+        self._map = mmap.mmap(fd, mmap.PAGESIZE)
+        self.words = memoryview(self._map).cast("q")
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.words[i])
+
+    def __setitem__(self, i: int, value: int) -> None:
+        self.words[i] = value
+
+    def __reduce__(self) -> tuple[Any, ...]:  # to a worker being started: the descriptor
+        from multiprocessing.reduction import DupFd
+
+        return (_slot_in_child, (DupFd(self.fd),))
+
+    def close(self) -> None:
+        self.words.release()
+        self._map.close()
+        os.close(self.fd)
+
+
+def _slot_in_child(fd: Any) -> Slot:
+    return Slot(fd.detach())
+
+
 def serve(
-    tasks: Connection, results: Connection, wake: Connection, slot: Any, max_bytes: int
+    tasks: Connection, results: Connection, wake: Connection, slot: Slot, max_bytes: int
 ) -> None:
     """The worker's loop: until the pool closes its end of `tasks`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when a worker ends

@@ -45,7 +45,7 @@ class WorkerProc:
         self.tasks: Any = None  # the Connection jobs are sent on
         self.conns: tuple[Any, ...] = ()  # the pool's ends of the result and wake-up pipes
         self.results_fd = self.wake_fd = -1
-        self.slot: Any = None
+        self.slot: W.Slot | None = None
         self.inflight: collections.deque[Job] = collections.deque()
         self.buf = bytearray()  # the start of a frame not yet whole
         self.avg_s = WINDOW_TARGET_S
@@ -63,7 +63,7 @@ class WorkerProc:
         t_r, t_w = ctx.Pipe(duplex=False)
         r_r, r_w = ctx.Pipe(duplex=False)
         k_r, k_w = ctx.Pipe(duplex=False)
-        slot = ctx.RawArray("q", W.SLOT_WORDS)
+        slot = W.Slot()
         slot[W.RUNNING] = slot[W.STOP] = -1
         proc = ctx.Process(
             target=W.serve,
@@ -87,6 +87,11 @@ class WorkerProc:
     def running(self) -> int:
         """The id of the job it runs now (its RUNNING word), -1 between jobs."""
         return int(self.slot[W.RUNNING]) if self.slot is not None else -1
+
+    def ask_stop(self, job_id: int) -> None:
+        """Mark `job_id` to be stopped: the worker skips it if it has not started it."""
+        if self.slot is not None:
+            self.slot[W.STOP] = job_id
 
     def describe(self) -> dict[str, Any]:
         return {"pid": self.proc.pid if self.proc else None, "alive": not self.dead}
@@ -157,6 +162,9 @@ class WorkerProc:
         for c in self.conns:
             c.close()
         self.conns = ()
+        if self.slot is not None:
+            self.slot.close()
+            self.slot = None
         if self.proc.exitcode is not None:
             self.proc.close()
         self.proc = None
