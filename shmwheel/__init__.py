@@ -7,7 +7,7 @@ The public API, all importable from here:
   DelayedOperationPurgatory;
 * the wheel core both layers share (``shmwheel.wheel``): WheelCore;
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
-  TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
+  TimerHandle, TimerHandles, Operation (the cross-process purgatory), Lease, context,
   FireContext;
 * errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
   TaskError (what a handle's ``exception()`` gives when its task raised) and
@@ -47,6 +47,7 @@ _WHERE = {
     "TimerHandle": ".service.handles",
     "TimerHandles": ".service.handles",
     "Operation": ".service.purgatory",
+    "Lease": ".service.lease",
     "FireContext": ".service.context",
     "context": ".service.context",
     "TimerService": ".service.supervisor",
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .service.client import Client, connect
     from .service.context import FireContext, context
     from .service.handles import TimerHandle, TimerHandles
+    from .service.lease import Lease
     from .service.purgatory import Operation
     from .service.supervisor import TimerService
     from .wheel.core import WheelCore
@@ -90,6 +92,7 @@ __all__ = [
     "JournalError",
     "JournalInUse",
     "LayoutError",
+    "Lease",
     "ManualClock",
     "MockTimer",
     "Operation",

@@ -8,7 +8,8 @@ half. Here are the Python paths of ``schedule`` and ``reset`` (``_schedule_slow`
 every argument and raises what the API promises, stores large payloads in the arena under
 the segment lock, and waits, bounded, for room on a full ring), ``handle``, ``operation``,
 ``stats`` and ``connect``; the batch calls are ``BatchCalls``' (batch.py), the purgatory's
-``PurgatoryCalls``' (purgatory.py), the rest ``ClientBase``'s (client_base.py).
+``PurgatoryCalls``' (purgatory.py), ``lease`` ``LeaseCalls``' (lease.py), the rest
+``ClientBase``'s (client_base.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _native as N
-from ..errors import Full, ShmwheelError
+from ..errors import ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
@@ -30,6 +31,7 @@ from .batch import BatchCalls
 from .client_base import _live_clients, now_ms
 from .connection import claim_ring
 from .handles import TimerHandle, _FutureLike
+from .lease import LeaseCalls
 from .purgatory import Operation, PurgatoryCalls
 from .stats import read_stats
 
@@ -80,7 +82,7 @@ def _restore(
     return kind(client_for(service, instance), id, deadline_ms)
 
 
-class Client(BatchCalls, PurgatoryCalls):
+class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
     """A connection to a running service: one producer ring, used by one process (its
     threads may share it). Get one with ``shmwheel.connect(name)`` or
     ``TimerService.client()``; close it (or use it as a context manager) when done."""
@@ -126,24 +128,7 @@ class Client(BatchCalls, PurgatoryCalls):
                 f"a repeating timer's payload may encode to at most "
                 f"{C.MAX_PAYLOAD - C.REPEAT_HEADER} bytes, got {len(blob)}"
             )
-        h = self._take_one()
-        slot = C.handle_slot(h)
-        if not every and len(blob) <= C.INLINE_MAX:
-            word = C.inline_word(blob)
-            meta = C.meta_make(tid, flags, 0, len(blob), self.ring)
-        else:
-            try:
-                with self._mem.locked():
-                    word, cls, more = self._store_blob(slot, blob, every)
-                    meta = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
-                    self._own_blocks(slot, meta, word)
-            except Full:
-                if not self._give_back(h):  # the cache is full (other threads): free it
-                    with self._mem.locked():
-                        self._tables().retire(slot)
-                raise
-        self._publish_one(h, meta, word, deadline)
-        return TimerHandle(self, h, deadline)
+        return TimerHandle(self, self._schedule_blob(tid, blob, flags, deadline, every), deadline)
 
     def handle(self, id: int) -> TimerHandle:
         """The TimerHandle of a timer's id, made in any process of the service (its

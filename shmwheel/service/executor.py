@@ -45,6 +45,7 @@ class Executor(ServiceProcess):
                 tasks.append(
                     _failed_import(ImportError(f"task {name!r} ({spec}) failed to import: {e!r}"))
                 )
+        tasks.append(_no_task)  # L.NO_TASK, the last task id (layout.py)
         self.native = N.Executor(
             mem.wheel,
             mem.side,
@@ -127,6 +128,10 @@ def recover_rings(
         ring.consume(started + 1 - ring.tail)
     table[L.X_STARTED] = -1
     return handle
+
+
+def _no_task(payload: Any) -> None:
+    """L.NO_TASK: what a lease without on_expire runs when it expires (nothing)."""
 
 
 def _failed_import(error: Exception) -> Callable[[Any], Any]:
