@@ -74,7 +74,9 @@ class Handle:
     deadline_ms: int
     _client: Any
     _future: Any
+    _ttl: Any  # a lease's ttl (ms), or None
     def __init__(self, client: Any, id: int, deadline_ms: int) -> None: ...
+    def _lease_beat(self, ttl_ms: float | None = None) -> bool: ...
     def cancel(self) -> bool: ...
     def reset(
         self,

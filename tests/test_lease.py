@@ -98,6 +98,13 @@ def test_bad_arguments_raise_at_the_call(svc):
         lease = c.lease(60_000)
         with pytest.raises(ValueError):
             lease.beat(0)
+        with pytest.raises(ValueError):
+            lease.beat(ttl_ms=-5)
+        with pytest.raises(TypeError):
+            lease.beat(1, 2)
+        with pytest.raises(TypeError):
+            lease.beat(ttl=5)
+        assert lease.beat(ttl_ms=30_000) and lease.beat(None)
         assert lease.release()
     with pytest.raises(ValueError, match="reserved"):
         TimerService(tasks={L.NO_TASK: "workers.tasks:noop"})

@@ -21,6 +21,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from .. import _native as N
 from ..segment import layout as L
 from ..segment import payload as P
 from . import times as T
@@ -40,7 +41,7 @@ def _restore_lease(restore: Any, args: tuple[Any, ...], holder: str | None, ttl:
     """A pickled lease in this process: its handle restored as any handle is, then its
     holder and ttl set."""
     lease: Lease = restore(*args)
-    lease.holder, lease.ttl_ms = holder, ttl
+    lease.holder, lease._ttl = holder, float(ttl)
     return lease
 
 
@@ -64,9 +65,8 @@ class Lease(_FutureLike):
     to the process that holds it (which beats it through a client of its own, connected on
     first need); ``id`` and ``deadline_ms`` (of this process's last beat) as a handle's."""
 
-    __slots__ = ("holder", "ttl_ms")
+    __slots__ = ("holder",)
     holder: str | None
-    ttl_ms: float
 
     def __new__(
         cls, client: Any, id: int, deadline_ms: int, holder: str | None = None, ttl_ms: float = 0
@@ -76,14 +76,20 @@ class Lease(_FutureLike):
     def __init__(
         self, client: Any, id: int, deadline_ms: int, holder: str | None = None, ttl_ms: float = 0
     ) -> None:
-        self.holder, self.ttl_ms = holder, ttl_ms
+        self.holder, self._ttl = holder, float(ttl_ms)
 
-    def beat(self, ttl_ms: float | None = None) -> bool:
-        """Renew the lease: its deadline becomes `ttl_ms` (None: the lease's ttl) from now.
-        True iff renewed; False once it expired (its timer fired) or was released.
-        ShmwheelError if the client is closed or the service stopping, as reset()."""
-        if ttl_ms is None:
-            return bool(self.reset(self.ttl_ms))
+    @property
+    def ttl_ms(self) -> float:
+        """The ttl (ms) a beat without one renews the lease for, as Client.lease was given."""
+        return float(self._ttl)
+
+    # beat(ttl_ms=None) -> bool: renew the lease, its deadline ttl_ms (None: the lease's
+    # ttl) from now; True iff renewed, False once it expired or was released. Native
+    # (shmwheel/native/handle.c): the client's reset to the ttl, no Python frame between;
+    # a ttl given comes back to _beat_for, which checks it.
+    beat = N.Handle._lease_beat
+
+    def _beat_for(self, ttl_ms: object) -> bool:
         client: ClientBase = self._client
         return bool(self.reset(_ttl(ttl_ms, client._max_delay)))
 
