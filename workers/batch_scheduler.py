@@ -6,15 +6,16 @@ A pool of worker processes runs jobs (fake work: sleeps, some fail at random). F
 attempt of a job the scheduler arms:
 
 - a **run timeout**: a timer (``schedule``) cancelled when the attempt reports back;
-- a **heartbeat deadline**: an operation (``watch``) on the key ``hb:JOB:ATTEMPT`` that the
-  worker completes every HEARTBEAT_MS through ``check_and_complete`` from its own process;
-  each completion renews it (a new operation), and it expires when the worker goes silent;
+- a **heartbeat deadline**: a lease (``Client.lease``) the worker takes as it starts the
+  attempt, hands to the scheduler (pickled, with its "started" report) and beats every
+  HEARTBEAT_MS from its own process; it expires when the worker goes silent, and a worker
+  whose beat is refused knows it was declared dead and drops the attempt;
 - on a timeout, a silent worker or a failure, a **retry with exponential back-off**: a timer
   of BACKOFF_MS * 2**attempt (capped), up to MAX_ATTEMPTS.
 
 The scheduler learns every outcome through the handles' futures (``add_done_callback``):
 no polling. A job finishes exactly once: reports of an abandoned attempt are ignored.
-``--kill-one`` SIGKILLs a worker in the middle of a job; its heartbeat operation expires
+``--kill-one`` SIGKILLs a worker in the middle of a job; its heartbeat lease expires
 and the job is retried elsewhere. A summary is printed at the end.
 """
 
@@ -42,7 +43,7 @@ TASKS = {"noop": "shmwheel.examples.tasks:noop"}
 
 def worker(service: str, jobs: Any, results: Any) -> None:
     """A worker process: take (job, attempt, work_ms, fails) items, run them with a
-    heartbeat every HEARTBEAT_MS, report (job, attempt, ok, pid)."""
+    heartbeat every HEARTBEAT_MS (the attempt's lease), report (job, attempt, ok, pid)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with shmwheel.connect(service) as client:
         while True:
@@ -50,13 +51,15 @@ def worker(service: str, jobs: Any, results: Any) -> None:
             if item is None:
                 return
             job, attempt, work_ms, fails = item
-            key = f"hb:{job}:{attempt}"
-            results.put(("started", job, attempt, os.getpid()))
+            lease = client.lease(HEARTBEAT_DEADLINE_MS, holder=str(os.getpid()))
+            results.put(("started", job, attempt, os.getpid(), lease))
             end = time.monotonic() + work_ms / 1000
-            while time.monotonic() < end:
-                client.check_and_complete(key)
+            alive = True
+            while alive and time.monotonic() < end:
                 time.sleep(min(HEARTBEAT_MS / 1000, max(0.0, end - time.monotonic())))
-            results.put(("finished", job, attempt, not fails))
+                alive = lease.beat()  # False: declared dead, the job is retried elsewhere
+            if alive:
+                results.put(("finished", job, attempt, not fails))
 
 
 @dataclass
@@ -70,7 +73,7 @@ class Job:
     finished: int = 0  # times it finished (must end at 1)
     pid: int = 0  # the worker running the current attempt
     timeout: Any = None  # the run timeout's TimerHandle
-    heartbeat: Any = None  # the current heartbeat Operation
+    heartbeat: Any = None  # the current attempt's heartbeat Lease
     history: list[str] = field(default_factory=list)
 
 
@@ -81,6 +84,7 @@ class Scheduler:
         self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()  # from outcome callbacks
         self.jobs: dict[int, Job] = {}
         self.stats = {"retries": 0, "heartbeat_expiries": 0, "run_timeouts": 0, "failures": 0}
+        self.leases = 0  # heartbeat leases taken (one per attempt, however many beats)
 
     # -- arming --------------------------------------------------------------------------
     def start(self, job: Job) -> None:
@@ -91,24 +95,20 @@ class Scheduler:
         fails = job.fail_first and job.attempt == 1
         self.jobq.put((job.id, job.attempt, job.work_ms, fails))
 
-    def arm(self, job: Job) -> None:
-        """A worker took the attempt: its run timeout and first heartbeat deadline."""
+    def arm(self, job: Job, lease: shmwheel.Lease) -> None:
+        """A worker took the attempt: its run timeout, and the worker's heartbeat lease."""
         a = job.attempt
         job.timeout = self.client.schedule("noop", delay_ms=RUN_TIMEOUT_MS)
         job.timeout.add_done_callback(lambda h: self.events.put(("timeout", job.id, a, h)))
-        self.watch_heartbeat(job)
-
-    def watch_heartbeat(self, job: Job) -> None:
-        a = job.attempt
-        op = self.client.watch([f"hb:{job.id}:{a}"], HEARTBEAT_DEADLINE_MS)
-        job.heartbeat = op
-        op.add_done_callback(lambda o: self.events.put(("heartbeat", job.id, a, o)))
+        job.heartbeat = lease
+        self.leases += 1
+        lease.add_done_callback(lambda le: self.events.put(("heartbeat", job.id, a, le)))
 
     def retry(self, job: Job, why: str) -> None:
         job.running = False
         job.history.append(why)
         if job.heartbeat is not None:
-            job.heartbeat.cancel()
+            job.heartbeat.release()
         if job.timeout is not None:
             job.timeout.cancel()
         if job.attempt >= MAX_ATTEMPTS:
@@ -126,9 +126,7 @@ class Scheduler:
         job = self.jobs[jid]
         current = job.running and attempt == job.attempt
         if kind == "heartbeat" and current:
-            if handle.result() == "completed":
-                self.watch_heartbeat(job)  # renewed by a heartbeat
-            elif handle.result() == "expired":
+            if handle.result() == "expired":  # (not "released": the attempt ended)
                 self.stats["heartbeat_expiries"] += 1
                 self.retry(job, f"attempt {attempt}: worker {job.pid} went silent")
         elif kind == "timeout" and current and handle.result() == "ok":
@@ -141,18 +139,21 @@ class Scheduler:
         kind, jid, attempt = msg[:3]
         job = self.jobs[jid]
         if not (job.running and attempt == job.attempt):
+            if kind == "started":
+                msg[4].release()  # nobody watches it
             return  # a report of an abandoned attempt
         if kind == "started":
             job.pid = msg[3]
-            self.arm(job)
+            self.arm(job, msg[4])
             return
         if msg[3]:
             job.running, job.done = False, True
             job.finished += 1
             job.history.append(f"attempt {attempt}: finished")
-            for h in (job.timeout, job.heartbeat):
-                if h is not None:
-                    h.cancel()
+            if job.timeout is not None:
+                job.timeout.cancel()
+            if job.heartbeat is not None:
+                job.heartbeat.release()
         else:
             self.stats["failures"] += 1
             self.retry(job, f"attempt {attempt}: failed")
@@ -212,7 +213,6 @@ def run(
                 if p.is_alive():
                     p.kill()
                     p.join()
-        ops = svc.stats()["operations"]
     return {
         "jobs": jobs,
         "workers": workers,
@@ -220,7 +220,7 @@ def run(
         "finished twice or more": sum(j.finished > 1 for j in s.jobs.values()),
         "gave up": sum(j.finished == 0 for j in s.jobs.values()),
         **s.stats,
-        "heartbeat operations": ops["watched"],
+        "heartbeat leases": s.leases,
         "killed": killed,
         "killed job history": s.jobs[killed["job"]].history if killed else [],
         "wall s": round(time.monotonic() - t0, 2),
