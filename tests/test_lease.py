@@ -98,8 +98,12 @@ def test_bad_arguments_raise_at_the_call(svc):
         lease = c.lease(60_000)
         with pytest.raises(ValueError):
             lease.beat(0)
-        with pytest.raises(ValueError):
-            lease.beat(ttl_ms=-5)
+        for bad in (-5, math.nan, math.inf, 2**62):
+            with pytest.raises(ValueError):
+                lease.beat(ttl_ms=bad)
+        for bad in ("5", True):
+            with pytest.raises(TypeError):
+                lease.beat(bad)
         with pytest.raises(TypeError):
             lease.beat(1, 2)
         with pytest.raises(TypeError):

@@ -1,6 +1,9 @@
 /* handle.c: `Handle`, the native half of a TimerHandle: its id and deadline, and a
- * cancel() that goes straight to its client's compare-and-swap (producer.c). */
+ * cancel() that goes straight to its client's compare-and-swap (producer.c); and a lease's
+ * beat (service/lease.py), its client's reset to the ttl the handle keeps. */
 #include "producer.h"
+
+#include <math.h>
 
 #include <structmember.h>
 #include "pytype.h"
@@ -42,20 +45,28 @@ static PyObject *handle_reset(Handle *h, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* _lease_beat(ttl_ms=None): a lease's beat (service/lease.py, Lease.beat): its client's
- * reset to the lease's ttl, without a Python frame; a ttl given goes to the lease's
- * Python method _beat_for(ttl_ms), which checks it */
+ * reset to ttl_ms, by default the lease's own ttl, without a Python frame. A ttl given must
+ * be a finite number > 0 (reset checks the rest: its range, as delay_ms) */
 static PyObject *handle_lease_beat(Handle *h, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames) {
     Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
     if (total > 1 ||
         (kwnames && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "ttl_ms")))
         return PyErr_Format(PyExc_TypeError, "beat() takes one optional argument, ttl_ms");
-    if (total == 1 && args[0] != Py_None)
-        return PyObject_CallMethod((PyObject *)h, "_beat_for", "O", args[0]);
-    if (!h->ttl) return PyErr_Format(PyExc_TypeError, "this handle is not a lease");
+    PyObject *ttl = total == 1 && args[0] != Py_None ? args[0] : h->ttl;
+    if (!ttl) return PyErr_Format(PyExc_TypeError, "this handle is not a lease");
+    if (ttl != h->ttl) {
+        if (PyBool_Check(ttl) || !(PyLong_Check(ttl) || PyFloat_Check(ttl)))
+            return PyErr_Format(PyExc_TypeError, "ttl_ms must be a number of milliseconds, "
+                                "got %s", Py_TYPE(ttl)->tp_name);
+        double v = PyFloat_AsDouble(ttl);
+        if (v == -1.0 && PyErr_Occurred()) return NULL;
+        if (!(v > 0) || isinf(v))
+            return PyErr_Format(PyExc_ValueError, "ttl_ms must be finite and > 0, got %R", ttl);
+    }
     if (!PyObject_TypeCheck(h->client, &ProducerType))
         return PyErr_Format(PyExc_TypeError, "this handle has no client to reset it");
-    PyObject *stack[2] = {(PyObject *)h, h->ttl};
+    PyObject *stack[2] = {(PyObject *)h, ttl};
     return producer_reset((Producer *)h->client, stack, 2, NULL);
 }
 

@@ -85,13 +85,9 @@ class Lease(_FutureLike):
 
     # beat(ttl_ms=None) -> bool: renew the lease, its deadline ttl_ms (None: the lease's
     # ttl) from now; True iff renewed, False once it expired or was released. Native
-    # (shmwheel/native/handle.c): the client's reset to the ttl, no Python frame between;
-    # a ttl given comes back to _beat_for, which checks it.
+    # (shmwheel/native/handle.c, _lease_beat): the client's reset to the ttl, no Python
+    # frame between.
     beat = N.Handle._lease_beat
-
-    def _beat_for(self, ttl_ms: object) -> bool:
-        client: ClientBase = self._client
-        return bool(self.reset(_ttl(ttl_ms, client._max_delay)))
 
     def release(self) -> bool:
         """End the lease: True iff it was held (its on_expire task will never run); False
