@@ -90,6 +90,16 @@ def encode_lease(payload: Any, holder: str | None) -> tuple[bytes, int]:
     return _check_size(decodable(blob)), C.FLAG_KEY
 
 
+def encode_calendar(payload: Any, spec: dict[str, Any]) -> tuple[bytes, int]:
+    """(blob, flags) of a calendar timer (Client.schedule(cron=...)): keyed by its
+    calendar, a dict (service/calendar.py), which no key of schedule() can be."""
+    try:
+        blob = _pack([spec, payload])
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _refuse(e) from None
+    return _check_size(decodable(blob)), C.FLAG_KEY
+
+
 def size_class(n: int) -> int:
     """The smallest arena class that holds n bytes."""
     for c, size in enumerate(C.ARENA_CLASS_BYTES):

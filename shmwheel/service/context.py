@@ -28,4 +28,6 @@ def context() -> FireContext:
     id, key, deadline_ms, fired_ms, attempt = raw
     if type(key) is list:  # a lease's timer, keyed [holder] (segment/payload.py, encode_lease)
         return FireContext(id, None, deadline_ms, fired_ms, attempt, key[0])
+    if type(key) is dict:  # a calendar timer, keyed by its calendar (service/calendar.py)
+        return FireContext(id, key.get("key"), deadline_ms, fired_ms, attempt)
     return FireContext(*raw)

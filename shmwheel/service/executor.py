@@ -20,7 +20,7 @@ from .. import _native as N
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
-from . import tracebacks
+from . import calendar, tracebacks
 from .process import ServiceProcess
 from .tasks import resolve
 
@@ -60,6 +60,7 @@ class Executor(ServiceProcess):
             P.unpack,
             self._task_failed,
             self._results_full,
+            self._on_calendar,
         )
 
     def _task_failed(self, handle: int, tid: int, exc: BaseException, run: int, flags: int) -> None:
@@ -69,6 +70,17 @@ class Executor(ServiceProcess):
         name = names[tid] if 0 <= tid < len(names) else f"id {tid} (unknown)"
         log.error("task %s (timer %#x) raised", name, handle, exc_info=exc)
         tracebacks.record(self.mem, self.index, handle, tid, exc, run, flags)
+
+    def _on_calendar(self, handle: int, deadline: int, spec: dict[str, Any], after: bool) -> Any:
+        """A calendar timer's run (executor.c, calendar_call; calendar.py): before its task,
+        whether it runs (a misfire with misfire="skip" does not); after it, the deadline of
+        its next fire time."""
+        if not after:
+            return calendar.runs(spec, deadline, time.monotonic_ns() // 1_000_000)
+        try:
+            return calendar.next_ms(spec)
+        except StopIteration:  # no fire time left: the timer ends with this run
+            return 0
 
     def _results_full(self) -> bool:
         """The result ring is full: wake the reaper and wait a little; False to give up."""
