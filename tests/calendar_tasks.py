@@ -1,5 +1,6 @@
 """The task of tests/test_calendar.py: one JSON line per run of a calendar timer (the
-deadline its run carried, its start on the monotonic and the wall clock, its run number,
+deadline its run carried, its start on the monotonic clock, and the wall clock read
+just before and just after that, its run number,
 its key) to payload["path"], in one O_APPEND write."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import shmwheel
 
 
 def stamp(payload: dict[str, Any]) -> None:
-    mono, wall = time.monotonic_ns(), time.time_ns()
+    wall0, mono, wall1 = time.time_ns(), time.monotonic_ns(), time.time_ns()
     ctx = shmwheel.context()
-    row = {"id": ctx.id, "deadline_ms": ctx.deadline_ms, "mono_ns": mono, "wall_ns": wall}
+    row = {"id": ctx.id, "deadline_ms": ctx.deadline_ms, "mono_ns": mono}
+    row |= {"wall0_ns": wall0, "wall1_ns": wall1}
     append_json(payload["path"], {**row, "attempt": ctx.attempt, "key": ctx.key})

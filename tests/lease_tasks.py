@@ -46,13 +46,15 @@ def expired(payload: dict[str, Any]) -> None:
 
 
 def hold(
-    lease: shmwheel.Lease, out: str, beat_ms: float, long: Any, stop: Any, then: str, after: Any
+    handed: Any, out: str, beat_ms: float, long: Any, stop: Any, then: str, after: Any
 ) -> None:
-    """A holder (a spawned process): beat `lease` every `beat_ms` until `stop` is set; set
-    `long` once its beats have spanned twice the ttl. Then `then`: "release" (release it),
-    "beat" (beat on until `after`, then release), or "stop" (beat no more; once `after` is
-    set, beat once more, late). Writes every call to `out`: rows (what, called_ns,
-    returned_ns, returned, deadline_ms after it)."""
+    """A holder (a spawned process): take the lease handed over (pickled) on the queue
+    `handed`, beat it every `beat_ms` until `stop` is set; set `long` once its beats have
+    spanned 1.5 times the ttl. Then `then`: "release" (release it), "beat" (beat on until
+    `after`, then release), or "stop" (beat no more; once `after` is set, beat once more,
+    late). Writes every call to `out`: rows (what, called_ns, returned_ns, returned,
+    deadline_ms after it)."""
+    lease: shmwheel.Lease = handed.get(timeout=60)
     rows: list[tuple[str, int, int, bool, int]] = []
 
     def call(what: str, fn: Any) -> None:
@@ -64,7 +66,7 @@ def hold(
     try:
         while not stop.is_set():
             call("beat", lease.beat)
-            if not long.is_set() and now_ns() - first > 2 * lease.ttl_ms * 1e6:
+            if not long.is_set() and now_ns() - first > 1.5 * lease.ttl_ms * 1e6:
                 long.set()
             stop.wait(beat_ms / 1000)
         if then == "release":

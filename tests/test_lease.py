@@ -124,34 +124,37 @@ def test_a_lease_pickles_with_its_holder_and_ttl(svc):
 
 
 # -- several holders, each a spawned process ---------------------------------------------
-TTL_MS, BEAT_MS = 600, 20
+TTL_MS, BEAT_MS = 1500, 20
 
 
 def test_leases_held_from_spawned_processes(tmp_path):
     """Four holders, each beating the lease it was handed: "kept" beats throughout (never
     expires), "quits" stops beating (expires once, at its last beat's deadline, and its late
-    beat is False), "frees" releases (never expires), "plain" beats, then releases."""
+    beat is False), "frees" releases (never expires), "plain" beats, then releases. Each
+    lease is made once its holder process is up, and handed to it through a queue."""
     log = tmp_path / "expired.jsonl"
     spawn = mp.get_context("spawn")
     plan = {"kept": "beat", "quits": "stop", "frees": "release", "plain": "beat"}
     with TimerService(tasks=TASKS, capacity=64, executors=2) as svc, svc.client() as c:
-        leases = {
-            h: c.lease(TTL_MS, on_expire="expired", payload={"path": str(log)}, holder=h)
-            for h in plan
-        }
+        handed = {h: spawn.Queue() for h in plan}
         long = {h: spawn.Event() for h in plan}
         stop, after = spawn.Event(), spawn.Event()
         procs = {
             h: spawn.Process(
                 target=lease_tasks.hold,
-                args=(leases[h], str(tmp_path / f"{h}.json"), BEAT_MS, long[h], stop, then, after),
+                args=(handed[h], str(tmp_path / f"{h}.json"), BEAT_MS, long[h], stop, then, after),
             )
             for h, then in plan.items()
         }
+        leases: dict[str, Lease] = {}
         try:
             for p in procs.values():
                 p.start()
-            for h in plan:  # each beaten for twice its ttl
+            payload = {"path": str(log)}
+            for h in plan:
+                leases[h] = c.lease(TTL_MS, on_expire="expired", payload=payload, holder=h)
+                handed[h].put(leases[h])
+            for h in plan:  # each beaten for longer than its ttl
                 assert long[h].wait(60), f"holder {h} never beat for long"
             stop.set()
             wait_for(lambda: expiries(log, "quits"), timeout=30, what="the quitter's expiry")
@@ -169,7 +172,7 @@ def test_leases_held_from_spawned_processes(tmp_path):
     reports = {h: json.loads((tmp_path / f"{h}.json").read_text()) for h in plan}
     for h, rep in reports.items():
         assert rep["holder"] == h
-        _check_beats(h, rep["rows"], expiries(log, h))
+        _check_beats(h, leases[h].deadline_ms, rep["rows"], expiries(log, h))  # (as made)
     rows = reports["quits"]["rows"]
     beats = [r for r in rows if r[0] == "beat"]
     assert beats and all(ok for _, _, _, ok, _ in beats)
@@ -185,18 +188,19 @@ def test_leases_held_from_spawned_processes(tmp_path):
     assert reports["kept"]["rows"][-1][3] is True  # still held at the end: released then
 
 
-def _check_beats(holder: str, rows: list, expired: list[dict]) -> None:
-    """The invariants of one holder's calls, whatever the machine's load. A beat that
-    returned True at `called` promises the lease until `called` + ttl at least: its deadline
-    is no earlier, no call before that promise is False (a timer never fires early), and the
-    lease may expire only if some call came after a promise had passed (else it was beaten
-    throughout, and must not have expired)."""
+def _check_beats(holder: str, made_ms: int, rows: list, expired: list[dict]) -> None:
+    """The invariants of one holder's calls, whatever the machine's load. The lease as made
+    promises it until its deadline `made_ms`, and a beat that returned True at `called`
+    until `called` + ttl at least: its deadline is no earlier, no call before the promise is
+    False (a timer never fires early), and the lease may expire only if some call came
+    after a promise had passed (else it was beaten throughout, and must not have
+    expired)."""
     assert len(expired) <= 1, f"{holder}: expired {len(expired)} times"
-    promised, late = None, False
+    promised, late = made_ms * 1_000_000, False
     for what, called, returned, ok, after in rows:
-        if promised is not None and not ok:
+        if not ok:
             assert returned >= promised, f"{holder}: {what} lost before the lease's deadline"
-        late |= promised is not None and called >= promised
+        late |= called >= promised
         if ok and what == "beat":
             promised = called + TTL_MS * 1_000_000
             assert after * 1_000_000 >= promised, f"{holder}: a beat left the deadline short"

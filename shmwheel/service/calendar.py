@@ -4,7 +4,7 @@ library, in a named time zone.
 A calendar timer is a repeating timer (FLAG_REPEAT, as ``every_ms``) whose key is a dict,
 ``{"cron", "tz", "misfire", "key"}`` (no key of schedule() is a dict: segment/payload.py).
 Its deadline is its next fire time, a wall-clock instant made a monotonic deadline when it
-is computed (``times.wall_deadline``). The re-arm after each run is the repeating timer's,
+is computed (``next_ms``). The re-arm after each run is the repeating timer's,
 deadline + period, done natively when the outcome is settled (shmwheel/native/slots.c,
 ``slot_settle``); the period is rewritten during the run so that the sum is the next fire
 time: the executor (shmwheel/native/executor.c) calls ``Executor._on_calendar``
@@ -22,13 +22,11 @@ now: missed fire times are never run one by one.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
-from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from cronsim import CronSim, CronSimError
-
-from . import times as T
+if TYPE_CHECKING:  # (imported where used: a client that makes no calendar pays nothing)
+    from zoneinfo import ZoneInfo
 
 MISFIRES = ("skip", "once")
 MISFIRE_GRACE_MS = 1000  # a run starting later than this after its fire time missed it
@@ -36,6 +34,8 @@ MISFIRE_GRACE_MS = 1000  # a run starting later than this after its fire time mi
 
 def zone(tz: object) -> ZoneInfo:
     """The time zone named `tz` (None: UTC), or ValueError / TypeError."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     if tz is None:
         return ZoneInfo("UTC")
     if not isinstance(tz, str):
@@ -50,6 +50,8 @@ def zone(tz: object) -> ZoneInfo:
 
 def spec(cron: object, tz: object, misfire: object, key: object) -> dict[str, Any]:
     """A calendar timer's key dict, every argument checked (ValueError / TypeError)."""
+    from cronsim import CronSim, CronSimError
+
     if not isinstance(cron, str):
         raise TypeError(f"cron must be a cron expression (str), got {type(cron).__name__}")
     if misfire not in MISFIRES:
@@ -66,13 +68,25 @@ def spec(cron: object, tz: object, misfire: object, key: object) -> dict[str, An
 
 def next_fire(s: dict[str, Any], after: datetime) -> datetime:
     """The first fire time of calendar `s` strictly after `after` (aware), in its zone."""
+    from cronsim import CronSim
+
     return next(CronSim(s["cron"], after.astimezone(zone(s["tz"]))))
 
 
 def next_ms(s: dict[str, Any]) -> int:
-    """The monotonic deadline (ms) of `s`'s first fire time after now."""
-    now_ns = time.monotonic_ns()
-    return T.wall_deadline(next_fire(s, datetime.now(UTC)), now_ns)
+    """The monotonic deadline (ms) of `s`'s first fire time after now: the distance from
+    the wall clock's now to it, added to the monotonic now, rounded up to the ms. The wall
+    clock is read first, so a pause between the two reads makes the deadline later, never
+    earlier than the fire time."""
+    wall_ns = time.time_ns()
+    mono_ns = time.monotonic_ns()
+    fire = next_fire(s, _EPOCH + timedelta(microseconds=wall_ns // 1000))
+    fire_ns = (fire - _EPOCH) // _US * 1000
+    return -(-(mono_ns + fire_ns - wall_ns) // 1_000_000)
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)
+_US = timedelta(microseconds=1)
 
 
 def runs(s: dict[str, Any], deadline_ms: int, now_ms: int) -> bool:
