@@ -46,14 +46,24 @@ def expired(payload: dict[str, Any]) -> None:
 
 
 def hold(
-    handed: Any, out: str, beat_ms: float, long: Any, stop: Any, then: str, after: Any
+    ready: Any,
+    handed: Any,
+    out: str,
+    beat_ms: float,
+    long: Any,
+    stop: Any,
+    then: str,
+    after: Any,
 ) -> None:
-    """A holder (a spawned process): take the lease handed over (pickled) on the queue
-    `handed`, beat it every `beat_ms` until `stop` is set; set `long` once its beats have
-    spanned 1.5 times the ttl. Then `then`: "release" (release it), "beat" (beat on until
-    `after`, then release), or "stop" (beat no more; once `after` is set, beat once more,
-    late). Writes every call to `out`: rows (what, called_ns, returned_ns, returned,
-    deadline_ms after it)."""
+    """A holder (a spawned process): say `ready` (its imports done), take the lease
+    handed over (pickled) on the queue `handed`, beat it every `beat_ms` until `stop` is
+    set; set `long` once its beats have spanned 1.5 times the ttl. Then `then`: "release"
+    (release it), "beat" (beat on until `after`, then release), or "stop" (beat no more;
+    once `after` is set, beat once more, late). Writes every call to `out`: rows (what,
+    called_ns, returned_ns, returned, deadline_ms after it)."""
+    import shmwheel.service.client  # noqa: F401  (what unpickling the lease needs, loaded)
+
+    ready.set()
     lease: shmwheel.Lease = handed.get(timeout=60)
     rows: list[tuple[str, int, int, bool, int]] = []
 

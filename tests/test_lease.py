@@ -136,13 +136,22 @@ def test_leases_held_from_spawned_processes(tmp_path):
     spawn = mp.get_context("spawn")
     plan = {"kept": "beat", "quits": "stop", "frees": "release", "plain": "beat"}
     with TimerService(tasks=TASKS, capacity=64, executors=2) as svc, svc.client() as c:
-        handed = {h: spawn.Queue() for h in plan}
+        handed, ready = {h: spawn.Queue() for h in plan}, {h: spawn.Event() for h in plan}
         long = {h: spawn.Event() for h in plan}
         stop, after = spawn.Event(), spawn.Event()
         procs = {
             h: spawn.Process(
                 target=lease_tasks.hold,
-                args=(handed[h], str(tmp_path / f"{h}.json"), BEAT_MS, long[h], stop, then, after),
+                args=(
+                    ready[h],
+                    handed[h],
+                    str(tmp_path / f"{h}.json"),
+                    BEAT_MS,
+                    long[h],
+                    stop,
+                    then,
+                    after,
+                ),
             )
             for h, then in plan.items()
         }
@@ -152,6 +161,7 @@ def test_leases_held_from_spawned_processes(tmp_path):
                 p.start()
             payload = {"path": str(log)}
             for h in plan:
+                assert ready[h].wait(60), f"holder {h} never started"
                 leases[h] = c.lease(TTL_MS, on_expire="expired", payload=payload, holder=h)
                 handed[h].put(leases[h])
             for h in plan:  # each beaten for longer than its ttl

@@ -144,7 +144,8 @@ static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
         current.fired_ns = fired_ns;
         current.attempt = attempt;
         current.key = key;
-        PyObject *cal = key && PyDict_Check(key) ? key : NULL, *go = NULL;
+        PyObject *go = NULL, *cal = key && PyDict_Check(key) && e->on_calendar != Py_None
+                                        ? key : NULL;
         if (cal && (go = calendar_call(e, h, deadline, cal, 0)) && !PyObject_IsTrue(go))
             r = Py_NewRef(Py_None);   /* a misfire skipped */
         else if (!cal || go)
@@ -239,7 +240,8 @@ static int ex_init(Executor *e, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "Executor is initialised already");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!OOOO:Executor", &o[0], &o[1], &o[2], &o[3],
+    e->on_calendar = Py_None;   /* optional: without it a calendar's task runs, no re-arm */
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!OOO|O:Executor", &o[0], &o[1], &o[2], &o[3],
                           &o[4], &o[5], &o[6], &o[7], &o[8], &PyList_Type, &e->tasks,
                           &e->unpack, &e->on_error, &e->on_full, &e->on_calendar))
         return -1;
@@ -293,7 +295,7 @@ static PyMethodDef ex_methods[] = {
 static PyTypeObject ExecutorType = NATIVE_TYPE(
     "Executor", Executor, 0,
     "Executor(wheel, side, arena, adata, dispatch, results, started, counters, hist, tasks, "
-    "unpack, on_error, on_full, on_calendar): an executor's batch loop (executor.c).",
+    "unpack, on_error, on_full, on_calendar=None): an executor's batch loop (executor.c).",
     .tp_new = PyType_GenericNew, .tp_init = (initproc)ex_init, TYPE_BASICS(ex));
 
 static PyObject *fire_context(PyObject *m, PyObject *unused) {
