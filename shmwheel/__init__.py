@@ -7,7 +7,7 @@ The public API, all importable from here:
   DelayedOperationPurgatory;
 * the wheel core both layers share (``shmwheel.wheel``): WheelCore;
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
-  TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
+  TimerHandle, TimerHandles, Operation (the cross-process purgatory), Lease, context,
   FireContext;
 * jobs, work bounded in time (``shmwheel.service.jobs``): Executor, Job, Retry;
 * errors: ShmwheelError, Full, LayoutError, SharedMemoryFull, JournalError, JournalInUse,
@@ -51,6 +51,7 @@ _WHERE = {
     "TimerHandle": ".service.handles",
     "TimerHandles": ".service.handles",
     "Operation": ".service.purgatory",
+    "Lease": ".service.lease",
     "FireContext": ".service.context",
     "context": ".service.context",
     "TimerService": ".service.supervisor",
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .service.jobs.executor import Executor
     from .service.jobs.job import Job
     from .service.jobs.retry import Retry
+    from .service.lease import Lease
     from .service.purgatory import Operation
     from .service.supervisor import TimerService
     from .wheel.core import WheelCore
@@ -103,6 +105,7 @@ __all__ = [
     "JournalError",
     "JournalInUse",
     "LayoutError",
+    "Lease",
     "ManualClock",
     "MockTimer",
     "Operation",

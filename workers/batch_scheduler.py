@@ -10,10 +10,11 @@ Jobs (fake work: sleeps, some fail at random) run on a service's job workers thr
   abandoned attempt never runs on beside its retry;
 - a **retry with exponential back-off** (``shmwheel.Retry``) for a flaky failure, a time
   limit or a worker that died, up to MAX_ATTEMPTS, one ``Job`` future across them all;
-- a **heartbeat**: one timer per job, made by the scheduler and handed to the job (a
-  handle pickles as (service, id)), pushed back with ``reset`` every HEARTBEAT_MS from the
-  worker's own process. It fires only when the worker goes silent for
-  HEARTBEAT_DEADLINE_MS (the ``silent`` task counts it); one slot per job, O(1) a beat.
+- a **heartbeat**: one lease per job (``Client.lease``), made by the scheduler and handed
+  to the job (a lease pickles), beaten every HEARTBEAT_MS from the worker's own process.
+  It expires only when the worker goes silent for HEARTBEAT_DEADLINE_MS (its ``silent``
+  task runs once, ``context().holder`` naming the job); one timer slot per job, O(1) a
+  beat; the scheduler releases it when the job ends.
 
 The scheduler learns every outcome through the jobs' futures. ``--kill-one`` SIGKILLs the
 worker in the middle of a job: the pool fails that attempt alone ("its worker died"), its
@@ -38,7 +39,8 @@ from typing import Any
 import shmwheel
 
 HEARTBEAT_MS = 50  # a worker beats this often
-HEARTBEAT_DEADLINE_MS = 400  # silent this long: its heartbeat timer fires
+HEARTBEAT_DEADLINE_MS = 400  # silent this long: its lease expires
+QUEUED_TTL_MS = 60_000  # a lease's first ttl: a job waiting for a worker is not silent
 RUN_TIMEOUT_S = 3.0  # an attempt running longer is stopped
 MAX_ATTEMPTS = 6
 POLICY = shmwheel.Retry(MAX_ATTEMPTS, backoff=0.02, factor=2.0, max_backoff=1.0, jitter=0.1)
@@ -58,7 +60,7 @@ def work(job: int, work_ms: int, fail_first: bool, beat: Any, marks: str) -> int
     _mark(path, f"{job} {attempt} {os.getpid()} start")
     end = time.monotonic() + work_ms / 1000
     while time.monotonic() < end:
-        beat.reset(HEARTBEAT_DEADLINE_MS)
+        beat.beat(HEARTBEAT_DEADLINE_MS)
         time.sleep(min(HEARTBEAT_MS / 1000, max(0.0, end - time.monotonic())))
     if fail_first and attempt == 1:
         raise Flaky(f"job {job}: planned failure")
@@ -105,14 +107,17 @@ def run(
             svc.client() as client,
         ):
             pool = svc.executor(time_limit=RUN_TIMEOUT_S, retry=POLICY)
-            beats = [client.schedule("silent", {"job": j}, delay_ms=60_000) for j in range(jobs)]
+            beats = [
+                client.lease(QUEUED_TTL_MS, on_expire="silent", holder=f"job {j}")
+                for j in range(jobs)
+            ]
             futures = {pool.submit(work, j, ms, fail, beats[j], marks): j for j, ms, fail in specs}
             if kill_one:
                 killed = _kill_mid_job(victim, marks, timeout_s)
             done, late = cf.wait(futures, timeout=timeout_s)
             if late:
                 raise RuntimeError(f"{len(late)} jobs did not finish in {timeout_s} s")
-            silent = [b.cancel() for b in beats].count(False)  # fired: a silent worker
+            silent = [b.release() for b in beats].count(False)  # expired: a silent worker
             stats = pool.stats()
             failed = [futures[f] for f in done if f.exception() is not None]
     finally:

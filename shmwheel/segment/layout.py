@@ -61,6 +61,10 @@ MAGIC_FAMILY = MAGIC >> 16  # "SHWSVC": a service segment of any layout version
 LAYOUT_VERSION = 9
 HEADER_WORDS = 64
 META_BYTES = 16384
+# the task a lease without on_expire runs on expiry (Client.lease): a no-op every service
+# has after its registered ones (task id len(tasks)), so that such a lease is a plain
+# timer, journaled and recovered by name like any other; no user task may take its name
+NO_TASK = "(no task)"
 
 # header words
 W_MAGIC = 0
@@ -270,7 +274,7 @@ class ServiceMemory:
         self.results = self._rings(
             off["results"], cfg.executors, cfg.dispatch_capacity, C.RESULT_RECORD
         )
-        self.task_names = [t[0] for t in cfg.tasks]
+        self.task_names = [t[0] for t in cfg.tasks] + [NO_TASK]  # (NO_TASK: its note)
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
         self._sems: dict[str, posix_ipc.Semaphore] = {}
         self.tables: N.Tables | None = None

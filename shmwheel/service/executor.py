@@ -23,7 +23,7 @@ from .. import _native as N
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
-from . import tracebacks
+from . import calendar, tracebacks
 from .process import ServiceProcess
 from .tasks import resolve
 
@@ -48,6 +48,7 @@ class Executor(ServiceProcess):
                 tasks.append(
                     _failed_import(ImportError(f"task {name!r} ({spec}) failed to import: {e!r}"))
                 )
+        tasks.append(_no_task)  # L.NO_TASK, the last task id (layout.py)
         self.native = N.Executor(
             mem.wheel,
             mem.side,
@@ -63,6 +64,7 @@ class Executor(ServiceProcess):
             self._task_failed,
             self._results_full,
             mem.header[L.W_STOPPING : L.W_STOPPING + 1],  # a stop ends a batch early
+            self._on_calendar,
         )
 
     def _task_failed(self, handle: int, tid: int, exc: BaseException, run: int, flags: int) -> None:
@@ -72,6 +74,17 @@ class Executor(ServiceProcess):
         name = names[tid] if 0 <= tid < len(names) else f"id {tid} (unknown)"
         log.error("task %s (timer %#x) raised", name, handle, exc_info=exc)
         tracebacks.record(self.mem, self.index, handle, tid, exc, run, flags)
+
+    def _on_calendar(self, handle: int, deadline: int, spec: dict[str, Any], after: bool) -> Any:
+        """A calendar timer's run (executor.c, calendar_call; calendar.py): before its task,
+        whether it runs (a misfire with misfire="skip" does not); after it, the deadline of
+        its next fire time."""
+        if not after:
+            return calendar.runs(spec, deadline, time.monotonic_ns() // 1_000_000)
+        try:
+            return calendar.next_ms(spec)
+        except StopIteration:  # no fire time left: the timer ends with this run
+            return 0
 
     def _results_full(self) -> bool:
         """The result ring is full: wake the reaper and wait a little; False to give up."""
@@ -131,6 +144,10 @@ def recover_rings(
         ring.consume(started + 1 - ring.tail)
     table[L.X_STARTED] = -1
     return handle
+
+
+def _no_task(payload: Any) -> None:
+    """L.NO_TASK: what a lease without on_expire runs when it expires (nothing)."""
 
 
 def _failed_import(error: Exception) -> Callable[[Any], Any]:

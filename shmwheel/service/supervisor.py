@@ -127,8 +127,10 @@ class TimerService:
                 "tasks must be a non-empty mapping of task name -> "
                 "'module:function' or a module-level function"
             )
-        if len(tasks) > C.MAX_TASKS:
-            raise ValueError(f"at most {C.MAX_TASKS} tasks can be registered")
+        if len(tasks) >= C.MAX_TASKS:  # (one id is L.NO_TASK's)
+            raise ValueError(f"at most {C.MAX_TASKS - 1} tasks can be registered")
+        if L.NO_TASK in tasks:
+            raise ValueError(f"the task name {L.NO_TASK!r} is reserved (Client.lease's)")
         if arena_bytes is None:  # scaled by capacity (segment/sizes.py)
             arena_bytes = Z.default_arena_bytes(capacity)
         for what, value, low in (
