@@ -36,6 +36,7 @@ W_ORDER = [
     "svc_heartbeat",
     "svc_lease",
     "svc_lease_expiry",
+    "svc_jobs",
 ]
 SERVICE_KEYS = set(W_ORDER)
 
@@ -127,6 +128,7 @@ def test_bench_quick_writes_every_workload(tmp_path):
         "W11",
         "W12",
         "W12",
+        "W13",
     ]
     assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])

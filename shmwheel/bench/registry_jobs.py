@@ -1,4 +1,4 @@
-"""W12 of the bench table: jobs bounded in time (``service_jobs``), with its notes and
+"""W13 of the bench table: jobs bounded in time (``service_jobs``), with its notes and
 goals (registry_service puts it in table order, after W11)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from .workload import Goal, Workload
 
 
 def jobs_workloads() -> list[Workload]:
-    """W12: shmwheel's Executor beside ProcessPoolExecutor and pebble's ProcessPool."""
+    """W13: shmwheel's Executor beside ProcessPoolExecutor and pebble's ProcessPool."""
     return [
         Workload(
             "svc_jobs",
@@ -57,7 +57,7 @@ def jobs_workloads() -> list[Workload]:
                     "W4's lateness in this run (the VM's own jitter)",
                 ),
             ],
-            wid="W12",
+            wid="W13",
             about=f"J = n/10 no-op jobs with a {JB.LIMIT_S:g} s time limit (none for "
             f"ProcessPoolExecutor, which has no such option), all submitted then every result "
             f"taken, {JB.WORKERS} workers each; a job sleeping 60 s with a "

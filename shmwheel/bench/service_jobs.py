@@ -1,4 +1,4 @@
-"""W12, jobs bounded in time: shmwheel's ``Executor`` beside ``ProcessPoolExecutor`` and
+"""W13, jobs bounded in time: shmwheel's ``Executor`` beside ``ProcessPoolExecutor`` and
 pebble's ``ProcessPool`` (when installed), each with 2 workers in one run.
 
 * Throughput: J no-op jobs (J = n // 10), each with a 10 s time limit where the pool has
@@ -57,7 +57,7 @@ def _drain(futures: list[cf.Future[object]]) -> None:
 
 
 def svc_jobs(n: int) -> Figures:
-    """One repetition of W12 (see the module docstring)."""
+    """One repetition of W13 (see the module docstring)."""
     count = jobs_size(n)
     fig: Figures = {}
     with Executor(WORKERS, time_limit=LIMIT_S) as ex:
