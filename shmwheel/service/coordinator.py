@@ -24,8 +24,9 @@ import time
 
 import numpy as np
 
+from ..journal.directory import options_of
 from ..journal.retention import Retention
-from ..journal.writer import options_of, service_writer
+from ..journal.writer import service_writer
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import shm

@@ -1,6 +1,8 @@
 """Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
-of coordinator, reaper, executor. The supervisor runs it through ``python -c`` after
-ignoring SIGINT (so a Ctrl-C never kills a process that is still importing); by hand,
+of coordinator, reaper, executor. The supervisor starts one process through ``python -c``
+after ignoring SIGINT (so a Ctrl-C never kills a process that is still importing), the
+fork server, ``main([_, "zygote", SERVICE, FD])`` (zygote.py), which forks every role
+already imported and returns into this function in each; by hand,
 ``python -m shmwheel.service.main ROLE SERVICE [INDEX]``.
 
 Each process logs through ``logging.getLogger("shmwheel.<role>")``. Unless the
@@ -33,6 +35,10 @@ def _configure_logging(role: str, service: str) -> None:
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) == 4 and argv[1] == "zygote":
+        from .zygote import serve
+
+        argv = serve(argv[2], int(argv[3]))  # returns in each role the zygote forks
     if len(argv) < 3 or argv[1] not in ("coordinator", "reaper", "executor"):
         raise SystemExit(
             "usage: python -m shmwheel.service.main {coordinator|reaper|executor} SERVICE [INDEX]"

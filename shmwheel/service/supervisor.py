@@ -1,7 +1,8 @@
 """``TimerService``: the supervisor, living in the embedding process. It creates the
 service's segment and semaphores, starts the coordinator, the reaper and the executor pool
-as separate processes, restarts any that dies (a monitor thread, psutil), and on ``stop``
-ends them all and unlinks every name it created.
+as separate processes, forked by the service's zygote (zygote.py), restarts any that dies
+(a monitor thread, woken by the zygote's exit reports), and on ``stop`` ends them all and
+unlinks every name it created.
 
 Why the supervisor, not the coordinator, creates the segment: a restarted coordinator
 must find the shared state intact, so the segment has to outlive it.
@@ -13,7 +14,6 @@ import logging
 import os
 import secrets
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +31,7 @@ from .outcomes import mark_stopped
 from .stats import read_stats
 from .tasks import service_path, task_spec
 from .watchdog import Watchdog
+from .zygote import ForkServer, ForkServerError, RoleProcess, zygote_env
 
 log = logging.getLogger("shmwheel.service")
 
@@ -146,7 +147,9 @@ class TimerService:
         self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, RoleProcess] = {}
+        self._zygote: ForkServer | None = None  # forks the processes (zygote.py)
+        self._wake = (-1, -1)  # a pipe: stop() wakes the monitor thread's wait
         self.restarts: dict[str, int] = {}
         self._monitor: threading.Thread | None = None
         self._watchdog: Watchdog | None = None  # made by start(), run by the monitor thread
@@ -168,12 +171,16 @@ class TimerService:
         self._owner_pid = os.getpid()
         self._path = service_path()  # every start and restart of its processes uses it
         try:
+            # first: the zygote imports while this process creates the segment
+            self._wake = os.pipe()
+            self._start_zygote()
             plan = self._recover_plan() if self.journal is not None else None
             from ..journal.salvage import salvage_stale  # a dead journaled service's
 
             census.sweep_stale(salvage_stale)  # memory goes to its journal first
             self.mem = L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
         except BaseException:
+            self._close_zygote(1.0)
             self._release_journal()
             raise
         try:
@@ -212,9 +219,13 @@ class TimerService:
             self.mem = None
             self.procs = {}
             self._monitor = None
+            if self._zygote is not None:  # the owner's: only this copy of its socket
+                self._zygote.sock.close()
+                self._zygote = None
             return
         self._stop.set()
         if self._monitor is not None:
+            os.write(self._wake[1], b"x")
             self._monitor.join()
             self._monitor = None
         self._teardown(timeout)
@@ -271,39 +282,44 @@ class TimerService:
             self._journal_fd = -1
 
     # -- processes --------------------------------------------------------------------
-    def _spawn(self, role: str) -> None:
-        # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
-        # program must not kill a service process that is still starting. -P: nothing is
-        # put in front of sys.path (`-c` alone would put '', the working directory): the
-        # process imports only from the path the embedding process chose
-        # (tasks.service_path). One "-Pc" keeps the code at argv[2], where tools look.
-        argv = [
-            sys.executable,
-            "-Pc",
-            "import signal; signal.signal(signal.SIGINT, "
-            "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
-            "main(sys.argv)",
-        ]
-        if role.startswith("exec"):
-            argv += ["executor", self.name, role[4:]]
-        else:
-            argv += [role, self.name]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(self._path)
-        env.setdefault(
-            "SHMWHEEL_LOG_LEVEL",
-            logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()),
-        )
+    def _start_zygote(self) -> None:
+        level = logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel())
         try:
-            # the journal's lock goes with them: it is free only when they are all gone
-            fds = (self._journal_fd,) if self._journal_fd >= 0 else ()
-            self.procs[role] = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, pass_fds=fds
-            )
+            self._zygote = ForkServer(self.name, zygote_env(self._path, level))
         except OSError as e:
-            raise ShmwheelError(
-                f"service {self.name!r}: cannot start its {role} process with {sys.executable}: {e}"
-            ) from e
+            raise ShmwheelError(f"service {self.name!r}: cannot start its zygote: {e}") from e
+
+    def _close_zygote(self, timeout: float) -> None:
+        if self._zygote is not None:
+            self._zygote.close(timeout)
+            self._zygote = None
+        for fd in self._wake:
+            if fd >= 0:
+                os.close(fd)
+        self._wake = (-1, -1)
+
+    def _spawn(self, role: str) -> None:
+        """Start `role` (coordinator, reaper, execN) forked by the zygote, a new zygote
+        first if the last one died. Per role: the descriptors it inherits, whether it
+        starts its own session."""
+        argv = ["executor", self.name, role[4:]] if role.startswith("exec") else [role, self.name]
+        # the journal's lock goes with them: it is free only when they are all gone
+        fds = (self._journal_fd,) if self._journal_fd >= 0 else ()
+        for attempt in (1, 2):
+            if self._zygote is None or self._zygote.dead:
+                if self._zygote is not None:
+                    self._zygote.close(1.0)
+                self._start_zygote()
+            assert self._zygote is not None
+            try:
+                self.procs[role] = self._zygote.spawn(argv, fds, timeout=START_TIMEOUT_S)
+                return
+            except ForkServerError as e:
+                if attempt == 2 or not self._zygote.dead:
+                    raise ShmwheelError(
+                        f"service {self.name!r}: cannot start its {role} process: {e}"
+                    ) from e
+                log.warning("service %s: its zygote exited (%s); starting a new one", self.name, e)
 
     def _await_ready(self) -> None:
         assert self.mem is not None
@@ -323,7 +339,7 @@ class TimerService:
                 raise ShmwheelError(
                     f"service {self.name!r} did not start within {START_TIMEOUT_S} s"
                 )
-            time.sleep(0.01)
+            time.sleep(0.002)
 
     def _was_up(self, role: str, pid: int) -> bool:
         """Whether the process had finished starting (it then recorded its pid)."""
@@ -343,7 +359,14 @@ class TimerService:
         backoff: dict[str, float] = {}
         due: dict[str, float] = {}
         wd = self._watchdog
-        while not self._stop.wait(MONITOR_S):
+        while not self._stop.is_set():
+            z = self._zygote
+            if z is not None:  # a role's exit report wakes it at once
+                z.wait(MONITOR_S, self._wake[0])
+            else:
+                self._stop.wait(MONITOR_S)
+            if self._stop.is_set():
+                break
             if wd is not None:
                 wd.tick(time.monotonic())
             self._gate_schedules()
@@ -421,6 +444,7 @@ class TimerService:
                     p.kill()
                     p.wait()
             self.procs.clear()
+            self._close_zygote(max(0.0, end - time.monotonic()) + 1.0)
         if mem is not None:
             mark_stopped(mem)  # the handles still undecided: "stopped"
             mem.close()

@@ -1,0 +1,312 @@
+"""The fork server ("zygote") that starts a service's processes: one process per service,
+started once by ``start()``, that imports numpy and the service layer once and then forks
+the coordinator, the reaper and the executors, first and on every restart, already
+imported (docs/operating.md, "How the processes start"). ``multiprocessing``'s forkserver
+is the model: the embedding process is multithreaded, so it is never forked itself; the
+zygote is single-threaded when it forks.
+
+The protocol, over a ``SOCK_SEQPACKET`` socket pair (one message per request or report):
+
+* supervisor -> zygote: a JSON request ``{"argv": [ROLE, SERVICE, INDEX?], "session":
+  bool}`` with the descriptors the role inherits attached (``SCM_RIGHTS``); a role keeps
+  exactly those, and starts its own session when ``session`` is set;
+* zygote -> supervisor: ``{"pid": N}`` (or ``{"error": text}``) answering each request in
+  order, and ``{"exit": PID, "code": C}`` when a child exits (a ``Popen`` return code).
+
+The zygote exits when its socket reaches end of file (the supervisor closed it, or died)
+or its parent changes (the embedding process died while a process forked from it keeps the
+socket open). It never kills its children: they exit by the service's own rules
+(``process.ServiceProcess.running``: once the zygote is gone their parent has changed, so
+a dead owner makes them orphans).
+
+Every role is a child of the zygote, not of the supervisor: ``RoleProcess`` stands in for
+the ``subprocess.Popen`` the supervisor used to hold (``pid``, ``poll``, ``wait``,
+``kill``), its return code reported by the zygote, its liveness also known through a
+pidfd should the zygote itself die.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+LIVENESS_S = 0.05  # how often the zygote checks that its parent is alive
+MAX_FDS = 16  # descriptors one request may pass
+# what the zygote runs: SIGINT ignored before anything is imported (a Ctrl-C meant for
+# the embedding program must not kill a service process), -P: nothing in front of
+# sys.path (the path is PYTHONPATH, tasks.service_path). One "-Pc" keeps the code at
+# argv[2] and "shmwheel.service.main" in it, where tools look for service processes.
+CODE = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; "
+    "from shmwheel.service.main import main; main(sys.argv)"
+)
+# library thread pools the roles do not use (issue 33): one thread unless the embedding
+# environment asks for more
+ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def zygote_env(path: Sequence[str], log_level: str) -> dict[str, str]:
+    """The environment of the zygote, hence of every role it forks."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    env.setdefault("SHMWHEEL_LOG_LEVEL", log_level)
+    for name in ONE_THREAD:
+        env.setdefault(name, "1")
+    return env
+
+
+# -- the supervisor's side ------------------------------------------------------------
+
+
+class ForkServerError(RuntimeError):
+    """The zygote is gone or refused a request (the supervisor turns it into a
+    ShmwheelError naming the service)."""
+
+
+class ForkServer:
+    """One zygote process and its socket; thread-safe (the monitor thread restarts roles
+    while ``stop()`` or ``stats()`` may poll them)."""
+
+    def __init__(self, service: str, env: Mapping[str, str]) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-Pc", CODE, "zygote", service, str(theirs.fileno())],
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock = mine
+        self.exits: dict[int, int] = {}  # pid -> return code, reported not yet collected
+        self.dead = False  # end of file seen: the zygote exited
+        self._lock = threading.RLock()
+
+    def spawn(self, argv: Sequence[str], fds: Sequence[int] = (), session: bool = False,
+              timeout: float = 60.0) -> RoleProcess:  # fmt: skip
+        """Fork a role running ``main(["", *argv])``; waits for its pid (the first request
+        also waits for the zygote's imports)."""
+        request = json.dumps({"argv": list(argv), "session": session}).encode()
+        with self._lock:
+            if self.dead:
+                raise ForkServerError("the zygote has exited")
+            try:
+                socket.send_fds(self.sock, [request], list(fds))
+            except OSError as e:
+                self.dead = True
+                raise ForkServerError(f"the zygote is gone ({e})") from e
+            deadline = time.monotonic() + timeout
+            while True:
+                msg = self._receive(max(0.0, deadline - time.monotonic()))
+                if msg is None:
+                    raise ForkServerError(
+                        f"the zygote exited (code {self.proc.poll()})"
+                        if self.dead
+                        else f"the zygote did not answer within {timeout} s"
+                    )
+                if "pid" in msg:
+                    return RoleProcess(self, int(msg["pid"]))
+                if "error" in msg:
+                    raise ForkServerError(str(msg["error"]))
+
+    def _receive(self, timeout: float | None) -> dict[str, Any] | None:
+        """One message (exit reports are filed on the way), None at end of file or when
+        `timeout` passes. Caller holds the lock."""
+        if self.dead:
+            return None
+        if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
+            return None
+        try:
+            data = self.sock.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self.dead = True
+            return None
+        msg = json.loads(data)
+        if "exit" in msg:
+            self.exits[int(msg["exit"])] = int(msg["code"])
+        return msg  # type: ignore[no-any-return]
+
+    def drain(self) -> None:
+        """File every exit report already sent."""
+        with self._lock:
+            while self._receive(0.0) is not None:
+                pass
+
+    def wait(self, timeout: float, wake_fd: int) -> None:
+        """Sleep until the zygote reports something, `wake_fd` is readable, or `timeout`
+        passes (the monitor thread's wait: a role's exit wakes it at once)."""
+        fds = [wake_fd] if self.dead else [self.sock.fileno(), wake_fd]
+        select.select(fds, [], [], timeout)
+
+    def close(self, timeout: float) -> None:
+        """End the zygote (its roles have exited or are left to their own rules)."""
+        with self._lock:
+            self.dead = True
+            self.sock.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class RoleProcess:
+    """A role forked by the zygote: the part of ``subprocess.Popen`` the supervisor, the
+    watchdog and the tools use. ``returncode`` is the zygote's report, or -1 when the
+    zygote died before it could report (the process is gone, its code unknown)."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+        # a pid the zygote has already reaped (reported on the socket, after the pid)
+        # cannot be opened; reused within that instant it could, which is not guarded
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:  # already reaped: its report is on the socket
+            self._pidfd = -1
+
+    def __repr__(self) -> str:
+        return f"RoleProcess(pid={self.pid}, returncode={self.returncode})"
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            server = self.server
+            server.drain()
+            code = server.exits.pop(self.pid, None)
+            if code is None and server.dead and self._gone(0.0):
+                server.drain()
+                code = server.exits.pop(self.pid, -1)
+            if code is not None:
+                self._decided(code)
+        return self.returncode
+
+    def _gone(self, timeout: float) -> bool:
+        return self._pidfd < 0 or bool(select.select([self._pidfd], [], [], timeout)[0])
+
+    def _decided(self, code: int) -> None:
+        self.returncode = code
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The return code once the process has exited; subprocess.TimeoutExpired after
+        `timeout` seconds."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            step = LIVENESS_S if left is None else min(LIVENESS_S, left)
+            server = self.server
+            if server.dead:
+                self._gone(step)
+            else:
+                select.select([server.sock], [], [], step)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None and self._pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __del__(self) -> None:
+        if getattr(self, "_pidfd", -1) >= 0:
+            os.close(self._pidfd)
+
+
+# -- the zygote's side ----------------------------------------------------------------
+
+
+def serve(service: str, fd: int) -> list[str]:
+    """The zygote's loop (module doc). Returns only in a forked child: the argv of its role
+    for ``main.main``; the zygote itself exits from here."""
+    from . import coordinator, executor, lines, process, reaper  # noqa: F401  imported once
+
+    gc.collect()
+    gc.freeze()  # what every role shares stays out of the collector's (and COW's) way
+    parent = os.getppid()
+    sock = socket.socket(fileno=fd)
+    children: dict[int, int] = {}  # pidfd -> pid
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    while True:
+        events = poller.poll(LIVENESS_S * 1000)
+        if os.getppid() != parent:
+            os._exit(0)
+        for ready, _ in events:
+            if ready == sock.fileno():
+                argv = _request(sock, children, poller)
+                if argv is not None:
+                    return argv
+            else:
+                _reap(sock, children.pop(ready), ready, poller)
+
+
+def _request(
+    sock: socket.socket, children: dict[int, int], poller: select.poll
+) -> list[str] | None:
+    try:
+        data, fds, _, _ = socket.recv_fds(sock, 65536, MAX_FDS)
+    except OSError:
+        data, fds = b"", []
+    if not data:
+        os._exit(0)  # the supervisor is gone or closed us
+    try:
+        req = json.loads(data)
+        pid = os.fork()
+    except Exception as e:  # a bad request or no fork: the supervisor raises it
+        _send(sock, {"error": f"cannot start {data[:80]!r}: {e}"})
+        for f in fds:
+            os.close(f)
+        return None
+    if pid == 0:  # the role: keep the passed descriptors, none of the zygote's
+        sock.close()
+        for pidfd in children:
+            os.close(pidfd)
+        if req.get("session"):
+            os.setsid()
+        return ["", *req["argv"]]
+    for f in fds:
+        os.close(f)
+    pidfd = os.pidfd_open(pid)
+    children[pidfd] = pid
+    poller.register(pidfd, select.POLLIN)
+    _send(sock, {"pid": pid})
+    return None
+
+
+def _reap(sock: socket.socket, pid: int, pidfd: int, poller: select.poll) -> None:
+    poller.unregister(pidfd)
+    os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    try:
+        sock.send(json.dumps(msg).encode())
+    except OSError:
+        os._exit(0)  # the supervisor is gone
