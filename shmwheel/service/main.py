@@ -36,9 +36,12 @@ def _configure_logging(role: str, service: str) -> None:
 
 def main(argv: list[str]) -> None:
     if len(argv) == 4 and argv[1] == "zygote":
-        from .zygote import serve
+        from .zygote import finish, serve
 
-        argv = serve(argv[2], int(argv[3]))  # returns in each role the zygote forks
+        role_argv = serve(argv[2], int(argv[3]))  # returns in each role the zygote forks
+        if role_argv[1] == "executor":  # tasks run here: the interpreter's own exit
+            return main(role_argv)  # (finalizers flush what a task left open)
+        finish(lambda: main(role_argv))
     if len(argv) < 3 or argv[1] not in ("coordinator", "reaper", "executor"):
         raise SystemExit(
             "usage: python -m shmwheel.service.main {coordinator|reaper|executor} SERVICE [INDEX]"

@@ -282,10 +282,14 @@ class TimerService:
             self._journal_fd = -1
 
     # -- processes --------------------------------------------------------------------
-    def _start_zygote(self) -> None:
+    def _env(self) -> dict[str, str]:
+        """The service processes' environment, as of now (zygote.zygote_env)."""
         level = logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel())
+        return zygote_env(self._path, level)
+
+    def _start_zygote(self) -> None:
         try:
-            self._zygote = ForkServer(self.name, zygote_env(self._path, level))
+            self._zygote = ForkServer(self.name, self._env())
         except OSError as e:
             raise ShmwheelError(f"service {self.name!r}: cannot start its zygote: {e}") from e
 
@@ -312,7 +316,9 @@ class TimerService:
                 self._start_zygote()
             assert self._zygote is not None
             try:
-                self.procs[role] = self._zygote.spawn(argv, fds, timeout=START_TIMEOUT_S)
+                self.procs[role] = self._zygote.spawn(
+                    argv, self._env(), fds, timeout=START_TIMEOUT_S
+                )
                 return
             except ForkServerError as e:
                 if attempt == 2 or not self._zygote.dead:
