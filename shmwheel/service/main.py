@@ -1,7 +1,7 @@
 """Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
 of coordinator, reaper, executor. The supervisor starts one process through ``python -c``
 after ignoring SIGINT (so a Ctrl-C never kills a process that is still importing), the
-fork server, ``main([_, "zygote", SERVICE, FD])`` (zygote.py), which forks every role
+fork server, ``main([_, "zygote", SERVICE, FD, "journal"?])`` (zygote.py), which forks every role
 already imported and returns into this function in each; by hand,
 ``python -m shmwheel.service.main ROLE SERVICE [INDEX]``.
 
@@ -35,10 +35,11 @@ def _configure_logging(role: str, service: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 4 and argv[1] == "zygote":
+    if len(argv) in (4, 5) and argv[1] == "zygote":
         from .zygote import finish, serve
 
-        role_argv = serve(argv[2], int(argv[3]))  # returns in each role the zygote forks
+        # returns in each role the zygote forks, with that role's argv
+        role_argv = serve(argv[2], int(argv[3]), argv[4:] == ["journal"])
         if role_argv[1] == "executor":  # tasks run here: the interpreter's own exit
             return main(role_argv)  # (finalizers flush what a task left open)
         finish(lambda: main(role_argv))

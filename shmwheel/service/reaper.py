@@ -25,16 +25,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..journal.directory import options_of
-from ..journal.retention import ReaperFiles
-from ..journal.writer import service_writer
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import verify as V
 from .process import ServiceProcess
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..journal.retention import ReaperFiles
+    from ..journal.writer import SegmentWriter
 
 log = logging.getLogger("shmwheel.reaper")
 
@@ -58,14 +60,19 @@ class Reaper(ServiceProcess):
         self.row = self.mem.counters[L.ROW_REAPER]
         self.backlog = np.empty(0, np.int64)  # fired handles not yet in a dispatch ring
         self.hot_until = 0  # monotonic ns: until then the reaper sleeps HOT_STEP_S at most
-        opts = options_of(self.mem.config)
-        self.retention = ReaperFiles(self.mem, opts) if opts is not None else None
-        self.journal = service_writer(
-            self.mem,
-            "reaper",
-            L.ROW_REAPER,
-            on_open=self.retention.opened if self.retention else None,
-        )
+        self.retention: ReaperFiles | None = None
+        self.journal: SegmentWriter | None = None
+        if self.mem.config.journal_dir:  # the journal's modules load only when it has one
+            from ..journal.directory import options_of
+            from ..journal.retention import ReaperFiles
+            from ..journal.writer import service_writer
+
+            opts = options_of(self.mem.config)
+            assert opts is not None
+            retention = self.retention = ReaperFiles(self.mem, opts)
+            self.journal = service_writer(
+                self.mem, "reaper", L.ROW_REAPER, on_open=retention.opened
+            )
 
     # -- outcomes ---------------------------------------------------------------------
     def settle(self) -> int:

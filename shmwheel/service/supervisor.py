@@ -289,7 +289,7 @@ class TimerService:
 
     def _start_zygote(self) -> None:
         try:
-            self._zygote = ForkServer(self.name, self._env())
+            self._zygote = ForkServer(self.name, self._env(), self.journal is not None)
         except OSError as e:
             raise ShmwheelError(f"service {self.name!r}: cannot start its zygote: {e}") from e
 

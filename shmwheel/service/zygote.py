@@ -37,7 +37,6 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -82,11 +81,14 @@ class ForkServer:
     """One zygote process and its socket; thread-safe (the monitor thread restarts roles
     while ``stop()`` or ``stats()`` may poll them)."""
 
-    def __init__(self, service: str, env: Mapping[str, str]) -> None:
+    def __init__(self, service: str, env: Mapping[str, str], journal: bool = False) -> None:
+        import subprocess  # here: the zygote, which imports this module, never needs it
+
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, "-Pc", CODE, "zygote", service, str(theirs.fileno())]
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-Pc", CODE, "zygote", service, str(theirs.fileno())],
+                argv + ["journal"] * journal,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
@@ -161,6 +163,8 @@ class ForkServer:
 
     def close(self, timeout: float) -> None:
         """End the zygote (its roles have exited or are left to their own rules)."""
+        import subprocess
+
         with self._lock:
             self.dead = True
             self.sock.close()
@@ -218,6 +222,8 @@ class RoleProcess:
         while (code := self.poll()) is None:
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
+                import subprocess  # the supervisor's side only
+
                 raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
             step = LIVENESS_S if left is None else min(LIVENESS_S, left)
             server = self.server
@@ -245,10 +251,14 @@ class RoleProcess:
 # -- the zygote's side ----------------------------------------------------------------
 
 
-def serve(service: str, fd: int) -> list[str]:
+def serve(service: str, fd: int, journal: bool) -> list[str]:
     """The zygote's loop (module doc). Returns only in a forked child: the argv of its role
-    for ``main.main``; the zygote itself exits from here."""
+    for ``main.main``; the zygote itself exits from here. `journal`: the service has one,
+    so its modules are imported here too (the roles import them only then)."""
     from . import coordinator, executor, lines, process, reaper  # noqa: F401  imported once
+
+    if journal:
+        from ..journal import retention, writer  # noqa: F401
 
     gc.collect()
     gc.freeze()  # what every role shares stays out of the collector's (and COW's) way
