@@ -260,8 +260,10 @@ def serve(service: str, fd: int, journal: bool) -> list[str]:
     if journal:
         from ..journal import retention, writer  # noqa: F401
 
-    gc.collect()
-    gc.freeze()  # what every role shares stays out of the collector's (and COW's) way
+    # what every role shares stays out of the collector's (and copy-on-write's) way; no
+    # collection first: the imports leave no garbage cycles (measured: 0), and it costs
+    # 5-9 ms of the start
+    gc.freeze()
     parent = os.getppid()
     sock = socket.socket(fileno=fd)
     children: dict[int, int] = {}  # pidfd -> pid
