@@ -391,9 +391,9 @@ def service_workloads(
                     100,
                     "issue 33: a test suite starts a service per test, a scheduler one per "
                     "pool (issue 8 asked 2 s)",
-                    "the zygote imports numpy and the service layer once per service "
-                    "(docs/operating.md, 'How the processes start'): on a loaded 2-core "
-                    "machine that import alone can take longer",
+                    "start() waits for one interpreter (the zygote) to import numpy and the "
+                    "service layer, 130-150 ms of CPU on the 2-core VM (docs/performance.md, "
+                    "issue 33): below 100 ms needs service processes without numpy",
                 ),
                 Goal(
                     "TimerService.stop()",
