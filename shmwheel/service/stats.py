@@ -13,7 +13,7 @@ from ..segment import layout as L
 from .watchdog import read_health
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .zygote import RoleProcess
+    from .forkserver import RoleProcess
 
 
 def percentile_ms(hist: np.ndarray, q: float) -> float:

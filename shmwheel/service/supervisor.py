@@ -27,11 +27,11 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import sizes as Z
 from .client import Client, connect, now_ms
+from .forkserver import ForkServer, ForkServerError, RoleProcess, zygote_env
 from .outcomes import mark_stopped
 from .stats import read_stats
 from .tasks import service_path, task_spec
 from .watchdog import Watchdog
-from .zygote import ForkServer, ForkServerError, RoleProcess, zygote_env
 
 log = logging.getLogger("shmwheel.service")
 
