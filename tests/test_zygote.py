@@ -6,15 +6,22 @@ at the next restart while the running roles carry on; service processes run one 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
+from conftest import service_processes
 from test_service import TASKS, assert_once_never_early, read_log, wait_for
 
 from shmwheel import TimerService
 from shmwheel.segment import layout as L
+from shmwheel.segment import shm
 
 
 @pytest.fixture
@@ -107,3 +114,40 @@ def test_a_role_keeps_only_the_descriptors_its_request_passed(tmp_path):
             assert not theirs, f"{role} inherited {theirs}"
         zfds = os.listdir(f"/proc/{zygote.proc.pid}/fd")
         assert lock not in [os.readlink(f"/proc/{zygote.proc.pid}/fd/{f}") for f in zfds]
+
+
+def test_embedding_process_killed_while_its_fork_holds_the_socket():
+    """A process forked from the embedding process keeps a copy of the zygote's socket,
+    so the zygote sees no end of file when the embedding process is SIGKILLed: it exits
+    because its parent changed, and the service cleans up as in test_service's orphan
+    tests, while the fork lives on."""
+    code = textwrap.dedent("""
+        import os, sys, time, shmwheel
+        svc = shmwheel.TimerService(tasks={"boom": "workers.tasks:fail"}, capacity=1000,
+                                    executors=1).start()
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(120)
+            os._exit(0)
+        print(svc.name, pid, flush=True)
+        time.sleep(120)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    fork = 0
+    try:
+        assert p.stdout is not None
+        name, fork_s = p.stdout.readline().split()
+        fork = int(fork_s)
+        assert len(service_processes(name)) == 4, "zygote, coordinator, reaper, exec0"
+        p.kill()
+        p.wait()
+        wait_for(lambda: not service_processes(name), timeout=10, what="service processes to exit")
+        wait_for(lambda: not shm.service_files(name), timeout=10, what="segments unlinked")
+        assert psutil.pid_exists(fork), "the fork still holds the socket"
+    finally:
+        p.kill()
+        p.wait()
+        if fork:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(fork, signal.SIGKILL)
