@@ -37,8 +37,11 @@ def test_roles_are_forked_by_the_zygote_which_exits_with_the_service(tmp_path):
         assert zygote is not None
         for role, p in svc.procs.items():
             assert psutil.Process(p.pid).ppid() == zygote.proc.pid, role
-            # the zygote's command line, as service_processes() and tools look for it
+            # the zygote's command line, as service_processes() and tools look for it, and
+            # the role's name
             assert psutil.Process(p.pid).cmdline()[3:5] == ["zygote", svc.name]
+            short = {"coordinator": "coord"}.get(role, role)
+            assert psutil.Process(p.pid).name() == f"shmwheel-{short}", role
         with svc.client() as c:
             c.schedule("record", {"path": str(tmp_path / "log"), "tag": "a"}, delay_ms=1)
             wait_for(lambda: svc.stats()["completed"] == 1, what="a run")
@@ -70,7 +73,8 @@ def test_a_killed_executor_is_forked_again_and_runs_timers(svc, tmp_path):
             wait_for(lambda: int(svc.mem.exec_table[0, L.X_PID]) == svc.procs["exec0"].pid)
             assert psutil.Process(svc.procs["exec0"].pid).ppid() == zygote.proc.pid
             c.schedule("record", {"path": str(log), "tag": f"r{n}"}, delay_ms=1)
-        wait_for(lambda: svc.stats()["completed"] == 3, what="the runs")
+            # run before the next kill (a run killed midway would be crashed, not run)
+            wait_for(lambda n=n: svc.stats()["completed"] == n + 1, what="the run")
     assert svc.restarts["exec0"] == 3
     assert_once_never_early(read_log(log), ["r0", "r1", "r2"])
 

@@ -19,6 +19,9 @@ from typing import Any, NoReturn
 
 from .forkserver import LIVENESS_S, MAX_FDS, MAX_REQUEST
 
+PR_SET_NAME = 15  # <linux/prctl.h>
+SHORT = {"coordinator": "coord"}  # a name is at most 15 bytes: shmwheel-ROLE
+
 
 def serve(service: str, fd: int, journal: bool) -> list[str]:
     """The zygote's loop (module doc). Returns only in a forked child: the argv of its role
@@ -33,6 +36,7 @@ def serve(service: str, fd: int, journal: bool) -> list[str]:
     # collection first: the imports leave no garbage cycles (measured: 0), and it costs
     # 5-9 ms of the start
     gc.freeze()
+    _set_name("zygote")
     parent = os.getppid()
     sock = socket.socket(fileno=fd)
     children: dict[int, int] = {}  # pidfd -> pid
@@ -106,7 +110,9 @@ def _request(
             os.setsid()
         os.environ.clear()
         os.environ.update(req["env"])
-        return ["", *req["argv"]]
+        argv = req["argv"]
+        _set_name("exec" + argv[2] if argv[0] == "executor" else SHORT.get(argv[0], argv[0]))
+        return ["", *argv]
     for f in fds:
         os.close(f)
     pidfd = os.pidfd_open(pid)
@@ -114,6 +120,18 @@ def _request(
     poller.register(pidfd, select.POLLIN)
     _send(sock, {"pid": pid})
     return None
+
+
+def _set_name(role: str) -> None:
+    """The process's name (``/proc/PID/comm``: ``ps -o comm``, top, psutil's name()):
+    ``shmwheel-ROLE``, since every forked role shows its zygote's command line. ctypes is
+    imported by numpy already."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_NAME, f"shmwheel-{role}"[:15].encode(), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the name stays python's
+        pass
 
 
 def _reap(sock: socket.socket, pid: int, pidfd: int, poller: select.poll) -> None:
