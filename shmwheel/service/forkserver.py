@@ -209,17 +209,12 @@ class RoleProcess:
                 server.drain()
                 code = server.exits.pop(self.pid, -1)
             if code is not None:
-                self._decided(code)
+                self.returncode = code
         return self.returncode
 
     def _gone(self, timeout: float) -> bool:
+        # the pidfd is closed only with this object (__del__): no thread polls a closed one
         return self._pidfd < 0 or bool(select.select([self._pidfd], [], [], timeout)[0])
-
-    def _decided(self, code: int) -> None:
-        self.returncode = code
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
 
     def wait(self, timeout: float | None = None) -> int:
         """The return code once the process has exited; subprocess.TimeoutExpired after
