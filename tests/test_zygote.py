@@ -7,6 +7,7 @@ at the next restart while the running roles carry on; service processes run one 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from test_service import TASKS, assert_once_never_early, read_log, wait_for
 from shmwheel import TimerService
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
+from shmwheel.service import forkserver as F
 
 
 @pytest.fixture
@@ -155,3 +157,25 @@ def test_embedding_process_killed_while_its_fork_holds_the_socket():
         if fork:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(fork, signal.SIGKILL)
+
+
+def test_a_zygote_that_cannot_start_is_retried_not_fatal(svc, tmp_path, monkeypatch, caplog):
+    """The zygote dies and a new one cannot start: the restart fails with an error logged
+    and the monitor thread keeps trying (with the restart back-off); once a zygote can
+    start again the executor is back and runs timers."""
+    log = tmp_path / "log"
+    monkeypatch.setattr(F, "CODE", "import sys; sys.exit(3)")
+    first = svc._zygote
+    assert first is not None
+    first.proc.kill()
+    first.proc.wait()
+    with caplog.at_level(logging.ERROR, "shmwheel.service"):
+        os.kill(svc.procs["exec0"].pid, signal.SIGKILL)
+        wait_for(lambda: "exited with code 3" in caplog.text, what="a failed restart logged")
+    assert svc._monitor is not None and svc._monitor.is_alive()
+    monkeypatch.undo()
+    with svc.client() as c:
+        c.schedule("record", {"path": str(log), "tag": "a"}, delay_ms=1)
+        wait_for(lambda: svc.stats()["completed"] == 1, timeout=30, what="a run after")
+    assert all(p.poll() is None for p in svc.procs.values())
+    assert_once_never_early(read_log(log), ["a"])

@@ -407,7 +407,10 @@ class TimerService:
                     if not self._stop.is_set() and self.mem is not None:
                         bit = _READY_BITS.get(role, 0)
                         self.mem.header[L.W_READY] &= ~bit  # the new one sets it when up
-                        self._spawn(role)
+                        try:
+                            self._spawn(role)
+                        except ShmwheelError as e:  # no zygote could fork it: the dead
+                            log.error("%s; retrying", e)  # handle stays, so it is retried
 
     def _gate_schedules(self) -> None:
         """Clients refuse new timers (JournalError) while a journal writer has a fault,
