@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -179,3 +180,28 @@ def test_a_zygote_that_cannot_start_is_retried_not_fatal(svc, tmp_path, monkeypa
         wait_for(lambda: svc.stats()["completed"] == 1, timeout=30, what="a run after")
     assert all(p.poll() is None for p in svc.procs.values())
     assert_once_never_early(read_log(log), ["a"])
+
+
+def test_descriptors_above_1023_in_the_embedding_process(tmp_path):
+    """An embedding server with more than 1024 descriptors open: the supervisor's waits on
+    the zygote's socket and the roles' pidfds work there (poll, not select)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the hard limit on descriptors is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    held = []
+    try:
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+        with TimerService(tasks=TASKS, capacity=1000, executors=1) as svc:
+            assert svc._zygote is not None and svc._zygote.sock.fileno() > 1023
+            old = svc.procs["exec0"]
+            os.kill(old.pid, signal.SIGKILL)
+            assert old.wait(10) == -signal.SIGKILL
+            log = tmp_path / "log"
+            with svc.client() as c:
+                c.schedule("record", {"path": str(log), "tag": "a"}, delay_ms=1)
+                wait_for(lambda: svc.stats()["completed"] == 1, what="a run")
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

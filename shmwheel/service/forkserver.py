@@ -68,6 +68,15 @@ def zygote_env(path: Sequence[str], log_level: str) -> dict[str, str]:
     return env
 
 
+def readable(fds: Sequence[int], timeout: float) -> bool:
+    """Whether any of `fds` is readable (or closed) within `timeout` seconds: poll(2), not
+    select(2), which refuses descriptors above 1023 (an embedding server may have more)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
 class ForkServerError(RuntimeError):
     """The zygote is gone or refused a request (the supervisor turns it into a
     ShmwheelError naming the service)."""
@@ -141,7 +150,7 @@ class ForkServer:
         `timeout` passes. Caller holds the lock."""
         if self.dead:
             return None
-        if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
+        if timeout is not None and not readable([self.sock.fileno()], timeout):
             return None
         try:
             data = self.sock.recv(4096)
@@ -164,8 +173,7 @@ class ForkServer:
     def wait(self, timeout: float, wake_fd: int) -> None:
         """Sleep until the zygote reports something, `wake_fd` is readable, or `timeout`
         passes (the monitor thread's wait: a role's exit wakes it at once)."""
-        fds = [wake_fd] if self.dead else [self.sock.fileno(), wake_fd]
-        select.select(fds, [], [], timeout)
+        readable([wake_fd] if self.dead else [self.sock.fileno(), wake_fd], timeout)
 
     def close(self, timeout: float) -> None:
         """End the zygote (its roles have exited or are left to their own rules)."""
@@ -214,7 +222,7 @@ class RoleProcess:
 
     def _gone(self, timeout: float) -> bool:
         # the pidfd is closed only with this object (__del__): no thread polls a closed one
-        return self._pidfd < 0 or bool(select.select([self._pidfd], [], [], timeout)[0])
+        return self._pidfd < 0 or readable([self._pidfd], timeout)
 
     def wait(self, timeout: float | None = None) -> int:
         """The return code once the process has exited; subprocess.TimeoutExpired after
@@ -231,7 +239,7 @@ class RoleProcess:
             if server.dead:
                 self._gone(step)
             else:
-                select.select([server.sock], [], [], step)
+                readable([server.sock.fileno()], step)
         return code
 
     def send_signal(self, sig: int) -> None:
