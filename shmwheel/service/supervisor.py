@@ -25,16 +25,16 @@ from ..errors import ShmwheelError
 from ..journal import spill
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
-from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import sizes as Z
+from . import options as O
 from .client import Client, connect, now_ms
 from .forkserver import ForkServer, ForkServerError, RoleProcess, zygote_env
 from .jobs.executor import Executor
 from .jobs.pool import DEFAULT_GRACE_S, JobPool
 from .outcomes import mark_stopped
 from .stats import read_stats
-from .tasks import service_path, task_spec
+from .tasks import service_path
 from .watchdog import Watchdog
 
 log = logging.getLogger("shmwheel.service")
@@ -42,10 +42,6 @@ log = logging.getLogger("shmwheel.service")
 START_TIMEOUT_S = 60.0
 _READY_BITS = {"coordinator": L.READY_COORDINATOR, "reaper": L.READY_REAPER}
 MONITOR_S = 0.05
-
-
-def default_executors() -> int:
-    return max(1, (os.cpu_count() or 1) - 1)
 
 
 # The journal's lock must not outlive the service in a child the embedding process forks
@@ -64,10 +60,6 @@ def _drop_locks_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_drop_locks_in_child)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(1, int(n - 1).bit_length())
 
 
 class TimerService:
@@ -99,82 +91,33 @@ class TimerService:
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
-        self.journal: JournalOptions | None = None
         if journal_on_damage not in ("refuse", "salvage"):
             raise ValueError(
                 f"journal_on_damage must be 'refuse' or 'salvage', got {journal_on_damage!r}"
             )
         # what start() does with a damaged journal (docs/journal.md, "Damage")
         self.journal_on_damage = journal_on_damage
-        if journal is not None:
-            if not isinstance(journal, (str, os.PathLike)) or not os.fspath(journal):
-                raise ValueError(f"journal must be a directory path, got {journal!r}")
-            self.journal = JournalOptions(
-                os.path.abspath(os.fspath(journal)),
-                journal_fsync,
-                journal_fsync_ms,
-                journal_segment_bytes,
-                journal_keep_hours,
-            )
+        self.journal: JournalOptions | None = O.journal_options(
+            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours
+        )
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
-        if isinstance(job_workers, bool) or not isinstance(job_workers, int) or job_workers < 0:
-            raise ValueError(f"job_workers must be an integer >= 0, got {job_workers!r}")
-        if tasks is None and job_workers:
-            tasks = {}  # a service for jobs alone registers no task
-        if not isinstance(tasks, Mapping) or not (tasks or job_workers):
-            raise ValueError(
-                "tasks must be a non-empty mapping of task name -> "
-                "'module:function' or a module-level function"
-            )
-        if len(tasks) >= C.MAX_TASKS:  # (one id is L.NO_TASK's)
-            raise ValueError(f"at most {C.MAX_TASKS - 1} tasks can be registered")
-        if L.NO_TASK in tasks:
-            raise ValueError(f"the task name {L.NO_TASK!r} is reserved (Client.lease's)")
-        if arena_bytes is None:  # scaled by capacity (segment/sizes.py)
-            arena_bytes = Z.default_arena_bytes(capacity)
-        for what, value, low in (
-            ("capacity", capacity, 1),
-            ("tick_ms", tick_ms, 1),
-            ("wheel_size", wheel_size, 2),
-            ("max_clients", max_clients, 1),
-            ("arena_bytes", arena_bytes, 0),
-            ("watch_capacity", watch_capacity, 0),
-            ("waiter_capacity", waiter_capacity, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
-        if capacity >= C.MAX_CAPACITY:
-            raise ValueError(f"capacity must be below 2**31 ({C.MAX_CAPACITY})")
-        if max_clients > C.MAX_CLIENTS:
-            raise ValueError(f"max_clients must be at most {C.MAX_CLIENTS}")
-        n_exec = default_executors() if executors is None else executors
-        if isinstance(n_exec, bool) or not isinstance(n_exec, int) or n_exec < 1:
-            raise ValueError(f"executors must be an integer >= 1, got {executors!r}")
-        self.config = L.ServiceConfig(
+        self.config = O.service_config(
+            tasks,
             capacity=capacity,
+            executors=executors,
             tick_ms=tick_ms,
             wheel_size=wheel_size,
-            executors=n_exec,
             max_clients=max_clients,
-            ring_capacity=_pow2(ring_capacity),
-            dispatch_capacity=_pow2(dispatch_capacity),
-            arena_blocks=Z.arena_blocks(arena_bytes),
-            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
+            ring_capacity=ring_capacity,
+            dispatch_capacity=dispatch_capacity,
+            arena_bytes=arena_bytes,
             watch_capacity=watch_capacity,
             waiter_capacity=waiter_capacity,
+            job_workers=job_workers,
+            journal=self.journal,
         )
-        if self.journal is not None:
-            self.config = replace(
-                self.config,
-                journal_dir=self.journal.directory,
-                journal_fsync=self.journal.fsync,
-                journal_fsync_ms=self.journal.fsync_ms,
-                journal_segment_bytes=self.journal.segment_bytes,
-                journal_keep_hours=float(self.journal.keep_hours),
-            )
-        self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
         self.procs: dict[str, RoleProcess] = {}
