@@ -223,8 +223,11 @@ class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
         blob = P.encode_payload(payload)
         link = self._job_link
         if link is None:
-            link = self._job_link = JobLink(self.name, int(self._mem.header[L.W_OWNER]))
+            link = self._job_link = JobLink(self.name, self._owner())
         return link.submit(task, blob, delay, time_limit_ms, retry)
+
+    def _owner(self) -> int:
+        return int(self._mem.header[L.W_OWNER])
 
     def close(self) -> None:
         link, self._job_link = self._job_link, None
@@ -234,10 +237,18 @@ class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
 
     def stats(self) -> dict[str, Any]:
         """The service's stats() as this process sees them in shared memory (no restart
-        counts: only the supervisor knows those). ShmwheelError once the client is closed
-        or the service is stopping or stopped (docs/quickstart.md, "Errors at the call")."""
+        counts: only the supervisor knows those), with ``"jobs"``, the job pool's counts
+        asked over the job link, when the service has job workers. ShmwheelError once the
+        client is closed or the service is stopping or stopped (docs/quickstart.md,
+        "Errors at the call")."""
         self._check()
-        return read_stats(self._mem)
+        st = read_stats(self._mem)
+        link = self._job_link
+        if link is None:
+            link = self._job_link = JobLink.open(self.name, self._owner())
+        if link is not None:
+            st["jobs"] = link.stats()
+        return st
 
 
 if TYPE_CHECKING:  # the native half calls these methods of the Python half: mypy checks
