@@ -151,6 +151,12 @@ def test_collector_by_name_exports_the_job_metrics(svc):
     assert samples[("shmwheel_job_workers_alive", None)] == 2
     assert fams["shmwheel_jobs"].type == "counter" and fams["shmwheel_jobs_queued"].type == "gauge"
     assert all(fams[n].documentation for n in fams if n.startswith(("shmwheel_job",)))
+    # a collector given the service object exports the same job figures
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(svc))
+    text2 = generate_latest(registry).decode()
+    job_lines = [line for line in text.splitlines() if line.startswith("shmwheel_job")]
+    assert job_lines and all(line in text2.splitlines() for line in job_lines)
 
 
 def test_a_service_without_job_workers_has_no_jobs_and_no_error(cli):
