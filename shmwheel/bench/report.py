@@ -129,7 +129,7 @@ def figure_text(w: Workload, key: str, value: float) -> str:
     if key.startswith("ratio"):
         return times(value)
     if key.endswith("(ms)"):  # a latency among rates: its own unit names it
-        return f"{value:.3g} ms"
+        return f"{value:,.0f} ms" if value >= 100 else f"{value:.3f} ms"
     if key.endswith("CPU us per timer"):
         return f"{value:.3f} us"
     if key.startswith("journal") and "bytes" in key:
