@@ -10,7 +10,7 @@ The public API, all importable from here:
   TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
   FireContext;
 * errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
-  TaskError (what a handle's ``exception()`` gives when its task raised) and
+  UntrustedPath, TaskError (what a handle's ``exception()`` gives when its task raised) and
   RemoteTraceback (its cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
@@ -28,6 +28,7 @@ from .errors import (
     RemoteTraceback,
     ShmwheelError,
     TaskError,
+    UntrustedPath,
 )
 
 # Each public name is imported from its module on first use (PEP 562), so `import
@@ -104,6 +105,7 @@ __all__ = [
     "TimerTask",
     "TimerTaskEntry",
     "TimingWheel",
+    "UntrustedPath",
     "WheelCore",
     "connect",
     "context",

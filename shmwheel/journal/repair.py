@@ -23,7 +23,7 @@ from ..errors import JournalError
 from ..segment import contract as C
 from . import format as F
 from .check import DAMAGED_DIR, Inspection, inspect
-from .directory import JournalOptions
+from .directory import JournalOptions, trusted
 from .scan import JournalState
 from .writer import SegmentWriter
 
@@ -80,8 +80,10 @@ def repair(directory: str, dry_run: bool = False) -> Repaired:
     the journal's lock, salvage a dead service's memory into it, write every timer and
     operation the intact records prove pending into a new epoch's segment, synced, then
     move the damaged segments to DIR/damaged/. Nothing to do when it is not damaged. With
-    `dry_run`, only judge it (no lock taken, nothing written)."""
+    `dry_run`, only judge it (no lock taken, nothing written). A directory that is not
+    safe to use (``directory.trusted``) raises UntrustedPath, with nothing read."""
     if dry_run:
+        trusted(directory)
         return Repaired(inspect(directory))
     from .recovery import prepare  # (recovery uses quarantine)
 

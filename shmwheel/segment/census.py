@@ -27,7 +27,7 @@ import posix_ipc
 
 from ..errors import LayoutError
 from . import layout as L
-from . import shm
+from . import shm, trust
 
 log = logging.getLogger("shmwheel.segment")
 
@@ -73,18 +73,14 @@ def classify(path: Path) -> Entry | None:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
+    uid = trust.owner(st)
 
     def damaged(problem: str) -> Entry:
-        return Entry(name, "damaged", st.st_uid, st.st_size, st.st_ino, problem=problem)
+        return Entry(name, "damaged", uid, st.st_size, st.st_ino, problem=problem)
 
-    if st.st_uid != os.geteuid():
+    if not trust.owned(st):
         return Entry(
-            name,
-            "foreign",
-            st.st_uid,
-            st.st_size,
-            st.st_ino,
-            problem=f"held by {shm.user_name(st.st_uid)}",
+            name, "foreign", uid, st.st_size, st.st_ino, problem=f"held by {trust.user_name(uid)}"
         )
     if not shm.valid_name(name):
         return damaged("the name is not a service name (1-64 letters, digits, '_' or '-')")
@@ -103,7 +99,7 @@ def classify(path: Path) -> Entry | None:
     finally:
         seg.close()
     state = "stale" if not shm.pid_alive(owner) else "stopping" if stopping else "running"
-    return Entry(name, state, st.st_uid, st.st_size, st.st_ino, owner, cfg)
+    return Entry(name, state, uid, st.st_size, st.st_ino, owner, cfg)
 
 
 def describe(service: str) -> str:
@@ -155,7 +151,7 @@ def orphan_semaphores() -> list[Path]:
     out = []
     for path in sorted(shm.SHM_DIR.glob("sem." + shm.PREFIX + "*")):
         service = path.name[len("sem." + shm.PREFIX) :].rsplit(".", 1)[0]
-        if not shm.valid_name(service) or not shm.ours(path):
+        if not shm.valid_name(service) or not trust.ours(path):
             continue
         if not os.path.lexists(shm.SHM_DIR / (shm.PREFIX + service)):
             out.append(path)
