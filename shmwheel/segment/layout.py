@@ -97,7 +97,7 @@ JFAULT_WORDS = 3
 W_JREFUSE = 30
 W_JINJECT = 31  # the fault-injection word of journal/disk.py (tests and benchmarks only)
 # the watchdog's verdict (shmwheel/service/watchdog.py), written only by the supervisor:
-# the state (0 ok, 1 degraded, 2 failed) and a bitmask of its reasons (watchdog.REASONS)
+# the state (0 ok, 1 degraded, 2 failed) and a bitmask of its reasons (health.REASONS)
 W_HEALTH = 32
 W_HEALTH_REASONS = 33
 
