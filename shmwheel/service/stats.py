@@ -11,7 +11,7 @@ import numpy as np
 
 from ..segment import contract as C
 from ..segment import layout as L
-from .watchdog import read_health
+from ..segment.health import read_health
 
 
 def percentile_ms(hist: np.ndarray, q: float) -> float:
