@@ -312,14 +312,9 @@ class ServiceMemory:
                 f"({len(blob)} bytes > {META_BYTES}): register fewer tasks"
             )
         off = segment_layout(cfg)
-        try:
-            seg = (shm.LocalSegment if local else shm.Segment)(
-                shm.segment_name(service), off["total"] * 8
-            )
-        except shm.NameTaken as e:  # say what holds the name: running, stopping, stale
-            from .census import describe
-
-            raise shm.NameTaken(f"{e}: {describe(service)}") from e
+        seg = (shm.LocalSegment if local else shm.Segment)(  # shm.NameTaken if it exists
+            shm.segment_name(service), off["total"] * 8
+        )
         try:
             h = seg.words
             h[W_OWNER] = owner_pid

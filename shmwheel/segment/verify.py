@@ -25,15 +25,45 @@ one place" is checked for them.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ..wheel.core import WheelCore
 from . import contract as C
+from .ring import Ring
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .layout import ServiceMemory
+
+class _Config(Protocol):
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def max_clients(self) -> int: ...
+
+
+class ServiceMemory(Protocol):
+    """What verify reads of a service's memory (``layout.ServiceMemory`` is one: named by
+    its shape here, so that layout, which verifies after a repair, is not imported back)."""
+
+    @property
+    def config(self) -> _Config: ...
+    @property
+    def wheel(self) -> np.ndarray: ...
+    @property
+    def side(self) -> np.ndarray: ...
+    @property
+    def arena(self) -> np.ndarray: ...
+    @property
+    def counters(self) -> np.ndarray: ...
+    @property
+    def watch(self) -> np.ndarray: ...
+    @property
+    def producer(self) -> list[Ring]: ...
+    @property
+    def dispatch(self) -> list[Ring]: ...
+    @property
+    def results(self) -> list[Ring]: ...
+    def nodes(self) -> np.ndarray: ...
 
 
 def _states(mem: ServiceMemory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
