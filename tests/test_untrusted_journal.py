@@ -66,34 +66,37 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int, int, bytes]]:
 
 def _plant(d: Path, how: str) -> str:
     """Make `d` unsafe in one way; returns what the refusal must name."""
-    seg = F.segment_files(d)[0]
-    lock = d / "LOCK"
-    if how == "directory of another user":
-        os.chmod(d, 0o777)
-        for p in [d, *F.segment_files(d), lock]:
-            os.chown(p, OTHER, OTHER)
-        return rf"{d} belongs to uid {OTHER}.*owner uid {OTHER}, mode 0777"
-    if how == "directory writable by group":
-        os.chmod(d, 0o770)
-        return rf"{d} has mode 0770"
-    if how == "directory world-writable and sticky":
-        os.chmod(d, 0o1777)
-        return rf"{d} has mode 1777"
-    if how == "segment of another user":
-        os.chown(seg, OTHER, OTHER)
-        return rf"segment {seg} belongs to uid {OTHER}.*mode 0600"
-    if how == "segment writable by others":
-        os.chmod(seg, 0o666)
-        return rf"segment {seg} has mode 0666"
-    if how == "LOCK of another user":
-        os.chown(lock, OTHER, OTHER)
-        return rf"lock {lock} belongs to uid {OTHER}"
-    assert how == "LOCK a link"
-    elsewhere = d.parent / "elsewhere"
-    elsewhere.write_text("")
-    os.unlink(lock)
-    lock.symlink_to(elsewhere)
-    return rf"lock {lock} is not a regular file"
+    seg, lock = F.segment_files(d)[0], d / "LOCK"
+    if how == "LOCK a link":
+        elsewhere = d.parent / "elsewhere"
+        elsewhere.write_text("")
+        os.unlink(lock)
+        lock.symlink_to(elsewhere)
+        return rf"lock {lock} is not a regular file"
+    # (what, its new mode or None, whose it becomes: its own or all (the dir's) or None)
+    path, mode, chown, must = {
+        "directory of another user": (
+            d,
+            0o777,
+            "all",
+            rf"{d} belongs to uid {OTHER}.*owner uid {OTHER}, mode 0777",
+        ),
+        "directory writable by group": (d, 0o770, None, rf"{d} has mode 0770"),
+        "directory world-writable and sticky": (d, 0o1777, None, rf"{d} has mode 1777"),
+        "segment of another user": (
+            seg,
+            None,
+            "own",
+            rf"segment {seg} belongs to uid {OTHER}.*mode 0600",
+        ),
+        "segment writable by others": (seg, 0o666, None, rf"segment {seg} has mode 0666"),
+        "LOCK of another user": (lock, None, "own", rf"lock {lock} belongs to uid {OTHER}"),
+    }[how]
+    if mode is not None:
+        os.chmod(path, mode)
+    for p in {"all": [d, *F.segment_files(d), lock], "own": [path], None: []}[chown]:
+        os.chown(p, OTHER, OTHER)
+    return must
 
 
 UNSAFE = [
