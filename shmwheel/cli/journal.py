@@ -120,7 +120,8 @@ def _refused(directory: str, e: Exception) -> CommandError:
     """The one-line refusal (exit 2, no usage) of a journal command: a directory that is
     not safe to use (UntrustedPath), or one this user may not write (PermissionError)."""
     if isinstance(e, PermissionError):
-        return Refused(f"cannot use the journal {directory}: {e.strerror or e}: {e.filename}")
+        where = f": {e.filename}" if e.filename else ""
+        return Refused(f"cannot use the journal {directory}: {e.strerror or e}{where}")
     return Refused(str(e))
 
 
