@@ -7,11 +7,13 @@ The public API, all importable from here:
   DelayedOperationPurgatory;
 * the wheel core both layers share (``shmwheel.wheel``): WheelCore;
 * the multiprocess service (``shmwheel.service``): TimerService, connect, Client,
-  TimerHandle, TimerHandles, Operation (the cross-process purgatory), context,
+  TimerHandle, TimerHandles, Operation (the cross-process purgatory), Lease, context,
   FireContext;
-* errors: ShmwheelError, Full, LayoutError, JournalError, JournalInUse, RecoveryError,
-  UntrustedPath, TaskError (what a handle's ``exception()`` gives when its task raised) and
-  RemoteTraceback (its cause).
+* jobs, work bounded in time (``shmwheel.service.jobs``): Executor, Job, Retry;
+* errors: ShmwheelError, Full, LayoutError, SharedMemoryFull, JournalError, JournalInUse,
+  RecoveryError, UntrustedPath, TaskError (what a handle's ``exception()`` gives when its
+  task raised, and what a job's ``result()`` raises when it failed), JobTimeout (a job
+  that passed its time limit) and RemoteTraceback (their cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -21,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     Full,
+    JobTimeout,
     JournalError,
     JournalInUse,
     LayoutError,
     RecoveryError,
     RemoteTraceback,
+    SharedMemoryFull,
     ShmwheelError,
     TaskError,
     UntrustedPath,
@@ -48,10 +52,14 @@ _WHERE = {
     "TimerHandle": ".service.handles",
     "TimerHandles": ".service.handles",
     "Operation": ".service.purgatory",
+    "Lease": ".service.lease",
     "FireContext": ".service.context",
     "context": ".service.context",
     "TimerService": ".service.supervisor",
     "WheelCore": ".wheel.core",
+    "Executor": ".service.jobs.executor",
+    "Job": ".service.jobs.job",
+    "Retry": ".service.jobs.retry",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,6 +70,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .service.client import Client, connect
     from .service.context import FireContext, context
     from .service.handles import TimerHandle, TimerHandles
+    from .service.jobs.executor import Executor
+    from .service.jobs.job import Job
+    from .service.jobs.retry import Retry
+    from .service.lease import Lease
     from .service.purgatory import Operation
     from .service.supervisor import TimerService
     from .wheel.core import WheelCore
@@ -86,16 +98,22 @@ __all__ = [
     "Client",
     "DelayedOperation",
     "DelayedOperationPurgatory",
+    "Executor",
     "FireContext",
     "Full",
+    "Job",
+    "JobTimeout",
     "JournalError",
     "JournalInUse",
     "LayoutError",
+    "Lease",
     "ManualClock",
     "MockTimer",
     "Operation",
     "RecoveryError",
     "RemoteTraceback",
+    "Retry",
+    "SharedMemoryFull",
     "ShmwheelError",
     "SystemTimer",
     "TaskError",

@@ -20,6 +20,18 @@ class LayoutError(ShmwheelError):
     """A wheel array or segment whose header does not match this code's layout."""
 
 
+class SharedMemoryFull(ShmwheelError):
+    """/dev/shm has no room for a service's shared memory. ``start()`` reserves every byte
+    of its segment, and each semaphore's page, when it makes them (``posix_fallocate``),
+    so a full /dev/shm is this error at ``start()``, naming the bytes needed and the bytes
+    /dev/shm has free, and never a SIGBUS later; nothing of the failed start is left
+    behind. ``needed`` and ``free`` are those byte counts."""
+
+    def __init__(self, message: str, needed: int, free: int) -> None:
+        super().__init__(message)
+        self.needed, self.free = needed, free
+
+
 class JournalError(ShmwheelError):
     """The journal cannot keep new timers durable now (its disk is full, read-only or
     failing): ``schedule``, ``schedule_many`` and ``watch`` refuse until writes succeed
@@ -115,8 +127,26 @@ class TaskError(ShmwheelError):
             "message": self.message,
             "traceback": self.traceback,
         }
-        return (_task_error, (str(self), fields))
+        extra = {k: v for k, v in self.__dict__.items() if k not in fields and k != "__cause__"}
+        return (_task_error, (type(self), str(self), fields, extra))
 
 
-def _task_error(text: str, fields: dict[str, object]) -> TaskError:
-    return TaskError(text, **fields)  # type: ignore[arg-type]
+def _task_error(
+    cls: type[TaskError], text: str, fields: dict[str, object], extra: dict[str, object]
+) -> TaskError:
+    error = cls(text, **fields)  # type: ignore[arg-type]
+    error.__dict__.update(extra)
+    return error
+
+
+class JobTimeout(TaskError):
+    """A job's attempt passed its time limit and was stopped (``Job.result()`` raises it
+    for the last attempt; inside the job it is raised at the limit, the soft stop).
+
+    Deliberately **not** a ``TimeoutError``: that is what a caller's own wait raises
+    (``result(timeout=...)``), so ``except TimeoutError`` never hides a job that overran.
+    ``limit`` is the attempt's time limit in seconds; ``killed`` is True when the job did
+    not end at the soft stop and its worker was killed after the grace."""
+
+    limit: float | None = None
+    killed: bool = False

@@ -24,20 +24,40 @@ os.environ["SHMWHEEL_JVM_ARCHIVE"] = "off"
 MINE = f"s{os.getpid()}-"
 
 
+# services a module-scoped fixture keeps across its tests (module_service): the check
+# after each test leaves their processes and segments alone until the fixture ends
+KEPT: set[str] = set()
+
+
 def service_processes(prefix: str = MINE) -> list[psutil.Process]:
-    """Live service processes whose service name starts with `prefix`."""
+    """Live service processes whose service name starts with `prefix` (less KEPT ones)."""
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
         if any("shmwheel.service.main" in a for a in cmd[:3]) and any(
-            a.startswith(prefix) for a in cmd[3:]
+            a.startswith(prefix) and a not in KEPT for a in cmd[3:]
         ):
             found.append(p)
     return found
 
 
 def shm_files(prefix: str = MINE) -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + prefix in p.name}
+    return {
+        p.name
+        for p in Path("/dev/shm").iterdir()
+        if "shmwheel." + prefix in p.name and not any(f"shmwheel.{k}" in p.name for k in KEPT)
+    }
+
+
+def module_service(svc):
+    """A generator for a module-scoped fixture: `svc` started, kept across the module's
+    tests, stopped at its end (then the usual check applies to it)."""
+    with svc:
+        KEPT.add(svc.name)
+        try:
+            yield svc
+        finally:
+            KEPT.discard(svc.name)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -34,6 +34,9 @@ W_ORDER = [
     "svc_purgatory",
     "svc_purgatory_expire",
     "svc_heartbeat",
+    "svc_lease",
+    "svc_lease_expiry",
+    "svc_jobs",
 ]
 SERVICE_KEYS = set(W_ORDER)
 
@@ -123,6 +126,9 @@ def test_bench_quick_writes_every_workload(tmp_path):
         "W10",
         "W10",
         "W11",
+        "W12",
+        "W12",
+        "W13",
     ]
     assert "Redis" in proc.stdout  # said whether the Redis baseline ran or why not
     assert {w.key for w in service_workloads()} == SERVICE_KEYS <= set(doc["workloads"])

@@ -2,160 +2,82 @@
 
     python workers/batch_scheduler.py [--jobs 200] [--workers N] [--seed 1] [--kill-one]
 
-A pool of worker processes runs jobs (fake work: sleeps, some fail at random). For each
-attempt of a job the scheduler arms:
+Jobs (fake work: sleeps, some fail at random) run on a service's job workers through a
+``shmwheel.Executor``:
 
-- a **run timeout**: a timer (``schedule``) cancelled when the attempt reports back;
-- a **heartbeat deadline**: an operation (``watch``) on the key ``hb:JOB:ATTEMPT`` that the
-  worker completes every HEARTBEAT_MS through ``check_and_complete`` from its own process;
-  each completion renews it (a new operation), and it expires when the worker goes silent;
-- on a timeout, a silent worker or a failure, a **retry with exponential back-off**: a timer
-  of BACKOFF_MS * 2**attempt (capped), up to MAX_ATTEMPTS.
+- a **time limit** (``time_limit=``) that stops an attempt running past RUN_TIMEOUT_S: the
+  pool raises ``JobTimeout`` inside it and kills its worker after the grace, so an
+  abandoned attempt never runs on beside its retry;
+- a **retry with exponential back-off** (``shmwheel.Retry``) for a flaky failure, a time
+  limit or a worker that died, up to MAX_ATTEMPTS, one ``Job`` future across them all;
+- a **heartbeat**: one lease per job (``Client.lease``), made by the scheduler and handed
+  to the job (a lease pickles), beaten every HEARTBEAT_MS from the worker's own process.
+  It expires only when the worker goes silent for HEARTBEAT_DEADLINE_MS (its ``silent``
+  task runs once, ``context().holder`` naming the job); one timer slot per job, O(1) a
+  beat; the scheduler releases it when the job ends.
 
-The scheduler learns every outcome through the handles' futures (``add_done_callback``):
-no polling. A job finishes exactly once: reports of an abandoned attempt are ignored.
-``--kill-one`` SIGKILLs a worker in the middle of a job; its heartbeat operation expires
-and the job is retried elsewhere. A summary is printed at the end.
+The scheduler learns every outcome through the jobs' futures. ``--kill-one`` SIGKILLs the
+worker in the middle of a job: the pool fails that attempt alone ("its worker died"), its
+heartbeat goes silent, the job is retried on the successor worker and finishes once. A
+summary is printed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
+import concurrent.futures as cf
 import os
-import queue
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import shmwheel
 
-HEARTBEAT_MS = 50  # a worker signals this often
-HEARTBEAT_DEADLINE_MS = 400  # silent this long: the attempt is abandoned
-RUN_TIMEOUT_MS = 3000  # an attempt running longer is abandoned
-BACKOFF_MS, BACKOFF_CAP_MS, MAX_ATTEMPTS = 20, 1000, 6
-TASKS = {"noop": "shmwheel.examples.tasks:noop"}
+HEARTBEAT_MS = 50  # a worker beats this often
+HEARTBEAT_DEADLINE_MS = 400  # silent this long: its lease expires
+QUEUED_TTL_MS = 60_000  # a lease's first ttl: a job waiting for a worker is not silent
+RUN_TIMEOUT_S = 3.0  # an attempt running longer is stopped
+MAX_ATTEMPTS = 6
+POLICY = shmwheel.Retry(MAX_ATTEMPTS, backoff=0.02, factor=2.0, max_backoff=1.0, jitter=0.1)
+TASKS = {"silent": "shmwheel.examples.tasks:noop"}
 
 
-def worker(service: str, jobs: Any, results: Any) -> None:
-    """A worker process: take (job, attempt, work_ms, fails) items, run them with a
-    heartbeat every HEARTBEAT_MS, report (job, attempt, ok, pid)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with shmwheel.connect(service) as client:
-        while True:
-            item = jobs.get()
-            if item is None:
-                return
-            job, attempt, work_ms, fails = item
-            key = f"hb:{job}:{attempt}"
-            results.put(("started", job, attempt, os.getpid()))
-            end = time.monotonic() + work_ms / 1000
-            while time.monotonic() < end:
-                client.check_and_complete(key)
-                time.sleep(min(HEARTBEAT_MS / 1000, max(0.0, end - time.monotonic())))
-            results.put(("finished", job, attempt, not fails))
+class Flaky(Exception):
+    """A job's planned failure (retried)."""
 
 
-@dataclass
-class Job:
-    id: int
-    work_ms: int
-    fail_first: bool  # its first attempt raises (a flaky job)
-    attempt: int = 0
-    running: bool = False
-    done: bool = False
-    finished: int = 0  # times it finished (must end at 1)
-    pid: int = 0  # the worker running the current attempt
-    timeout: Any = None  # the run timeout's TimerHandle
-    heartbeat: Any = None  # the current heartbeat Operation
-    history: list[str] = field(default_factory=list)
+def work(job: int, work_ms: int, fail_first: bool, beat: Any, marks: str) -> int:
+    """One attempt of a job, in a job worker: beats `beat` while it works, appends
+    "job attempt pid start" and, if it returns, "... end" to `marks` (what the summary
+    counts), fails its first attempt when `fail_first`. Returns the worker's pid."""
+    path = Path(marks)
+    attempt = 1 + sum(line.split()[::3] == [str(job), "start"] for line in _lines(path))
+    _mark(path, f"{job} {attempt} {os.getpid()} start")
+    end = time.monotonic() + work_ms / 1000
+    while time.monotonic() < end:
+        beat.beat(HEARTBEAT_DEADLINE_MS)
+        time.sleep(min(HEARTBEAT_MS / 1000, max(0.0, end - time.monotonic())))
+    if fail_first and attempt == 1:
+        raise Flaky(f"job {job}: planned failure")
+    _mark(path, f"{job} {attempt} {os.getpid()} end")
+    return os.getpid()
 
 
-class Scheduler:
-    def __init__(self, client: shmwheel.Client, jobs: Any) -> None:
-        self.client = client
-        self.jobq = jobs
-        self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()  # from outcome callbacks
-        self.jobs: dict[int, Job] = {}
-        self.stats = {"retries": 0, "heartbeat_expiries": 0, "run_timeouts": 0, "failures": 0}
+def _mark(path: Path, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # one write a line
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
 
-    # -- arming --------------------------------------------------------------------------
-    def start(self, job: Job) -> None:
-        job.attempt += 1
-        job.running = True
-        job.history.append(f"attempt {job.attempt}")
-        job.pid, job.timeout, job.heartbeat = 0, None, None
-        fails = job.fail_first and job.attempt == 1
-        self.jobq.put((job.id, job.attempt, job.work_ms, fails))
 
-    def arm(self, job: Job) -> None:
-        """A worker took the attempt: its run timeout and first heartbeat deadline."""
-        a = job.attempt
-        job.timeout = self.client.schedule("noop", delay_ms=RUN_TIMEOUT_MS)
-        job.timeout.add_done_callback(lambda h: self.events.put(("timeout", job.id, a, h)))
-        self.watch_heartbeat(job)
-
-    def watch_heartbeat(self, job: Job) -> None:
-        a = job.attempt
-        op = self.client.watch([f"hb:{job.id}:{a}"], HEARTBEAT_DEADLINE_MS)
-        job.heartbeat = op
-        op.add_done_callback(lambda o: self.events.put(("heartbeat", job.id, a, o)))
-
-    def retry(self, job: Job, why: str) -> None:
-        job.running = False
-        job.history.append(why)
-        if job.heartbeat is not None:
-            job.heartbeat.cancel()
-        if job.timeout is not None:
-            job.timeout.cancel()
-        if job.attempt >= MAX_ATTEMPTS:
-            job.history.append("gave up")
-            job.done = True
-            return
-        self.stats["retries"] += 1
-        delay = min(BACKOFF_MS * 2**job.attempt, BACKOFF_CAP_MS)
-        backoff = self.client.schedule("noop", delay_ms=delay)
-        a = job.attempt
-        backoff.add_done_callback(lambda h: self.events.put(("backoff", job.id, a, h)))
-
-    # -- events --------------------------------------------------------------------------
-    def on_event(self, kind: str, jid: int, attempt: int, handle: Any) -> None:
-        job = self.jobs[jid]
-        current = job.running and attempt == job.attempt
-        if kind == "heartbeat" and current:
-            if handle.result() == "completed":
-                self.watch_heartbeat(job)  # renewed by a heartbeat
-            elif handle.result() == "expired":
-                self.stats["heartbeat_expiries"] += 1
-                self.retry(job, f"attempt {attempt}: worker {job.pid} went silent")
-        elif kind == "timeout" and current and handle.result() == "ok":
-            self.stats["run_timeouts"] += 1
-            self.retry(job, f"attempt {attempt}: ran past {RUN_TIMEOUT_MS} ms")
-        elif kind == "backoff" and not job.done and not job.running and attempt == job.attempt:
-            self.start(job)
-
-    def on_result(self, msg: tuple[Any, ...]) -> None:
-        kind, jid, attempt = msg[:3]
-        job = self.jobs[jid]
-        if not (job.running and attempt == job.attempt):
-            return  # a report of an abandoned attempt
-        if kind == "started":
-            job.pid = msg[3]
-            self.arm(job)
-            return
-        if msg[3]:
-            job.running, job.done = False, True
-            job.finished += 1
-            job.history.append(f"attempt {attempt}: finished")
-            for h in (job.timeout, job.heartbeat):
-                if h is not None:
-                    h.cancel()
-        else:
-            self.stats["failures"] += 1
-            self.retry(job, f"attempt {attempt}: failed")
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
 
 
 def run(
@@ -166,65 +88,74 @@ def run(
     work_ms: tuple[int, int] = (20, 200),
     timeout_s: float = 120.0,
 ) -> dict[str, Any]:
-    """Run the scheduler to the end; returns the summary (also what the script prints)."""
+    """Run the batch to the end; returns the summary (also what the script prints)."""
     workers = workers or max(1, os.cpu_count() or 1)
     rng = random.Random(seed)
-    ctx = mp.get_context("spawn")
+    home = tempfile.mkdtemp(prefix="shmwheel-batch-")  # this user's own (mode 0700)
+    marks = os.path.join(home, "marks")
     t0 = time.monotonic()
-    with shmwheel.TimerService(tasks=TASKS, capacity=10_000) as svc, svc.client() as client:
-        jobq, results = ctx.Queue(), ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(svc.name, jobq, results)) for _ in range(workers)]
-        for p in procs:
-            p.start()
-        s = Scheduler(client, jobq)
-        killed: dict[str, Any] = {}
-        try:
-            for j in range(jobs):
-                s.jobs[j] = Job(j, rng.randint(*work_ms), rng.random() < 0.1)
-            victim = jobs // 2
+    specs = [(j, rng.randint(*work_ms), rng.random() < 0.1) for j in range(jobs)]
+    victim = jobs // 2
+    if kill_one:
+        specs[victim] = (victim, max(specs[victim][1], 800), False)  # time to kill it
+    killed: dict[str, Any] = {}
+    try:
+        with (
+            shmwheel.TimerService(
+                tasks=TASKS, capacity=10_000, executors=1, job_workers=workers
+            ) as svc,
+            svc.client() as client,
+        ):
+            pool = svc.executor(time_limit=RUN_TIMEOUT_S, retry=POLICY)
+            beats = [
+                client.lease(QUEUED_TTL_MS, on_expire="silent", holder=f"job {j}")
+                for j in range(jobs)
+            ]
+            futures = {pool.submit(work, j, ms, fail, beats[j], marks): j for j, ms, fail in specs}
             if kill_one:
-                s.jobs[victim].work_ms = max(s.jobs[victim].work_ms, 600)  # time to kill it
-                s.jobs[victim].fail_first = False
-            for job in s.jobs.values():
-                s.start(job)
-            end = time.monotonic() + timeout_s
-            while not all(j.done for j in s.jobs.values()):
-                if time.monotonic() > end:
-                    raise RuntimeError("the batch did not finish in time")
-                try:
-                    s.on_result(results.get(timeout=0.005))
-                except queue.Empty:
-                    pass
-                while not s.events.empty():
-                    s.on_event(*s.events.get())
-                v = s.jobs[victim]
-                if kill_one and not killed and v.running and v.pid and v.attempt == 1:
-                    time.sleep(0.1)  # mid-job
-                    os.kill(v.pid, signal.SIGKILL)
-                    killed.update(job=victim, pid=v.pid)
-                    procs.append(ctx.Process(target=worker, args=(svc.name, jobq, results)))
-                    procs[-1].start()  # the pool keeps its size
-        finally:
-            for _ in procs:
-                jobq.put(None)
-            for p in procs:
-                p.join(5)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        ops = svc.stats()["operations"]
+                killed = _kill_mid_job(victim, marks, timeout_s)
+            done, late = cf.wait(futures, timeout=timeout_s)
+            if late:
+                raise RuntimeError(f"{len(late)} jobs did not finish in {timeout_s} s")
+            silent = [b.release() for b in beats].count(False)  # expired: a silent worker
+            stats = pool.stats()
+            failed = [futures[f] for f in done if f.exception() is not None]
+    finally:
+        rows = [line.split() for line in _lines(Path(marks))]
+        shutil.rmtree(home, ignore_errors=True)
+    history: dict[int, list[str]] = {}
+    ends: dict[int, int] = {}
+    for job, attempt, pid, what in rows:
+        history.setdefault(int(job), []).append(f"attempt {attempt} on worker {pid}: {what}")
+        ends[int(job)] = ends.get(int(job), 0) + (what == "end")
     return {
         "jobs": jobs,
         "workers": workers,
-        "finished once": sum(j.finished == 1 for j in s.jobs.values()),
-        "finished twice or more": sum(j.finished > 1 for j in s.jobs.values()),
-        "gave up": sum(j.finished == 0 for j in s.jobs.values()),
-        **s.stats,
-        "heartbeat operations": ops["watched"],
+        "finished once": sum(n == 1 for n in ends.values()) if not failed else jobs - len(failed),
+        "finished twice or more": sum(n > 1 for n in ends.values()),
+        "gave up": len(failed),
+        "attempts": sum(r[3] == "start" for r in rows),
+        "retries": stats["retried"],
+        "heartbeats silent": silent,
         "killed": killed,
-        "killed job history": s.jobs[killed["job"]].history if killed else [],
+        "killed job history": history.get(victim, []) if killed else [],
         "wall s": round(time.monotonic() - t0, 2),
     }
+
+
+def _kill_mid_job(job: int, marks: str, timeout_s: float) -> dict[str, Any]:
+    """SIGKILL the worker running `job`'s first attempt, once it is under way."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        for line in _lines(Path(marks)):
+            j, attempt, pid, what = line.split()
+            if int(j) == job and attempt == "1" and what == "start":
+                pid = int(pid)
+                time.sleep(0.1)  # mid-job
+                os.kill(pid, signal.SIGKILL)
+                return {"job": job, "pid": pid}
+        time.sleep(0.005)
+    raise RuntimeError(f"job {job} never started")
 
 
 def main(argv: list[str] | None = None) -> int:

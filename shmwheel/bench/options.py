@@ -30,7 +30,7 @@ def parser(names: list[str], description: str | None) -> argparse.ArgumentParser
     ap.add_argument(
         "--svc-n",
         type=int,
-        help="timers per service workload W1, W2, W5, W6, W9, W11 (default 100,000; "
+        help="timers per service workload W1, W2, W5, W6, W9, W11, W12, W13 (default 100,000; "
         "schedule_many schedules 5x this)",
     )
     ap.add_argument(

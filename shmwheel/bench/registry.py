@@ -1,5 +1,5 @@
 """Every workload of ``python -m shmwheel.bench``, in table order: the service workloads
-(W1-W11, from ``registry_service``), then the in-process ones (wheel core, Kafka
+(W1-W13, from ``registry_service``), then the in-process ones (wheel core, Kafka
 layer); and the groups ``--workloads`` accepts.
 """
 
@@ -17,7 +17,7 @@ def workloads(
     redis: bool = False,
     recovery_n: int = JW.RECOVERY_N,
 ) -> list[Workload]:
-    """W1-W11 first (each multiprocess-service workload against its peers, with the Redis
+    """W1-W13 first (each multiprocess-service workload against its peers, with the Redis
     peer's rows if `redis`), then the further in-process workloads (wheel core, Kafka
     layer)."""
     S = "shmwheel"
@@ -219,4 +219,4 @@ def workloads(
     ]
 
 
-GROUPS = {"service": "every svc_* workload (W1-W11)", "inprocess": "every other workload"}
+GROUPS = {"service": "every svc_* workload (W1-W13)", "inprocess": "every other workload"}

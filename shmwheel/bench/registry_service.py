@@ -1,4 +1,4 @@
-"""The table of the multiprocess-service workloads, W1-W11: for each, what it runs, which
+"""The table of the multiprocess-service workloads, W1-W13: for each, what it runs, which
 of its figures are compared with which peer's, the further figures printed, the notes on
 figures that need one, and its goals with the issue that set each, what it is for and what
 a miss means; the default W7 levels and which workloads have a Redis peer.
@@ -15,6 +15,7 @@ from . import service_ops as OPS
 from . import service_producers as PR
 from . import service_timing as TM
 from .registry_heartbeat import heartbeat_workloads
+from .registry_jobs import jobs_workloads
 from .registry_journal_purgatory import journal_workloads, purgatory_workloads
 from .workload import Goal, Workload
 
@@ -27,7 +28,7 @@ def service_workloads(
     redis: bool = False,
     recovery_n: int = JW.RECOVERY_N,
 ) -> list[Workload]:
-    """W1-W11. With `redis`, the Redis sorted-set peer's rows too (main() sets
+    """W1-W13. With `redis`, the Redis sorted-set peer's rows too (main() sets
     service_common.use_redis to the same value so that the workloads measure it).
     `recovery_n` only names W9's recovery goal: the workload recovers sizes["recovery"]
     timers."""
@@ -418,6 +419,7 @@ def service_workloads(
         *journal_workloads(recovery_n),
         *purgatory_workloads(),
         *heartbeat_workloads(),
+        *jobs_workloads(),
     ]
 
 

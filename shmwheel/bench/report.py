@@ -128,6 +128,8 @@ def figure_text(w: Workload, key: str, value: float) -> str:
     """A further figure of `w` in its own unit: ratios as multiples, counts as counts."""
     if key.startswith("ratio"):
         return times(value)
+    if key.endswith("(ms)"):  # a latency among rates: its own unit names it
+        return f"{value:.3g} ms"
     if key.endswith("CPU us per timer"):
         return f"{value:.3f} us"
     if key.startswith("journal") and "bytes" in key:
@@ -275,7 +277,7 @@ def goal_verdicts(selected: list[Workload]) -> list[dict[str, Any]]:
                     "op": g.op,
                     "target": g.target,
                     "value": v,
-                    "unit": w.unit if not g.figure.startswith(("early", "ratio")) else "",
+                    "unit": _goal_unit(w, g.figure),
                     "met": None if met is None else bool(met),
                     "workload": w.key,
                     "w": w.wid,
@@ -284,6 +286,12 @@ def goal_verdicts(selected: list[Workload]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def _goal_unit(w: Workload, figure: str) -> str:
+    if figure.startswith(("early", "ratio")):
+        return ""
+    return "ms" if figure.endswith("(ms)") else w.unit
 
 
 def _show(x: float, g: dict[str, Any]) -> str:

@@ -27,6 +27,14 @@ def log_fire(payload: Any) -> None:
     )
 
 
+def lease_expired(payload: Any) -> None:
+    """A lease's on_expire task (Client.lease): print whose lease expired and how long
+    after the deadline its last beat set."""
+    ctx = shmwheel.context()
+    late = time.monotonic_ns() / 1e6 - ctx.deadline_ms
+    print(f"lease of {ctx.holder} expired ({late:.1f} ms after its ttl): {payload!r}", flush=True)
+
+
 def append_line(payload: Any) -> None:
     """Append one line "id deadline_ms run_ns attempt tag key" to the file payload["path"]
     (one O_APPEND write, so lines from many executors never interleave); then sleep

@@ -1,6 +1,7 @@
 """Whole-service recovery from a journal (docs/journal.md, "Recovery").
 
-``TimerService(journal=DIR).start()`` runs, in order:
+``TimerService(journal=DIR).start()`` runs, in order (after claiming DIR's lock and
+writing what a stop through a disk fault left in /dev/shm: ``spill.py``):
 
 1. ``check``: read every segment and judge it (``check.py``): damage — a bad record,
    magic or header, a segment cut short or missing from its writer's chain, a segment of
@@ -40,6 +41,7 @@ from ..errors import RecoveryError as RecoveryError  # (errors.py; this path sta
 from ..segment import contract as C
 from ..segment import layout as L
 from . import format as F
+from . import spill
 from .check import add, inspect
 from .directory import JournalOptions, claim
 from .quarantine import quarantine
@@ -200,6 +202,7 @@ def prepare(opts: JournalOptions, service: str, on_damage: str = "refuse") -> Pl
     t0 = time.perf_counter()
     fd = claim(opts.directory, service)
     try:
+        spill.restore(opts.directory)  # what a stop through a disk fault could not write
         insp = inspect(opts.directory)
         if insp.damage and on_damage == "refuse":
             raise RecoveryError(insp.refusal())

@@ -43,6 +43,7 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment.layout import ServiceMemory
 from . import format as F
+from . import spill
 from .directory import JournalInUse as JournalInUse  # where it was first defined
 from .directory import JournalOptions, options_of
 from .directory import claim as claim
@@ -392,8 +393,8 @@ class SegmentWriter:
 
     def close(self) -> None:
         """Flush, end the segment with an END (synced unless the policy is none) and
-        close. Through a fault that a last try does not repair, what is held is lost
-        with this process: logged as an error."""
+        close. Through a fault that a last try does not repair, what is held goes to a
+        held file in /dev/shm for the next start (spill.py), logged as a warning."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -410,15 +411,11 @@ class SegmentWriter:
                         self._write_tail()
                     except OSError as e:
                         self._failed(e)
-                if self.fault is not None:
-                    log.error(
-                        "journal %s: the %s closes with %d bytes it could not write (%s): "
-                        "the events they record are not on disk",
-                        self.opts.directory,
-                        self.role,
-                        len(self._tail),
-                        self.fault,
-                    )
+                if self.fault is not None:  # what is held goes to /dev/shm (spill.py), with
+                    if self._size > self._durable:  # what was never synced (the disk may
+                        self._unsynced_to_tail()  # drop it) and the END of this close
+                    self._tail += F.frame(F.body(F.END, time.monotonic_ns() // 1000, ""))
+                    spill.hand_over(self, self.path, self._size, bytes(self._tail))
             finally:
                 if self._fd >= 0:
                     os.close(self._fd)

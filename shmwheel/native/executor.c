@@ -7,6 +7,10 @@
  * `recover`): outcomes up to the last published seq are done, the `started` record (if
  * unreported) crashed with it, the rest are still to run. No task runs twice.
  *
+ * A forked copy of the executor (a task that called fork() and returned in the child)
+ * ends with _exit(0) as soon as the task returns in it, before it touches anything shared.
+ * With a stop word, a batch ends after the record in hand once the word is set.
+ *
  * A record whose slot is not FIRING (or STOPPING) with the record's generation is garbage:
  * counted, reported as an error, never run. The payload is decoded only after its side
  * record and arena block check out. The running task's context is kept here and read by
@@ -17,6 +21,7 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "atomics.h"
 #include "errlog.h"
@@ -36,10 +41,13 @@ typedef struct {
     i64 *started;        /* this executor's X_STARTED word */
     i64 *counters;       /* its counter row (single writer) */
     i64 *hist;           /* its lateness histogram (single writer) */
+    i64 *stop;           /* the service's stopping word, or NULL (optional argument) */
+    pid_t pid;           /* the process that made this executor: a fork's copy is not it */
     PyObject *tasks;     /* list: task id -> callable */
     PyObject *unpack;    /* bytes -> object (msgpack) */
     PyObject *on_error;  /* (handle, task, exception, run, ERF_*): logs and records it */
     PyObject *on_full;   /* () -> bool: the result ring is full; False to give up */
+    PyObject *on_calendar;   /* (handle, deadline, calendar, after): see calendar_run */
     i64 tally[COUNTER_WORDS];
     i64 late[HIST_BUCKETS];
 } Executor;
@@ -99,6 +107,33 @@ static void record_lateness(Executor *e, i64 late_us) {
     e->late[b < HIST_BUCKETS ? b : HIST_BUCKETS - 1]++;
 }
 
+/* A calendar timer's run (its key is a dict: shmwheel/service/calendar.py): before the task,
+ * on_calendar(h, deadline, calendar, False) says whether it runs (False: a skipped misfire);
+ * after it, on_calendar(h, deadline, calendar, True) gives the next fire time's deadline,
+ * and the slot's period becomes the distance to it, so that the re-arm when the outcome is
+ * settled (slot_settle: deadline + period) lands on it; -1 (or an error: logged by the
+ * hook's caller as unraisable) leaves the period, 0 ends the timer. The task's exception,
+ * if any, is kept across the second call. */
+static PyObject *calendar_call(Executor *e, i64 h, i64 deadline, PyObject *cal, int after) {
+    return PyObject_CallFunction(e->on_calendar, "LLOO", (long long)h, (long long)deadline,
+                                 cal, after ? Py_True : Py_False);
+}
+
+static void calendar_next(Executor *e, i64 h, i64 slot, i64 deadline, PyObject *cal) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = calendar_call(e, h, deadline, cal, 1);
+    i64 next = r ? PyLong_AsLongLong(r) : -1;
+    if (!r || PyErr_Occurred()) PyErr_WriteUnraisable(e->on_calendar);
+    Py_XDECREF(r);
+    int c;
+    i64 b = slot_block(&e->seg, slot, &c);
+    if (b >= 0 && (META_FIELD(*side_meta(&e->seg, slot), FLAGS) & FLAG_REPEAT) &&
+            (next == 0 || next > deadline))
+        relaxed_store(&arena_block(&e->seg, c, b)[RH_PERIOD], next ? next - deadline : 0);
+    PyErr_Restore(type, value, tb);
+}
+
 /* Run the task of one checked record; returns the outcome, or -1 for an exception that is
  * not an Exception (SystemExit, KeyboardInterrupt): it propagates and the process ends. */
 static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
@@ -116,7 +151,17 @@ static int run_one(Executor *e, i64 h, i64 slot, i64 deadline, i64 fired_ns) {
         current.fired_ns = fired_ns;
         current.attempt = attempt;
         current.key = key;
-        r = PyObject_CallOneArg(PyList_GET_ITEM(e->tasks, tid), payload);
+        PyObject *go = NULL, *cal = key && PyDict_Check(key) && e->on_calendar != Py_None
+                                        ? key : NULL;
+        if (cal && (go = calendar_call(e, h, deadline, cal, 0)) && !PyObject_IsTrue(go))
+            r = Py_NewRef(Py_None);   /* a misfire skipped */
+        else if (!cal || go)
+            r = PyObject_CallOneArg(PyList_GET_ITEM(e->tasks, tid), payload);
+        /* a task that forked and returned in the child: that copy must not touch a ring,
+         * a counter, a slot or the error log; it ends here, at once, whatever the task left */
+        if (getpid() != e->pid) _exit(0);
+        Py_XDECREF(go);
+        if (cal) calendar_next(e, h, slot, deadline, cal);
         current.active = 0;
         current.key = NULL;
         Py_DECREF(payload);
@@ -163,6 +208,14 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
         i64 h = d[DR_HANDLE], fired_ns = d[DR_FIRED_NS], seq = seq0 + i;
         i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0, duration_us = 0;
         relaxed_store(e->started, seq);
+        /* stopping: the runs done are reported, the records from this one on stay on the
+         * ring, never started (a start on the journal re-arms them). The fence orders the
+         * store above before the load: a reaper that saw the stop and then `started` at -1
+         * (reaper.py, _await_executors) knows no run of this batch will start. */
+        if (e->stop) {
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            if (relaxed_load(e->stop)) { n = i; break; }
+        }
         i64 deadline;
         if (slot_fired(&e->seg, h, &deadline)) {
             late_us = now_us() - deadline * 1000;
@@ -200,19 +253,21 @@ static PyObject *ex_close(Executor *e, PyObject *unused) {
 }
 
 static int ex_init(Executor *e, PyObject *args, PyObject *kw) {
-    PyObject *o[9];
+    PyObject *o[9], *stop = NULL;
     if (e->holds.n) {
         PyErr_SetString(PyExc_RuntimeError, "Executor is initialised already");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!OOO:Executor", &o[0], &o[1], &o[2], &o[3], &o[4],
-                          &o[5], &o[6], &o[7], &o[8], &PyList_Type, &e->tasks, &e->unpack,
-                          &e->on_error, &e->on_full))
+    e->on_calendar = Py_None;   /* optional: without it a calendar's task runs, no re-arm */
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!OOO|OO:Executor", &o[0], &o[1], &o[2], &o[3],
+                          &o[4], &o[5], &o[6], &o[7], &o[8], &PyList_Type, &e->tasks,
+                          &e->unpack, &e->on_error, &e->on_full, &stop, &e->on_calendar))
         return -1;
     Py_INCREF(e->tasks);
     Py_INCREF(e->unpack);
     Py_INCREF(e->on_error);
     Py_INCREF(e->on_full);
+    Py_INCREF(e->on_calendar);
     Py_ssize_t nd, nr, nc, nh;
     i64 *started_row;
     if (holds_add(&e->holds, o[0], &e->seg.mem, NULL) < 0 ||
@@ -223,8 +278,10 @@ static int ex_init(Executor *e, PyObject *args, PyObject *kw) {
         holds_add(&e->holds, o[5], &e->results.w, &nr) < 0 ||
         holds_add(&e->holds, o[6], &started_row, NULL) < 0 ||
         holds_add(&e->holds, o[7], &e->counters, &nc) < 0 ||
-        holds_add(&e->holds, o[8], &e->hist, &nh) < 0)
+        holds_add(&e->holds, o[8], &e->hist, &nh) < 0 ||
+        (stop && stop != Py_None && holds_add(&e->holds, stop, &e->stop, NULL) < 0))
         return -1;
+    e->pid = getpid();
     e->started = started_row;   /* the caller passes a view starting at X_STARTED */
     e->dispatch.record = DISPATCH_RECORD;
     e->dispatch.cap = (nd - RING_HEADER_WORDS) / DISPATCH_RECORD;
@@ -243,6 +300,7 @@ static void ex_dealloc(Executor *e) {
     Py_CLEAR(e->unpack);
     Py_CLEAR(e->on_error);
     Py_CLEAR(e->on_full);
+    Py_CLEAR(e->on_calendar);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -257,7 +315,9 @@ static PyMethodDef ex_methods[] = {
 static PyTypeObject ExecutorType = NATIVE_TYPE(
     "Executor", Executor, 0,
     "Executor(wheel, side, arena, adata, dispatch, results, started, counters, hist, tasks, "
-    "unpack, on_error, on_full): an executor's batch loop (executor.c).",
+    "unpack, on_error, on_full[, stop[, on_calendar]]): an executor's batch loop "
+    "(executor.c); with `stop` (a one-word view, or None) it takes no further record of a "
+    "batch once that word is set; `on_calendar` re-arms calendar timers (service/calendar.py).",
     .tp_new = PyType_GenericNew, .tp_init = (initproc)ex_init, TYPE_BASICS(ex));
 
 static PyObject *fire_context(PyObject *m, PyObject *unused) {

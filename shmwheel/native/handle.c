@@ -1,6 +1,9 @@
 /* handle.c: `Handle`, the native half of a TimerHandle: its id and deadline, and a
- * cancel() that goes straight to its client's compare-and-swap (producer.c). */
+ * cancel() that goes straight to its client's compare-and-swap (producer.c); and a lease's
+ * beat (service/lease.py), its client's reset to the ttl the handle keeps. */
 #include "producer.h"
+
+#include <math.h>
 
 #include <structmember.h>
 #include "pytype.h"
@@ -41,16 +44,44 @@ static PyObject *handle_reset(Handle *h, PyObject *const *args, Py_ssize_t nargs
     return producer_reset((Producer *)h->client, stack, nargs + 1, kwnames);
 }
 
+/* _lease_beat(ttl_ms=None): a lease's beat (service/lease.py, Lease.beat): its client's
+ * reset to ttl_ms, by default the lease's own ttl, without a Python frame. A ttl given must
+ * be a finite number > 0 (reset checks the rest: its range, as delay_ms) */
+static PyObject *handle_lease_beat(Handle *h, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (total > 1 ||
+        (kwnames && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "ttl_ms")))
+        return PyErr_Format(PyExc_TypeError, "beat() takes one optional argument, ttl_ms");
+    PyObject *ttl = total == 1 && args[0] != Py_None ? args[0] : h->ttl;
+    if (!ttl) return PyErr_Format(PyExc_TypeError, "this handle is not a lease");
+    if (ttl != h->ttl) {
+        if (PyBool_Check(ttl) || !(PyLong_Check(ttl) || PyFloat_Check(ttl)))
+            return PyErr_Format(PyExc_TypeError, "ttl_ms must be a number of milliseconds, "
+                                "got %s", Py_TYPE(ttl)->tp_name);
+        double v = PyFloat_AsDouble(ttl);
+        if (v == -1.0 && PyErr_Occurred()) return NULL;
+        if (!(v > 0) || isinf(v))
+            return PyErr_Format(PyExc_ValueError, "ttl_ms must be finite and > 0, got %R", ttl);
+    }
+    if (!PyObject_TypeCheck(h->client, &ProducerType))
+        return PyErr_Format(PyExc_TypeError, "this handle has no client to reset it");
+    PyObject *stack[2] = {(PyObject *)h, ttl};
+    return producer_reset((Producer *)h->client, stack, 2, NULL);
+}
+
 static void handle_dealloc(Handle *h) {
     PyObject_GC_UnTrack(h);
     Py_CLEAR(h->client);
     Py_CLEAR(h->future);
+    Py_CLEAR(h->ttl);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
 static int handle_traverse(Handle *h, visitproc visit, void *arg) {
     Py_VISIT(h->client);
     Py_VISIT(h->future);
+    Py_VISIT(h->ttl);
     Py_VISIT(Py_TYPE(h));
     return 0;
 }
@@ -58,6 +89,7 @@ static int handle_traverse(Handle *h, visitproc visit, void *arg) {
 static int handle_clear(Handle *h) {
     Py_CLEAR(h->client);
     Py_CLEAR(h->future);
+    Py_CLEAR(h->ttl);
     return 0;
 }
 
@@ -67,6 +99,12 @@ static PyMethodDef handle_methods[] = {
     {"reset", (PyCFunction)(void (*)(void))handle_reset, METH_FASTCALL | METH_KEYWORDS,
      "reset(delay_ms=None, *, deadline_ms=None, at=None) -> bool\n\nMove this timer's "
      "deadline (see Client.reset); deadline_ms follows it."},
+    {"_lease_beat", (PyCFunction)(void (*)(void))handle_lease_beat,
+     METH_FASTCALL | METH_KEYWORDS,
+     "beat(ttl_ms=None) -> bool\n\nRenew the lease: its deadline becomes ttl_ms (None: the "
+     "lease's ttl) from now. True iff renewed; False once it expired (its timer fired) or "
+     "was released. ShmwheelError if the client is closed or the service stopping, as "
+     "reset()."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -78,6 +116,7 @@ static PyMemberDef handle_members[] = {
      "last reset of it)."},
     {"_client", T_OBJECT, offsetof(Handle, client), READONLY, NULL},
     {"_future", T_OBJECT, offsetof(Handle, future), 0, NULL},
+    {"_ttl", T_OBJECT, offsetof(Handle, ttl), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 

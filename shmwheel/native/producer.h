@@ -55,6 +55,8 @@ typedef struct {
     i64 id;
     i64 deadline_ms;
     PyObject *future;   /* its outcome's future, once someone asked (outcomes.py), or NULL */
+    PyObject *ttl;      /* a lease's ttl in ms (service/lease.py: what beat() resets to), or
+                           NULL for any other handle */
 } Handle;
 
 extern PyTypeObject ProducerType, HandleType;

@@ -37,7 +37,7 @@ from .. import _native as N
 from ..errors import LayoutError
 from ..wheel import core as wheel_core
 from . import contract as C
-from . import shm
+from . import fixed, shm
 from .ring import Ring
 from .sizes import (
     DEFAULT_TABLE_CAPACITY,
@@ -61,6 +61,10 @@ MAGIC_FAMILY = MAGIC >> 16  # "SHWSVC": a service segment of any layout version
 LAYOUT_VERSION = 9
 HEADER_WORDS = 64
 META_BYTES = 16384
+# the task a lease without on_expire runs on expiry (Client.lease): a no-op every service
+# has after its registered ones (task id len(tasks)), so that such a lease is a plain
+# timer, journaled and recovered by name like any other; no user task may take its name
+NO_TASK = "(no task)"
 
 # header words
 W_MAGIC = 0
@@ -270,7 +274,7 @@ class ServiceMemory:
         self.results = self._rings(
             off["results"], cfg.executors, cfg.dispatch_capacity, C.RESULT_RECORD
         )
-        self.task_names = [t[0] for t in cfg.tasks]
+        self.task_names = [t[0] for t in cfg.tasks] + [NO_TASK]  # (NO_TASK: its note)
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
         self._sems: dict[str, posix_ipc.Semaphore] = {}
         self.tables: N.Tables | None = None
@@ -330,17 +334,8 @@ class ServiceMemory:
             h[W_MAGIC] = C.as_int64(MAGIC)
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)
-            a = mem.arena
-            at, data = C.ARENA_CLASSES * C.A_CLASS_WORDS, 0
-            for c, n in enumerate(cfg.arena_blocks):
-                base = c * C.A_CLASS_WORDS
-                a[base + C.A_NBLOCKS] = n
-                a[base + C.A_OFF_NEXT] = at
-                a[base + C.A_OFF_OWNER] = at + n
-                a[base + C.A_DATA] = data // 8  # the classes' blocks follow one another
-                a[base + C.A_BLOCK_WORDS] = C.ARENA_CLASS_BYTES[c] // 8
-                data += n * C.ARENA_CLASS_BYTES[c]
-                at += 2 * n
+            table = fixed.arena_classes(cfg.arena_blocks).reshape(-1)
+            mem.arena[: len(table)] = table
             mem.anchors[:] = -1  # no slot anchored in a journal segment
             tables = mem.bind_tables()
             tables.watch_format(watch_buckets(cfg), cfg.watch_capacity)
@@ -356,11 +351,29 @@ class ServiceMemory:
 
     @classmethod
     def attach(cls, service: str) -> ServiceMemory:
+        """Map the segment of `service` (this user's, wholly reserved: shm.Segment) after
+        checking its header and every word create fixed (``fixed.check``): any damage is a
+        ``LayoutError`` naming what is wrong, and nothing is left mapped."""
         seg = shm.Segment(shm.segment_name(shm.check_name(service)))
         try:
             cfg = read_config(seg)
-            mem = cls(service, seg, cfg)
-            mem.bind_tables()
+            try:
+                mem = cls(service, seg, cfg)
+                sizes = (watch_buckets(cfg), cfg.watch_capacity)
+                fixed.check(
+                    seg.name,
+                    mem.wheel,
+                    cfg.geometry(),
+                    mem.arena,
+                    cfg.arena_blocks,
+                    mem.watch,
+                    sizes,
+                    mem.waiters,
+                    waiter_buckets(cfg),
+                )
+                mem.bind_tables()
+            except (ValueError, TypeError, ArithmeticError, IndexError) as e:
+                raise LayoutError(f"segment {seg.name} is damaged: {e}") from e
             return mem
         except BaseException:
             seg.close()
@@ -458,9 +471,10 @@ def read_config(seg: shm.Segment) -> ServiceConfig:
     start = HEADER_WORDS * 8
     try:
         cfg = ServiceConfig.from_blob(bytes(seg.bytes[start : start + n]))
+        fixed.check_sizes(asdict(cfg))
+        total = segment_layout(cfg)["total"] * 8
     except Exception as e:
         raise LayoutError(f"segment {seg.name} has an unreadable config: {e}") from e
-    total = segment_layout(cfg)["total"] * 8
     if int(h[W_TOTAL]) != total or seg.size < int(h[W_TOTAL]):
         raise LayoutError(
             f"segment {seg.name}: header size {int(h[W_TOTAL])} does not match "

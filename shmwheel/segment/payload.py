@@ -77,6 +77,29 @@ def encode(payload: Any, key: Any = None) -> tuple[bytes, int]:
     return _check_size(decodable(blob)), C.FLAG_KEY
 
 
+def encode_lease(payload: Any, holder: str | None) -> tuple[bytes, int]:
+    """(blob, flags) of a lease's timer (Client.lease): keyed by the list [holder], which
+    no key of schedule() can be (those are str, bytes or int), so the running task's
+    context tells a lease's holder apart from a key (service/context.py)."""
+    if holder is not None and not isinstance(holder, str):
+        raise TypeError(f"holder must be a str or None, got {type(holder).__name__}")
+    try:
+        blob = _pack([[holder], payload])
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _refuse(e) from None
+    return _check_size(decodable(blob)), C.FLAG_KEY
+
+
+def encode_calendar(payload: Any, spec: dict[str, Any]) -> tuple[bytes, int]:
+    """(blob, flags) of a calendar timer (Client.schedule(cron=...)): keyed by its
+    calendar, a dict (service/calendar.py), which no key of schedule() can be."""
+    try:
+        blob = _pack([spec, payload])
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _refuse(e) from None
+    return _check_size(decodable(blob)), C.FLAG_KEY
+
+
 def size_class(n: int) -> int:
     """The smallest arena class that holds n bytes."""
     for c, size in enumerate(C.ARENA_CLASS_BYTES):

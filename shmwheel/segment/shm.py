@@ -7,9 +7,16 @@ used: its resource tracker unlinks segments that the tracking process did not cr
 
 Trust (``trust``'s rules, docs/operating.md): an existing segment is used only if
 ``fstat`` on its open descriptor says it is this user's, a regular file, mode 0600 or
-stricter and a whole number of words (``check_own``); a name another user holds raises
-``ForeignSegment`` naming them, and ``unlink_service`` removes only this user's files.
-What each entry in /dev/shm is, and the sweep of stale services, are ``census``'s.
+stricter and a whole number of words, every byte of it reserved (``check_own``); a name
+another user holds raises ``ForeignSegment`` naming them, and ``unlink_service`` removes
+only this user's files. What each entry in /dev/shm is, and the sweep of stale services,
+are ``census``'s.
+
+Reservation: a segment is made with every page allocated (``posix_fallocate``, ``reserve``)
+and a semaphore's page is written when it is made (glibc's ``sem_open``), so a full
+/dev/shm is ``SharedMemoryFull`` when they are made, never a SIGBUS when a page is first
+touched; a segment with a page not reserved is refused at open (``check_own``), so no
+mapping of this package ever touches a page that /dev/shm may not have.
 
 The segment lock is ``flock`` on the segment's own file descriptor: the kernel drops it
 when its holder dies, so a SIGKILLed holder never deadlocks the service.  A holder that
@@ -18,6 +25,7 @@ died mid-update is detected by the ``dirty`` word it leaves set; the next holder
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -29,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import posix_ipc
 
-from ..errors import LayoutError
+from ..errors import LayoutError, SharedMemoryFull
 from . import trust
 
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
@@ -83,8 +91,9 @@ def held_elsewhere(posix_name: str, path: Path, uid: int) -> ForeignSegment:
 
 def check_own(posix_name: str, st: os.stat_result) -> None:
     """Refuse what fstat says is not a segment of this user: another owner, not a regular
-    file, group or other permission bits (ours are made 0600), or a size that cannot be a
-    segment (not a positive multiple of 8 bytes)."""
+    file, group or other permission bits (ours are made 0600), a size that cannot be a
+    segment (not a positive multiple of 8 bytes), or pages not reserved (a sparse file:
+    touching a hole allocates, and a full /dev/shm makes that a SIGBUS)."""
     path = shm_path(posix_name)
     if not trust.owned(st):
         raise held_elsewhere(posix_name, path, trust.owner(st))
@@ -93,6 +102,47 @@ def check_own(posix_name: str, st: os.stat_result) -> None:
         raise LayoutError(f"{why}: not used as a shared memory segment")
     if st.st_size < 8 or st.st_size % 8:
         raise LayoutError(f"{path} has {st.st_size} bytes: not a shmwheel segment")
+    if st.st_blocks * 512 < st.st_size:
+        raise LayoutError(
+            f"{path} has {st.st_size} bytes but only {st.st_blocks * 512} of them reserved: "
+            f"shmwheel reserves every byte of a segment when it makes it, so this one is not "
+            f"a segment it made (or was damaged) and is not used"
+        )
+
+
+def shm_space() -> tuple[int, int]:
+    """(bytes free, bytes in all) of the file system at /dev/shm (statvfs)."""
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def no_room(what: str, needed: int, cause: OSError) -> SharedMemoryFull:
+    """The error for `what` (needing `needed` bytes) that /dev/shm could not hold."""
+    free, total = shm_space()
+    return SharedMemoryFull(
+        f"{SHM_DIR} has no room for {what}: it needs {_bytes(needed)} and {SHM_DIR} has "
+        f"{_bytes(free)} free of {_bytes(total)} ({cause.strerror}): free space there "
+        f"(`df {SHM_DIR}`; `shmwheel ls --all` lists shmwheel's entries), or start the "
+        f"service with a smaller capacity",
+        needed,
+        free,
+    )
+
+
+def _bytes(n: int) -> str:
+    return f"{n} bytes" + (f" ({n / 2**20:.1f} MiB)" if n >= 2**20 else "")
+
+
+def reserve(fd: int, size: int, what: str) -> None:
+    """Allocate every page of the first `size` bytes of the file `fd` now
+    (``posix_fallocate``, which also sets its size); ``SharedMemoryFull`` if /dev/shm cannot
+    hold them (tmpfs then keeps none of the pages this call allocated)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            raise no_room(what, size, e) from e
+        raise LayoutError(f"cannot reserve {size} bytes of shared memory for {what}: {e}") from e
 
 
 def segment_name(service: str) -> str:
@@ -123,9 +173,11 @@ class Segment:
     (views first) and the fd; ``unlink`` removes the name.
 
     Opening an existing segment checks, with fstat on the open descriptor and before
-    anything is mapped or read, that it is this user's (``check_own``): another user's
-    raises ``ForeignSegment`` naming its owner. Creating one is exclusive (``O_CREX``,
-    mode 0600); a name already taken by another user raises ``ForeignSegment`` too."""
+    anything is mapped or read, that it is this user's and wholly reserved (``check_own``):
+    another user's raises ``ForeignSegment`` naming its owner. Creating one is exclusive
+    (``O_CREX``, mode 0600) and reserves every byte (``reserve``): ``SharedMemoryFull``,
+    with the name unlinked again, if /dev/shm cannot hold it; a name already taken by
+    another user raises ``ForeignSegment``."""
 
     def __init__(self, name: str, size: int | None = None) -> None:
         self.name = name
@@ -134,7 +186,7 @@ class Segment:
             if size is None:
                 self._shm = posix_ipc.SharedMemory(name)
             else:
-                self._shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
+                self._shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600)
         except (posix_ipc.ExistentialError, posix_ipc.PermissionsError) as e:
             uid = trust.foreign_holder(path)
             if uid is not None:
@@ -144,14 +196,22 @@ class Segment:
             if size is not None:
                 raise NameTaken(f"shared memory segment {name} exists already") from e
             raise LayoutError(f"shared memory segment {name} does not exist") from e
+        except posix_ipc.Error as e:
+            raise LayoutError(f"shared memory segment {name}: {e}") from e
         self.fd = self._shm.fd
         try:
+            if size is not None:
+                reserve(self.fd, size, f"the service segment {path}")
             st = os.fstat(self.fd)
             check_own(name, st)
             self.size = st.st_size
             self._map: mmap.mmap | None = mmap.mmap(self.fd, self.size)
-        except BaseException:
+        except BaseException as e:
             self._shm.close_fd()
+            if size is not None:
+                self.unlink()  # made here: nothing of it stays
+            if isinstance(e, OSError):
+                raise LayoutError(f"shared memory segment {name}: {e}") from e
             raise
         self.words = np.frombuffer(self._map, dtype=np.int64)
         self.bytes = np.frombuffer(self._map, dtype=np.uint8)
@@ -266,19 +326,34 @@ class Locked:
 
 
 def open_semaphore(service: str, role: str, create: bool) -> posix_ipc.Semaphore:
-    """A service's wake-up semaphore; `create` makes it exclusively (mode 0600), and a
-    name another user holds raises ``ForeignSegment`` naming that user."""
+    """A service's wake-up semaphore; `create` makes it exclusively (mode 0600; its page
+    is written then: ``SharedMemoryFull`` if /dev/shm has no room), and a name another
+    user holds raises ``ForeignSegment`` naming that user. Opening one the service does
+    not have raises ``LayoutError``."""
     name = semaphore_name(service, role)
+    path = SHM_DIR / ("sem." + name[1:])
     if create:
         try:
             return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=0)
         except posix_ipc.ExistentialError:
-            path = SHM_DIR / ("sem." + name[1:])
             uid = trust.foreign_holder(path)
             if uid is not None:
                 raise held_elsewhere(name, path, uid) from None
             raise
-    return posix_ipc.Semaphore(name)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.ENOMEM):
+                raise no_room(f"the semaphore {path}", mmap.PAGESIZE, e) from e
+            raise
+    try:
+        return posix_ipc.Semaphore(name)
+    except posix_ipc.Error as e:
+        uid = trust.foreign_holder(path)
+        if uid is not None:
+            raise held_elsewhere(name, path, uid) from e
+        raise LayoutError(
+            f"service {service!r} has no usable {role} semaphore ({path}: {e}): it is "
+            f"stopping, or its segment was not made by a running service"
+        ) from e
 
 
 def unlink_semaphore(name: str) -> None:

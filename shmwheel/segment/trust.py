@@ -1,8 +1,9 @@
 """Whether a path belongs to this process's user and is safe to use: the one module of the
 package that reads a file's owner or mode (``st_uid``, ``st_mode``) or this process's user.
 Shared memory (``shm``, ``census``), journal directories (``journal.directory``, salvage,
-repair, ``shmwheel journal``), the working directory ``shmwheel run`` imports tasks from,
-and the JVM class archive all ask it.
+repair, ``shmwheel journal``, the held files of ``journal/spill.py``), the working
+directory ``shmwheel run`` imports tasks from, the job link's peers (``service/jobs``) and
+the JVM class archive all ask it.
 
 The rules (docs/operating.md, "Trust"):
 
@@ -54,6 +55,12 @@ def this_user() -> str:
 def owner(st: os.stat_result) -> int:
     """The uid owning what `st` describes."""
     return st.st_uid
+
+
+def same_user(uid: int) -> bool:
+    """Whether `uid` (a file's owner, or a socket peer's from ``SO_PEERCRED``) is this
+    process's effective user (rule 1)."""
+    return uid == os.geteuid()
 
 
 def owned(st: os.stat_result) -> bool:

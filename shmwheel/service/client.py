@@ -8,7 +8,8 @@ half. Here are the Python paths of ``schedule`` and ``reset`` (``_schedule_slow`
 every argument and raises what the API promises, stores large payloads in the arena under
 the segment lock, and waits, bounded, for room on a full ring), ``handle``, ``operation``,
 ``stats`` and ``connect``; the batch calls are ``BatchCalls``' (batch.py), the purgatory's
-``PurgatoryCalls``' (purgatory.py), the rest ``ClientBase``'s (client_base.py).
+``PurgatoryCalls``' (purgatory.py), ``lease`` ``LeaseCalls``' (lease.py), the rest
+``ClientBase``'s (client_base.py).
 """
 
 from __future__ import annotations
@@ -21,15 +22,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _native as N
-from ..errors import Full, ShmwheelError
+from ..errors import ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
+from . import calendar as _calendar
 from . import times as _times
 from .batch import BatchCalls
 from .client_base import _live_clients, now_ms
 from .connection import claim_ring
 from .handles import TimerHandle, _FutureLike
+from .jobs.job import Job
+from .jobs.link import JobLink
+from .jobs.retry import Retry
+from .lease import LeaseCalls
 from .purgatory import Operation, PurgatoryCalls
 from .stats import read_stats
 
@@ -46,9 +52,30 @@ def schedule(
     key: str | bytes | int | None = None,
     every_ms: float | None = None,
     at: datetime | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
+    misfire: str = "skip",
 ) -> TimerHandle:
     """Client.schedule's signature, checked by Python (Client._schedule_checked): named
     schedule so that the TypeError of a call that does not fit it says schedule()."""
+    if cron is not None or tz is not None or misfire != "skip":
+        mixed = [
+            n
+            for n, v in (
+                ("delay_ms", delay_ms),
+                ("deadline_ms", deadline_ms),
+                ("at", at),
+                ("every_ms", every_ms),
+            )
+            if v is not None
+        ]
+        if cron is None or mixed:
+            raise ValueError(
+                "a calendar timer takes cron= (with tz= and misfire= if need be) and none "
+                f"of delay_ms=, deadline_ms=, at=, every_ms=; got cron={cron!r}"
+                + (f" with {', '.join(mixed)}" if mixed else "")
+            )
+        return self._schedule_calendar(task, payload, key, cron, tz, misfire)
     return self._schedule_slow(task, payload, delay_ms, deadline_ms, key, every_ms, at)
 
 
@@ -80,13 +107,14 @@ def _restore(
     return kind(client_for(service, instance), id, deadline_ms)
 
 
-class Client(BatchCalls, PurgatoryCalls):
+class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
     """A connection to a running service: one producer ring, used by one process (its
     threads may share it). Get one with ``shmwheel.connect(name)`` or
     ``TimerService.client()``; close it (or use it as a context manager) when done."""
 
     def __init__(self, mem: L.ServiceMemory, ring: int) -> None:
         super().__init__(mem, ring, Operation)
+        self._job_link: JobLink | None = None  # Client.submit's connection, made on first use
 
     def __enter__(self) -> Client:
         return self
@@ -126,23 +154,30 @@ class Client(BatchCalls, PurgatoryCalls):
                 f"a repeating timer's payload may encode to at most "
                 f"{C.MAX_PAYLOAD - C.REPEAT_HEADER} bytes, got {len(blob)}"
             )
-        h = self._take_one()
-        slot = C.handle_slot(h)
-        if not every and len(blob) <= C.INLINE_MAX:
-            word = C.inline_word(blob)
-            meta = C.meta_make(tid, flags, 0, len(blob), self.ring)
-        else:
-            try:
-                with self._mem.locked():
-                    word, cls, more = self._store_blob(slot, blob, every)
-                    meta = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
-                    self._own_blocks(slot, meta, word)
-            except Full:
-                if not self._give_back(h):  # the cache is full (other threads): free it
-                    with self._mem.locked():
-                        self._tables().retire(slot)
-                raise
-        self._publish_one(h, meta, word, deadline)
+        return TimerHandle(self, self._schedule_blob(tid, blob, flags, deadline, every), deadline)
+
+    def _schedule_calendar(
+        self, task: str, payload: Any, key: Any, cron: str, tz: str | None, misfire: str
+    ) -> TimerHandle:
+        """schedule(cron=...): a repeating timer at its calendar's fire times (calendar.py
+        says how it re-arms); its deadline is the first fire time after now."""
+        self._check_accepting()
+        tid = self._task_id(task)
+        if key is not None:
+            P.encode(None, key)  # the key's own TypeError
+        cal = _calendar.spec(cron, tz, misfire, key)
+        blob, flags = P.encode_calendar(payload, cal)
+        if len(blob) + C.REPEAT_HEADER > C.MAX_PAYLOAD:
+            raise ValueError(
+                f"a calendar timer's payload and expression may encode to at most "
+                f"{C.MAX_PAYLOAD - C.REPEAT_HEADER} bytes, got {len(blob)}"
+            )
+        deadline = _calendar.next_ms(cal)
+        if deadline - now_ms() >= self._max_delay:
+            raise ValueError(f"cron={cron!r}: its next run is beyond the wheel's range")
+        # the period until the first run's end is a placeholder: each run rewrites it
+        every = max(1, min(deadline - now_ms(), self._max_delay - 1))
+        h = self._schedule_blob(tid, blob, flags, deadline, every)
         return TimerHandle(self, h, deadline)
 
     def handle(self, id: int) -> TimerHandle:
@@ -165,6 +200,37 @@ class Client(BatchCalls, PurgatoryCalls):
         node = self._mem.nodes()[C.handle_slot(h)]
         deadline = int(node[C.F_DEADLINE]) if C.gs_gen(gs) == C.handle_gen(h) else -1
         return h, deadline
+
+    def submit(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        delay_ms: float = 0,
+        time_limit_ms: float | None = None,
+        retry: Retry | None = None,
+    ) -> Job:
+        """Run the registered `task` as a job on the service's job workers
+        (``TimerService(job_workers=N)``), from any process of the service: ``task(payload)``
+        after `delay_ms`, stopped at `time_limit_ms`, retried by `retry` (whose ``on`` may
+        name builtin exceptions and shmwheel's errors). Its ``Job``'s result is the task's
+        return value, which must be msgpack-encodable."""
+        self._check()
+        self._task_id(task)
+        delay = _times.check_delay(delay_ms, "delay_ms", self._max_delay)
+        if time_limit_ms is not None:
+            _times.check_delay(time_limit_ms, "time_limit_ms", self._max_delay)
+        blob = P.encode_payload(payload)
+        link = self._job_link
+        if link is None:
+            link = self._job_link = JobLink(self.name, int(self._mem.header[L.W_OWNER]))
+        return link.submit(task, blob, delay, time_limit_ms, retry)
+
+    def close(self) -> None:
+        link, self._job_link = self._job_link, None
+        if link is not None:
+            link.close()
+        super().close()
 
     def stats(self) -> dict[str, Any]:
         """The service's stats() as this process sees them in shared memory (no restart

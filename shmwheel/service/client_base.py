@@ -121,7 +121,7 @@ class ClientBase(N.Producer):
                 with mem.locked():
                     mem.ring_table[self.ring, L.RT_STATE] = L.RING_CLOSING
                 mem.ring_bell("coordinator")
-        except posix_ipc.Error:
+        except (posix_ipc.Error, ShmwheelError):
             pass  # the service was stopped and unlinked: there is nothing left to release
         finally:
             self._release()
@@ -271,7 +271,8 @@ class ClientBase(N.Producer):
         tid = self._mem.task_ids.get(task) if isinstance(task, str) else None
         if tid is None:
             raise ValueError(
-                f"unknown task {task!r}; registered tasks: {', '.join(self._mem.task_names)}"
+                f"unknown task {task!r}; registered tasks: "
+                f"{', '.join(self._mem.task_names[:-1])}"  # (less L.NO_TASK)
             )
         return tid
 
@@ -299,6 +300,29 @@ class ClientBase(N.Producer):
                 f"service {self.name!r} is full ({self._mem.config.capacity} timers): "
                 f"cancel some, or start it with a larger capacity"
             )
+        return h
+
+    def _schedule_blob(self, tid: int, blob: bytes, flags: int, deadline: int, every: int) -> int:
+        """Schedule a checked timer (task id, encoded payload and its flags, deadline, period
+        or 0) in a slot of its own: its payload inline or in an arena block, its record
+        published; returns its handle id. Full, and nothing taken, if there is no room."""
+        h = self._take_one()
+        slot = C.handle_slot(h)
+        if not every and len(blob) <= C.INLINE_MAX:
+            word = C.inline_word(blob)
+            meta = C.meta_make(tid, flags, 0, len(blob), self.ring)
+        else:
+            try:
+                with self._mem.locked():
+                    word, cls, more = self._store_blob(slot, blob, every)
+                    meta = C.meta_make(tid, flags | more, cls, len(blob), self.ring)
+                    self._own_blocks(slot, meta, word)
+            except Full:
+                if not self._give_back(h):  # the cache is full (other threads): free it
+                    with self._mem.locked():
+                        self._tables().retire(slot)
+                raise
+        self._publish_one(h, meta, word, deadline)
         return h
 
     def _publish_one(self, h: int, meta: int, word: int, deadline: int) -> None:

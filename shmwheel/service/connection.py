@@ -12,15 +12,23 @@ import numpy as np
 
 from ..errors import ShmwheelError
 from ..segment import layout as L
+from ..segment import shm
 
 
 def claim_ring(name: str) -> tuple[L.ServiceMemory, int]:
     """The segment of the running service `name` (same user), and a producer ring claimed
-    in it for this process. ShmwheelError if the service is stopping or every ring is in
-    use; the segment is closed again then."""
+    in it for this process. ShmwheelError if the segment is damaged (LayoutError, from
+    ``attach`` or a missing semaphore), its owner process is gone, the service is stopping
+    or every ring is in use; the segment is closed again then."""
     L.check_architecture()
     mem = L.ServiceMemory.attach(name)
     try:
+        owner = int(mem.header[L.W_OWNER])
+        if not shm.pid_alive(owner):
+            raise ShmwheelError(
+                f"service {name!r} is not running: the owner process its segment names "
+                f"(pid {owner}) is gone; `shmwheel clean` removes what a dead service left"
+            )
         if mem.header[L.W_STOPPING]:
             raise ShmwheelError(f"service {name!r} is stopping")
         mem.semaphore("coordinator")  # opened now, so close() can ring it after a stop

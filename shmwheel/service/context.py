@@ -7,13 +7,16 @@ from .. import _native as N
 
 class FireContext(NamedTuple):
     """What fired: the timer's handle id, key, deadline (monotonic ms), when the reaper
-    fired it (monotonic ms) and which run this is (1 for the first; repeats count up)."""
+    fired it (monotonic ms), which run this is (1 for the first; repeats count up), and,
+    in the on_expire task of a lease (``Client.lease``), the lease's holder (None for any
+    other timer, or a lease made without one)."""
 
     id: int
     key: Any
     deadline_ms: int
     fired_ms: int
     attempt: int
+    holder: str | None = None
 
 
 def context() -> FireContext:
@@ -22,4 +25,9 @@ def context() -> FireContext:
     raw = N.fire_context()
     if raw is None:
         raise RuntimeError("shmwheel.context() is only available inside a task run by an executor")
+    id, key, deadline_ms, fired_ms, attempt = raw
+    if type(key) is list:  # a lease's timer, keyed [holder] (segment/payload.py, encode_lease)
+        return FireContext(id, None, deadline_ms, fired_ms, attempt, key[0])
+    if type(key) is dict:  # a calendar timer, keyed by its calendar (service/calendar.py)
+        return FireContext(id, key.get("key"), deadline_ms, fired_ms, attempt)
     return FireContext(*raw)

@@ -2,7 +2,9 @@
 outcome. The batch loop is native (shmwheel/native/executor.c: its header gives the order
 of the writes that makes a crash recoverable); this module sets it up, recovers what a
 predecessor on the same rings left, logs and records task tracebacks (tracebacks.py),
-and sleeps when idle.
+and sleeps when idle. A stop ends the batch in hand after the task running
+now (the records after it stay on the ring, never started); a copy of the process that a
+task forked ends as soon as the task returns in it (executor.c).
 Started by the supervisor through ``shmwheel.service.main``.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +23,7 @@ from .. import _native as N
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
-from . import tracebacks
+from . import calendar, tracebacks
 from .process import ServiceProcess
 from .tasks import resolve
 
@@ -45,6 +48,7 @@ class Executor(ServiceProcess):
                 tasks.append(
                     _failed_import(ImportError(f"task {name!r} ({spec}) failed to import: {e!r}"))
                 )
+        tasks.append(_no_task)  # L.NO_TASK, the last task id (layout.py)
         self.native = N.Executor(
             mem.wheel,
             mem.side,
@@ -59,6 +63,8 @@ class Executor(ServiceProcess):
             P.unpack,
             self._task_failed,
             self._results_full,
+            mem.header[L.W_STOPPING : L.W_STOPPING + 1],  # a stop ends a batch early
+            self._on_calendar,
         )
 
     def _task_failed(self, handle: int, tid: int, exc: BaseException, run: int, flags: int) -> None:
@@ -68,6 +74,17 @@ class Executor(ServiceProcess):
         name = names[tid] if 0 <= tid < len(names) else f"id {tid} (unknown)"
         log.error("task %s (timer %#x) raised", name, handle, exc_info=exc)
         tracebacks.record(self.mem, self.index, handle, tid, exc, run, flags)
+
+    def _on_calendar(self, handle: int, deadline: int, spec: dict[str, Any], after: bool) -> Any:
+        """A calendar timer's run (executor.c, calendar_call; calendar.py): before its task,
+        whether it runs (a misfire with misfire="skip" does not); after it, the deadline of
+        its next fire time."""
+        if not after:
+            return calendar.runs(spec, deadline, time.monotonic_ns() // 1_000_000)
+        try:
+            return calendar.next_ms(spec)
+        except StopIteration:  # no fire time left: the timer ends with this run
+            return 0
 
     def _results_full(self) -> bool:
         """The result ring is full: wake the reaper and wait a little; False to give up."""
@@ -129,6 +146,10 @@ def recover_rings(
     return handle
 
 
+def _no_task(payload: Any) -> None:
+    """L.NO_TASK: what a lease without on_expire runs when it expires (nothing)."""
+
+
 def _failed_import(error: Exception) -> Callable[[Any], Any]:
     def task(payload: Any) -> None:
         raise error
@@ -137,6 +158,25 @@ def _failed_import(error: Exception) -> Callable[[Any], Any]:
 
 
 def main(service: str, index: int) -> None:
-    executor = Executor(service, index)
-    executor.settle_heap()
-    executor.run()
+    """Run an executor until the service stops, then end the process with ``os._exit``:
+    an interpreter's normal exit would wait for what a task left behind (a
+    ``multiprocessing`` child that is not a daemon, a thread, an atexit handler), and
+    a stop must not (docs/operating.md, "Stopping")."""
+    code = 0
+    try:
+        executor = Executor(service, index)
+        executor.settle_heap()
+        executor.run()
+    except SystemExit as e:  # a task raised it: the process ends, as Python would
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        log.critical("executor %d ends on an exception", index, exc_info=True)
+        code = 1
+    finally:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)

@@ -1,6 +1,7 @@
 """Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
 of coordinator, reaper, executor. The supervisor runs it through ``python -c`` after
-ignoring SIGINT (so a Ctrl-C never kills a process that is still importing); by hand,
+ignoring SIGINT and SIGTERM (so neither a Ctrl-C nor a group's SIGTERM kills a process
+that is still importing; process.py then catches SIGTERM); by hand,
 ``python -m shmwheel.service.main ROLE SERVICE [INDEX]``.
 
 Each process logs through ``logging.getLogger("shmwheel.<role>")``. Unless the
@@ -55,4 +56,5 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the first moment: the supervisor
-    main(sys.argv)  # decides when service processes stop
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # decides when service processes stop
+    main(sys.argv)

@@ -5,6 +5,13 @@ A service process exits when the supervisor sets ``stopping`` or when the superv
 itself is gone (its parent changed, and the owner word names no live process: the
 embedding process was killed). In the latter case
 the coordinator, which owns the segments, unlinks them on its way out.
+
+Neither SIGINT nor SIGTERM ends a service process: a signal sent to a whole process group
+(a terminal's Ctrl-C, systemd's SIGTERM to every process of a unit, ``timeout``) must not
+kill an executor mid-task; the embedding process decides, and its ``stop()`` ends them in
+order (docs/operating.md, "Stopping"). SIGTERM is caught by a handler, not ignored, so that
+the processes a task starts get the default action back: a forked child, which inherits the
+handler, re-sends SIGTERM to itself with the default action; an exec'd one starts with it.
 """
 
 from __future__ import annotations
@@ -23,9 +30,27 @@ from ..segment import shm
 LIVENESS_S = 0.05  # how often a process checks that its supervisor is alive
 
 
+_SERVICE_PID = 0  # the service process itself, as opposed to a process a task forked
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """Ignored in the service process; in a process a task forked, SIGTERM is fatal again."""
+    if os.getpid() != _SERVICE_PID:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def keep_running_on_sigterm() -> None:
+    """Make SIGTERM a no-op for this process (see the module doc)."""
+    global _SERVICE_PID
+    _SERVICE_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 class ServiceProcess:
     def __init__(self, service: str, role: str) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
+        keep_running_on_sigterm()
         self.service = service
         self.role = role
         self.mem = L.ServiceMemory.attach(service)

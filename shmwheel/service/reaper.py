@@ -27,11 +27,13 @@ import os
 import time
 
 import numpy as np
+import psutil
 
 from ..journal.retention import ReaperFiles
 from ..journal.writer import options_of, service_writer
 from ..segment import contract as C
 from ..segment import layout as L
+from ..segment import shm
 from ..segment import verify as V
 from .process import ServiceProcess
 
@@ -210,8 +212,37 @@ class Reaper(ServiceProcess):
                 continue
             self.wait(min((nxt * 1_000_000 - time.monotonic_ns()) / 1e9, MAX_SLEEP_S))
         if self.journal is not None:
+            self._await_executors()
             self.settle()  # outcomes reported before the stop are recorded
             self.journal.close()
+
+    def _await_executors(self) -> None:
+        """At a stop: settle what the executors report until none is in a batch (each
+        finishes the run in hand and starts no other: executor.c), so that every run that
+        started has its outcome recorded and none runs again at the next start. Not when
+        the supervisor is gone (a whole-service crash: at-least-once, docs/journal.md);
+        a task that does not end is ended by stop()'s timeout, which kills us too."""
+        table, parent = self.mem.exec_table, self.parent
+        while not (os.getppid() != parent and not shm.pid_alive(self.owner)):
+            busy = [
+                int(pid)
+                for pid, started in zip(table[:, L.X_PID], table[:, L.X_STARTED], strict=True)
+                if started >= 0 and _running(int(pid))
+            ]
+            if not busy:
+                return
+            self.settle()
+            self.wait(0.002)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has)."""
+    if not shm.pid_alive(pid):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def main(service: str, index: int) -> None:

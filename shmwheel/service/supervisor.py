@@ -16,17 +16,21 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from ..errors import ShmwheelError
+from ..journal import spill
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import sizes as Z
 from .client import Client, connect, now_ms
+from .jobs.executor import Executor
+from .jobs.pool import DEFAULT_GRACE_S, JobPool
 from .outcomes import mark_stopped
 from .stats import read_stats
 from .tasks import service_path, task_spec
@@ -43,6 +47,24 @@ def default_executors() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
 
 
+# The journal's lock must not outlive the service in a child the embedding process forks
+# (a multiprocessing worker, say): each such child closes its copy at once.
+_LOCK_HOLDERS: weakref.WeakSet[TimerService] = weakref.WeakSet()
+
+
+def _drop_locks_in_child() -> None:
+    for svc in list(_LOCK_HOLDERS):
+        fd, svc._journal_fd = svc._journal_fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
+
+
 def _pow2(n: int) -> int:
     return 1 << max(1, int(n - 1).bit_length())
 
@@ -54,7 +76,7 @@ class TimerService:
         self,
         name: str | None = None,
         *,
-        tasks: Mapping[str, str | Callable[..., Any]],
+        tasks: Mapping[str, str | Callable[..., Any]] | None = None,
         capacity: int = 1_000_000,
         executors: int | None = None,
         tick_ms: int = 1,
@@ -71,6 +93,8 @@ class TimerService:
         watch_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         waiter_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         journal_on_damage: str = "refuse",
+        job_workers: int = 0,
+        job_grace: float = DEFAULT_GRACE_S,
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
@@ -94,13 +118,19 @@ class TimerService:
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
-        if not isinstance(tasks, Mapping) or not tasks:
+        if isinstance(job_workers, bool) or not isinstance(job_workers, int) or job_workers < 0:
+            raise ValueError(f"job_workers must be an integer >= 0, got {job_workers!r}")
+        if tasks is None and job_workers:
+            tasks = {}  # a service for jobs alone registers no task
+        if not isinstance(tasks, Mapping) or not (tasks or job_workers):
             raise ValueError(
                 "tasks must be a non-empty mapping of task name -> "
                 "'module:function' or a module-level function"
             )
-        if len(tasks) > C.MAX_TASKS:
-            raise ValueError(f"at most {C.MAX_TASKS} tasks can be registered")
+        if len(tasks) >= C.MAX_TASKS:  # (one id is L.NO_TASK's)
+            raise ValueError(f"at most {C.MAX_TASKS - 1} tasks can be registered")
+        if L.NO_TASK in tasks:
+            raise ValueError(f"the task name {L.NO_TASK!r} is reserved (Client.lease's)")
         if arena_bytes is None:  # scaled by capacity (segment/sizes.py)
             arena_bytes = Z.default_arena_bytes(capacity)
         for what, value, low in (
@@ -152,11 +182,16 @@ class TimerService:
         self._watchdog: Watchdog | None = None  # made by start(), run by the monitor thread
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._journal_fd = -1  # the journal directory's lock, shared with our children
+        self._journal_fd = -1  # the journal directory's lock, shared with its writers
         self._path: list[str] = []  # the service processes' import path (tasks.service_path)
         self.recovery: dict[str, Any] = {}  # what the last start recovered (journal only)
         self._rate_sample: tuple[float, int] | None = None
         self._started = 0.0
+        # the job workers (service/jobs/): a pool made by start(), ended by stop()
+        self._job_options = (job_workers, job_grace)
+        if job_workers:
+            JobPool.check_pool_options(job_workers, job_grace)
+        self._jobs: JobPool | None = None
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> TimerService:
@@ -187,6 +222,15 @@ class TimerService:
         except BaseException:
             self._teardown(5.0)
             raise
+        if self._job_options[0]:
+            try:
+                self._jobs = JobPool(
+                    self._job_options[0], grace=self._job_options[1], name=f"{self.name}-jobs"
+                ).start()
+                self._jobs.listen(self.name, dict(self.config.tasks))
+            except BaseException:
+                self._teardown(5.0)
+                raise
         self._stop.clear()
         self._started, self._rate_sample = time.monotonic(), None
         self._watchdog = Watchdog(self)
@@ -221,6 +265,9 @@ class TimerService:
             self.procs = {}
             self._monitor = None
             return
+        if self._jobs is not None:  # running jobs fail ("the service stopped"), queued cancel
+            self._jobs.shutdown(wait=False, kill=True)
+            self._jobs = None
         self._stop.set()
         if self._monitor is not None:
             self._monitor.join()
@@ -253,6 +300,20 @@ class TimerService:
             raise ShmwheelError("start the service before asking for a client")
         return connect(self.name)
 
+    def job_pool(self) -> JobPool:
+        """The pool of this service's job workers (``TimerService(job_workers=N)``)."""
+        if self._jobs is None:
+            raise ShmwheelError(
+                f"service {self.name!r} has no job workers running: start it, made with "
+                "TimerService(job_workers=N)"
+            )
+        return self._jobs
+
+    def executor(self, **defaults: Any) -> Executor:
+        """An ``Executor`` on this service's job workers; `defaults` are its
+        ``time_limit`` and ``retry``. Its ``shutdown`` leaves the service running."""
+        return Executor(service=self, **defaults)
+
     # -- the journal --------------------------------------------------------------------
     def _recover_plan(self) -> Any:
         """Claim the journal and read it; the config then starts a new epoch above it."""
@@ -261,6 +322,7 @@ class TimerService:
         assert self.journal is not None
         plan = recovery.prepare(self.journal, self.name, self.journal_on_damage)
         self._journal_fd = plan.fd
+        _LOCK_HOLDERS.add(self)
         st = plan.state
         self.journal = replace(self.journal, epoch=st.epoch + 1)
         self.config = replace(self.config, journal_epoch=st.epoch + 1, journal_next_gen=st.next_gen)
@@ -289,8 +351,8 @@ class TimerService:
             sys.executable,
             "-Pc",
             "import signal; signal.signal(signal.SIGINT, "
-            "signal.SIG_IGN); import sys; from shmwheel.service.main import main; "
-            "main(sys.argv)",
+            "signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); import sys; "
+            "from shmwheel.service.main import main; main(sys.argv)",
         ]
         if role.startswith("exec"):
             argv += ["executor", self.name, role[4:]]
@@ -303,8 +365,10 @@ class TimerService:
             logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()),
         )
         try:
-            # the journal's lock goes with them: it is free only when they are all gone
-            fds = (self._journal_fd,) if self._journal_fd >= 0 else ()
+            # the journal's lock goes with its writers, which never run tasks: it is free
+            # once they are gone, whatever processes a task left behind
+            writer = self._journal_fd >= 0 and not role.startswith("exec")
+            fds = (self._journal_fd,) if writer else ()
             self.procs[role] = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, pass_fds=fds
             )
@@ -435,6 +499,15 @@ class TimerService:
             self.mem = None
         shm.unlink_service(self.name)
         self._release_journal()
+        held = spill.pending(self.journal.directory) if self.journal is not None else []
+        if held:  # its writers could not write everything (a disk gone read-only)
+            log.warning(
+                "service %s stopped with records its journal %s did not take; they are kept "
+                "in %s, and the next start on this journal writes them first",
+                self.name,
+                self.journal.directory,  # type: ignore[union-attr]
+                ", ".join(held),
+            )
 
     # -- observation ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -442,6 +515,8 @@ class TimerService:
         if self.mem is None:
             raise ShmwheelError("the service is not running")
         stats = read_stats(self.mem, self.procs, self.restarts)
+        if self._jobs is not None:
+            stats["jobs"] = self._jobs.stats()
         j = stats.get("journal")
         if j is not None:  # the write rate since the previous stats() (or the start)
             t, prev = time.monotonic(), self._rate_sample or (self._started, 0)

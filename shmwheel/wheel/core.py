@@ -127,7 +127,9 @@ _OFFSETS = (
 )
 
 
-def _read_geometry(mem: np.ndarray) -> WheelGeometry:
+def read_geometry(mem: np.ndarray) -> WheelGeometry:
+    """The geometry a formatted wheel array's header records; LayoutError for a header that
+    is not one, or whose sizes and offsets disagree with one another or with the array."""
     if mem.dtype != np.int64 or mem.ndim != 1 or len(mem) < K.WHEEL_HEADER_WORDS:
         raise LayoutError("a wheel array is a 1-d int64 array with at least a header")
     magic = int(np.int64(mem[K.H_MAGIC]).view(np.uint64))
@@ -201,7 +203,7 @@ class WheelCore(N.BoundWheel):
         growable: bool = True,
     ) -> None:
         mem = formatted_wheel(tick, wheel_size, start_time, capacity, max_range)
-        self._bind(mem, _read_geometry(mem), growable)
+        self._bind(mem, read_geometry(mem), growable)
 
     @staticmethod
     def format(mem: np.ndarray, g: WheelGeometry, start_time: int) -> None:
@@ -223,7 +225,7 @@ class WheelCore(N.BoundWheel):
         """A core over an already formatted array (e.g. a shared segment); checks the header.
         ``growable`` only for process memory: growing replaces the array."""
         core = cls.__new__(cls)
-        core._bind(mem, _read_geometry(mem), growable)
+        core._bind(mem, read_geometry(mem), growable)
         return core
 
     def _bind(self, mem: np.ndarray, g: WheelGeometry, growable: bool) -> None:

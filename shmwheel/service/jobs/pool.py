@@ -1,0 +1,208 @@
+"""``JobPool``: job workers and the thread that serves them, in the process that owns the
+pool (the supervisor's, ``TimerService(job_workers=N)``, or an ``Executor``'s own).
+
+Theory of operation. Callers put jobs on one queue (``submit``). One manager thread owns
+everything else: it sends jobs to workers in batches, reads their outcome frames, keeps
+the pool's timers in a ``WheelCore`` (the shmwheel wheel, tick 1 ms), and starts a new
+worker for every one that dies. Workers are forked from multiprocessing's fork server
+(started once, with this package imported), so a replacement costs a fork, not a Python
+start-up.
+
+Time limits. A worker arms its own interval timer at an attempt's start (worker.py); at
+the limit ``JobTimeout`` is raised inside the job (the soft stop). The same signal writes
+a byte to the worker's wake-up pipe at once; the manager then arms the **hard stop**, a
+wheel timer at now + ``grace``: if the worker still runs that attempt then, it is killed
+(SIGKILL) and replaced, and the job fails with ``JobTimeout(killed=True)``. A safety net
+re-reads every worker's slot each ``SWEEP_S`` in case a wake-up byte was lost.
+
+Retries. A failed attempt whose error the job's ``Retry`` accepts goes to BACKOFF: a wheel
+timer at ``ceil(now + pause)`` ms; when it fires the job is queued again. The pause counts
+from when the manager learned of the failure, never before the attempt ended, so an
+attempt never starts early.
+
+Exactly once per attempt. Every job sent to a worker is in that worker's ``inflight``
+queue, in order; frames come back in the same order, one per job. When a worker dies, the
+manager first reads its result pipe to the end; the job at the head of ``inflight`` is
+then the one it was running if the worker's RUNNING word names it (it gets the outcome
+"worker died", or the timeout or stop that killed it), and every other job in
+``inflight`` never started: they are queued again with their attempt not counted.
+
+Where it lives. ``JobPool`` (here) is the callers' face: submit, cancel, shutdown,
+stats. ``Manager`` (manager.py) is the thread that does all the I/O. ``PoolState``
+(state.py) is what they share, under one lock, with ``decide``, the one place an
+attempt's outcome changes its job.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import ShmwheelError
+from . import worker as W
+from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
+from .manager import Manager
+from .retry import Retry, check_job, check_pool
+from .state import PoolState
+
+DEFAULT_GRACE_S = 1.0
+DEFAULT_MAX_BYTES = 64 << 20
+
+
+def default_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+class JobPool:
+    """`workers` job worker processes and their manager thread (see the module header)."""
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        grace: float = DEFAULT_GRACE_S,
+        max_message_bytes: int = DEFAULT_MAX_BYTES,
+        name: str = "jobs",
+    ) -> None:
+        n = default_workers() if workers is None else workers
+        check_pool(n, grace)
+        if not isinstance(max_message_bytes, int) or max_message_bytes < 1024:
+            raise ValueError(
+                f"max_message_bytes must be an integer >= 1024, got {max_message_bytes!r}"
+            )
+        self.size = n
+        self._state = PoolState(name, float(grace), max_message_bytes)
+        self._ids = 0
+        self._sendable: dict[Any, bytes] = {}  # each function submitted, pickled
+        self._mgr = Manager(self._state, n, self.submit)
+
+    check_pool_options = staticmethod(check_pool)
+    check_options = staticmethod(check_job)
+
+    @property
+    def grace(self) -> float:
+        return self._state.grace
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> JobPool:
+        """Start the workers and the manager thread; returns self."""
+        self._mgr.start()
+        return self
+
+    def listen(self, service: str, tasks: dict[str, str]) -> None:
+        """Serve ``Client.submit`` of `service`'s processes (remote.py): `tasks` maps the
+        service's task names to their specs."""
+        self._mgr.listen(service, tasks)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False, kill: bool = False) -> None:
+        """Accept no new job; with `cancel_futures` cancel what has not started; with
+        `wait` return once every job is done and the workers have exited. `kill` (the
+        service's stop) also stops running attempts: they fail with ShmwheelError."""
+        st = self._state
+        with st.lock:
+            st.closing = True
+            cancelled = st.drop_waiting() if (cancel_futures or kill) else []
+        for job in cancelled:
+            job._cancel_future()
+        if kill:
+            for job in self._mgr.kill_all():
+                try:
+                    job.exception(timeout=5.0)
+                except BaseException:
+                    pass
+        self._mgr.poke()
+        if wait or kill:
+            with st.lock:
+                st.changed.wait_for(
+                    lambda: not st.waiting() and self._mgr.idle(), None if not kill else 5.0
+                )
+            self._mgr.stop()
+
+    # -- the callers' side ----------------------------------------------------------------
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        time_limit: float | None,
+        retry: Retry | None,
+        delay_s: float = 0.0,
+        name: str | None = None,
+    ) -> Job:
+        """A job running ``fn(*args, **kwargs)``, queued now or after `delay_s`."""
+        if not callable(fn):
+            raise TypeError(f"fn must be a module-level function, got {fn!r}")
+        check_job(time_limit, retry)
+        try:
+            fn_blob = self._sendable.get(fn)
+            if fn_blob is None:  # a function pickles once: by its name
+                fn_blob = self._sendable[fn] = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = W.NO_ARGS if not (args or kwargs) else pickle.dumps((args, kwargs), 5)
+        except Exception as e:
+            raise TypeError(
+                f"a job's function and arguments travel pickled (the function by reference, "
+                f"so it must be a module-level function): {e!r}"
+            ) from None
+        st = self._state
+        if len(blob) > st.max_bytes:
+            raise ValueError(
+                f"the job's function and arguments pickle to {len(blob)} bytes, over the bound "
+                f"of {st.max_bytes} (max_message_bytes)"
+            )
+        name = name or str(getattr(fn, "__qualname__", type(fn).__name__))
+        with st.lock:
+            if st.closing:
+                raise RuntimeError("cannot schedule new jobs after shutdown")
+            if st.broken:
+                raise ShmwheelError(st.broken)
+            self._ids += 1
+            job = Job(self, self._ids, name, fn_blob, blob, time_limit, retry)
+            if delay_s > 0:
+                st.later(job, delay_s)
+            else:
+                st.queue.append(job)
+            st.counts["submitted"] += 1
+            poke, st.poked = not st.poked, True
+        if poke:
+            self._mgr.poke()
+        return job
+
+    def cancel(self, job: Job, stop: bool) -> bool:
+        """``Job.cancel`` (stop False) and ``Job.stop`` (True): see job.py."""
+        st, running_on = self._state, None
+        with st.lock:
+            if job.where == DONE:
+                return job.cancelled()
+            if job.where == RUNNING:
+                if not stop:
+                    return False
+                running_on = self._mgr.workers[job.worker]
+                running_on.ask_stop(job.id)
+                st.counts["stopped"] += 1
+            else:
+                if job.where == BACKOFF:
+                    st.timers.cancel(job.timer)
+                    job.timer = -1
+                st.counts["cancelled"] += 1
+            job.where = DONE  # a queued job is skipped where it stands in the queue
+            st.changed.notify_all()
+        if running_on is not None:
+            self._mgr.stop_attempt(running_on, job.id, "stop")
+        job._cancel_future()
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        """The pool's counts, what waits and runs, and its workers."""
+        st = self._state
+        with st.lock:
+            workers = self._mgr.workers
+            out: dict[str, Any] = dict(st.counts)
+            out.update(
+                queued=sum(1 for j in st.queue if j.where == QUEUED),
+                backing_off=st.timers.count("retry"),
+                running=sum(1 for w in workers if w.inflight and w.running() >= 0),
+                workers={f"job{w.index}": w.describe() for w in workers},
+            )
+        return out

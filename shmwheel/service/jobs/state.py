@@ -1,0 +1,113 @@
+"""What a job pool's callers and its manager thread share, and the one place that decides
+what an attempt's outcome does to its job (the state machine of job.py's header, as code:
+``decide``). Everything here changes under ``lock``; futures are set after it is released
+(``settle``), since a done-callback may submit again.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+from ...errors import JobTimeout
+from . import worker as W
+from .failures import attempt_error
+from .job import BACKOFF, DONE, QUEUED, Job
+from .timers import Timers
+
+log = logging.getLogger("shmwheel.jobs")
+
+COUNTS = ("submitted", "succeeded", "failed", "timed_out", "retried", "stopped",
+          "cancelled", "worker_restarts")  # fmt: skip
+
+Settled = list[tuple[Job, str, Any]]  # (job, "ok" | "cancel" | "error", value or error)
+
+
+class PoolState:
+    """A pool's shared state.
+
+    * ``queue``: jobs waiting for a worker, in order (a cancelled one is skipped where it
+      stands: its ``where`` is DONE).
+    * ``timers``: back-offs and delays ("retry", target a BACKOFF job), hard stops
+      ("hard", target a worker) and restarts ("spawn", target a worker).
+    * ``counts``: the figures ``stats()`` reports.
+    * ``poked``: the manager was woken and has not dispatched since (a submit wakes it
+      only when this is False: one wake-up for a burst of submits).
+    * ``closing``: no new job is accepted; ``broken``: why not, when the workers cannot
+      start.
+    * ``changed``: notified whenever a job leaves a worker or the queue (``shutdown``
+      waits on it).
+    """
+
+    def __init__(self, name: str, grace: float, max_bytes: int) -> None:
+        self.name, self.grace, self.max_bytes = name, grace, max_bytes
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.queue: collections.deque[Job] = collections.deque()
+        self.timers = Timers()
+        self.counts = dict.fromkeys(COUNTS, 0)
+        self.poked = False
+        self.closing = False
+        self.broken = ""
+
+    def waiting(self) -> bool:
+        """Jobs queued or backing off remain."""
+        return bool(self.queue) or self.timers.count("retry") > 0
+
+    def decide(self, job: Job, kind: int, value: Any) -> Settled:
+        """The outcome of `job`'s attempt (an outcome kind of worker.py, or KILLED): done,
+        or backing off before its next attempt."""
+        if job.where == DONE:  # stopped or cancelled meanwhile: its future is decided
+            return []
+        if kind == W.OK:
+            job.where = DONE
+            self.counts["succeeded"] += 1
+            return [(job, "ok", value)]
+        if kind == W.STOPPED:
+            job.where = DONE
+            return [(job, "cancel", None)]
+        summary, error, match, text = attempt_error(job, kind, value, self.grace)
+        if job.retry is not None and job.retry.retries(match, job.attempts):
+            pause = job.retry.backoff_s(job.attempts)
+            self.later(job, pause)
+            self.counts["retried"] += 1
+            log.warning("%s failed: %s; retrying in %.3f s", job.label(), summary, pause)
+            if text:
+                log.debug("job %d attempt %d:\n%s", job.id, job.attempts, text)
+            return []
+        job.where = DONE
+        self.counts["timed_out" if isinstance(error, JobTimeout) else "failed"] += 1
+        log.error("%s failed: %s%s", job.label(), summary, f"\n{text}" if text else "")
+        return [(job, "error", error)]
+
+    def later(self, job: Job, pause_s: float) -> None:
+        """`job` waits `pause_s` (a wheel timer at the next whole ms: never early), then
+        is queued."""
+        job.where = BACKOFF
+        due = math.ceil((time.monotonic_ns() + pause_s * 1e9) / 1e6)
+        job.timer = self.timers.add(due, "retry", job)
+
+    def drop_waiting(self) -> list[Job]:
+        """Every job queued or backing off is DONE (counted cancelled); returns them."""
+        out = [j for j in self.queue if j.where == QUEUED]
+        self.queue.clear()
+        out += self.timers.drop("retry")
+        for j in out:
+            j.where = DONE
+        self.counts["cancelled"] += len(out)
+        return out
+
+    @staticmethod
+    def settle(finished: Settled) -> None:
+        """Set the futures of what ``decide`` finished (the lock released)."""
+        for job, how, value in finished:
+            if how == "ok":
+                job.set_result(value)
+            elif how == "cancel":
+                job._cancel_future()
+            else:
+                job.set_exception(value)

@@ -1,0 +1,223 @@
+"""A job worker process: runs the jobs its pool sends, one at a time, in order, and sends
+each outcome back before it starts the next.
+
+Runs in its own process, forked from the pool's fork server (pool.py), never in the
+caller's process. It imports only the functions its jobs name (pickled by reference).
+
+Ground rules (the pool relies on each):
+
+* **One outcome frame per job, written before the next job starts.** A worker that dies
+  can have finished only jobs whose frames are already in its result pipe; the pool
+  reads those to the end, so the job it was running is the first one without a frame,
+  and every job after it never started.
+* **``slot`` says what runs.** Word ``RUNNING`` holds the job's id from just before the
+  job starts until its frame is written (-1 otherwise); ``STOP`` holds the id of a job
+  the pool wants stopped. Only this process writes ``RUNNING``, only the pool ``STOP``.
+* **The time limit is this process's interval timer** (``ITIMER_REAL``, armed at the
+  attempt's start): at the limit the kernel sends SIGALRM, whose handler raises
+  ``JobTimeout`` inside the job (the soft stop: its ``finally`` blocks run). The C-level
+  signal handler also writes the signal's number to the wake-up pipe at once, even while
+  the job is stuck in C code, so the pool learns of it and arms the hard stop (kill after
+  the grace) in its wheel. SIGUSR1 is the pool's stop request (``Job.stop()``), handled
+  the same way. Both handlers raise only while a job's function is on the stack
+  (``_armed``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ...errors import JobTimeout
+
+RUNNING, STOP, SLOT_WORDS = 0, 1, 2
+NO_ARGS = b""  # a job's arguments when it has none
+MAX_FNS = 1024  # functions a worker keeps resolved
+
+# outcome kinds of a frame: (id, kind, value)
+OK, RAISED, TIMED_OUT, STOPPED, REFUSED = 0, 1, 2, 3, 4
+
+MAX_TEXT = 4032  # a traceback is cut to its last MAX_TEXT characters
+
+
+class SoftStop(JobTimeout):
+    """What the job sees at its time limit: a ``JobTimeout``, raised by the SIGALRM
+    handler (this subclass tells it apart from a JobTimeout the job raised itself)."""
+
+
+class StopRequested(BaseException):
+    """Raised inside a job that ``Job.stop()`` stops. A BaseException, so that a job's
+    ``except Exception`` does not swallow it (its ``finally`` blocks still run)."""
+
+
+_armed = False  # True only while a job's function is on the stack
+_limit = 0.0
+
+
+def _on_alarm(_signum: int, _frame: Any) -> None:
+    if _armed:
+        raise SoftStop(f"the job passed its time limit of {_limit:g} s", id=-1)
+
+
+def _on_stop(_signum: int, _frame: Any) -> None:
+    if _armed:
+        raise StopRequested()
+
+
+def _error_info(e: BaseException) -> tuple[str, str, str, bytes | None]:
+    """(type name, message, traceback text, the pickled exception or None)."""
+    cls = type(e)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    text = "".join(traceback.format_exception(e))[-MAX_TEXT:]
+    blob: bytes | None = None
+    try:
+        pickled = pickle.dumps(e)
+        pickle.loads(pickled)  # an exception that pickles but cannot be rebuilt: as text
+        blob = pickled
+    except Exception:
+        pass
+    return name, str(e)[:1024], text, blob
+
+
+def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], limit: float) -> tuple[int, Any]:
+    """Run one job; its (kind, value). A soft stop that lands after the function returned
+    but before it was disarmed counts as the stop (the attempt did reach its limit)."""
+    global _armed, _limit
+    try:
+        try:
+            if limit > 0:
+                _limit = limit
+                signal.setitimer(signal.ITIMER_REAL, limit)
+            _armed = True
+            value = fn(*args, **kwargs)
+            _armed = False
+            return OK, value
+        except BaseException as e:
+            _armed = False
+            return _classify(e)
+    except BaseException as e:  # the stop's handler ran between the job's end and _armed
+        _armed = False
+        return _classify(e)
+    finally:
+        if limit > 0:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _classify(e: BaseException) -> tuple[int, Any]:
+    if isinstance(e, StopRequested):
+        return STOPPED, None
+    if isinstance(e, SoftStop):
+        return TIMED_OUT, "".join(traceback.format_exception(e))[-MAX_TEXT:]
+    return RAISED, _error_info(e)
+
+
+_tasks: dict[str, Any] = {}
+
+
+def run_task(spec: str, blob: bytes) -> Any:
+    """A registered task as a job (``Client.submit``): ``fn(payload)``, the function
+    resolved from the service's registry (never from the client), the payload msgpack."""
+    fn = _tasks.get(spec)
+    if fn is None:
+        from ..tasks import resolve
+
+        fn = _tasks[spec] = resolve(spec)
+    import msgpack
+
+    return fn(msgpack.unpackb(blob, raw=False))
+
+
+class Slot:
+    """The words a worker shares with its pool (RUNNING, STOP), in a memfd: memory that no
+    full /dev/shm can take away, reserved whole when it is made (never a SIGBUS), passed to
+    the worker as a descriptor when the worker is started."""
+
+    def __init__(self, fd: int | None = None) -> None:
+        if fd is None:
+            fd = os.memfd_create("shmwheel-job-slot", os.MFD_CLOEXEC)
+            try:
+                os.posix_fallocate(fd, 0, mmap.PAGESIZE)
+            except BaseException:
+                os.close(fd)
+                raise
+        self.fd = fd
+        self._map = mmap.mmap(fd, mmap.PAGESIZE)
+        self.words = memoryview(self._map).cast("q")
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.words[i])
+
+    def __setitem__(self, i: int, value: int) -> None:
+        self.words[i] = value
+
+    def __reduce__(self) -> tuple[Any, ...]:  # to a worker being started: the descriptor
+        from multiprocessing.reduction import DupFd
+
+        return (_slot_in_child, (DupFd(self.fd),))
+
+    def close(self) -> None:
+        self.words.release()
+        self._map.close()
+        os.close(self.fd)
+
+
+def _slot_in_child(fd: Any) -> Slot:
+    return Slot(fd.detach())
+
+
+def serve(
+    tasks: Connection, results: Connection, wake: Connection, slot: Slot, max_bytes: int
+) -> None:
+    """The worker's loop: until the pool closes its end of `tasks`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when a worker ends
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGUSR1, _on_stop)
+    os.set_blocking(wake.fileno(), False)
+    signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+    slot[RUNNING] = -1
+    recv, send, loads, dumps = tasks.recv_bytes, results.send_bytes, pickle.loads, pickle.dumps
+    fns: dict[bytes, Any] = {}  # pickled function -> the function, as imported here
+    while True:
+        try:
+            batch = loads(recv())
+        except EOFError:
+            return
+        for job_id, limit, fn_blob, blob in batch:
+            slot[RUNNING] = job_id
+            if slot[STOP] == job_id:
+                kind, value = STOPPED, None
+            else:
+                try:
+                    fn = fns.get(fn_blob)
+                    if fn is None:
+                        if len(fns) > MAX_FNS:
+                            fns.clear()
+                        fn = fns[fn_blob] = loads(fn_blob)
+                    args, kwargs = loads(blob) if blob else ((), {})
+                except BaseException as e:
+                    kind, value = RAISED, _error_info(e)
+                else:
+                    kind, value = _call(fn, args, kwargs, limit)
+            try:
+                frame = dumps((job_id, kind, value))
+            except Exception as e:
+                frame = dumps((job_id, REFUSED, f"its result cannot be pickled: {e!r}"))
+            if len(frame) > max_bytes:
+                frame = dumps(
+                    (
+                        job_id,
+                        REFUSED,
+                        f"its result of {len(frame)} bytes is over the bound of "
+                        f"{max_bytes} bytes (Executor(max_message_bytes=...))",
+                    )
+                )
+            send(frame)
+            slot[RUNNING] = -1

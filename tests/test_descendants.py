@@ -1,0 +1,219 @@
+"""What a task leaves behind, and a group's SIGTERM, never hold or hurt the service
+(docs/operating.md, "Stopping"): a task that starts a multiprocessing child or forks and
+returns in the child costs no fast stop, no restart on the journal and no second run; a
+SIGTERM to a ``shmwheel run``'s whole process group is a clean stop, after which a restart
+on the journal runs each accepted timer exactly once, none early."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+from test_service import wait_for
+
+from shmwheel import TimerService, connect
+
+HERE = Path(__file__).resolve().parent
+TASKS = {
+    "record": "descendant_tasks:record",
+    "spawn": "descendant_tasks:spawn_child",
+    "fork": "descendant_tasks:fork_and_return",
+}
+
+
+def runs(directory: Path) -> list[tuple[int, int, int, str]]:
+    """(timer id, pid, deadline_ms, start ms) of every run the tasks recorded."""
+    out = []
+    for p in directory.glob("run.*"):
+        _, tid, pid, _kind = p.name.split(".")
+        deadline, started = map(int, p.read_text().split())
+        out.append((int(tid), int(pid), deadline, started))
+    return out
+
+
+def assert_each_ran_once_none_early(directory: Path, ids: list[int]) -> None:
+    got = runs(directory)
+    counts = Counter(r[0] for r in got)
+    twice = {i: n for i, n in counts.items() if n > 1}
+    assert not twice, f"{len(twice)} timers ran more than once, e.g. {list(twice.items())[:5]}"
+    missing = set(ids) - set(counts)
+    assert not missing, f"{len(missing)} accepted timers never ran, e.g. {sorted(missing)[:5]}"
+    assert set(counts) <= set(ids), f"runs of timers never accepted: {set(counts) - set(ids)}"
+    early = [r for r in got if r[3] < r[2]]
+    assert not early, f"{len(early)} ran before their deadline, e.g. {early[:5]}"
+
+
+def alive(pids: set[int]) -> list[int]:
+    """The pids of `pids` that name a process that has not exited."""
+    left = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+def kill_all(pids: set[int]) -> None:
+    for pid in alive(pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def child_pids(directory: Path, kind: str | None = None) -> set[int]:
+    return {
+        int(p.name.split(".")[1])
+        for p in directory.glob("child.*")
+        if kind is None or p.read_text().strip() == kind
+    }
+
+
+def test_children_and_forks_of_tasks_do_not_hold_the_service(tmp_path, monkeypatch):
+    """Two tasks start a multiprocessing child that sleeps 30 s, two fork and return in
+    the child, 200 plain timers run around them. The forked copies end at once (they
+    never serve a ring); stop() ends every service process in well under its 10 s; the
+    multiprocessing children, the tasks' business, live on but hold no lock: a restart on
+    the journal succeeds while they run; nothing ran twice."""
+    marks = tmp_path / "runs"
+    marks.mkdir()
+    monkeypatch.setenv("DESC_RUNS", str(marks))
+    jdir = tmp_path / "journal"
+    svc = TimerService(tasks=TASKS, capacity=4096, executors=2, journal=jdir)
+    svc2 = None
+    try:
+        svc.start()
+        with svc.client() as c:
+            ids = [c.schedule("spawn", None, delay_ms=20).id for _ in range(2)]
+            ids += [c.schedule("fork", None, delay_ms=20).id for _ in range(2)]
+            ids += [c.schedule("record", 1, delay_ms=50 + 10 * i).id for i in range(200)]
+        wait_for(lambda: len(child_pids(marks)) >= 4, what="the tasks' children")
+        service = {p.pid for p in svc.procs.values()}
+        # a forked copy of an executor ends as soon as its task returns in it
+        forks = child_pids(marks, "fork")
+        wait_for(lambda: not alive(forks), timeout=5, what="the forked copies to end")
+        t0 = time.monotonic()
+        svc.stop()
+        took = time.monotonic() - t0
+        # a correctness bound, not a speed figure: the old stop waited out its 10 s
+        assert took < 5, f"stop() took {took:.1f} s"
+        assert not alive(service), "service processes outlived stop()"
+        children = child_pids(marks, "mp")
+        assert set(alive(children)) == children, "the tasks' own children were ended"
+        svc2 = TimerService(tasks=TASKS, capacity=4096, executors=2, journal=jdir).start()
+        wait_for(lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run")
+        svc2.stop()
+        assert_each_ran_once_none_early(marks, ids)
+    finally:
+        for s in (svc, svc2):
+            if s is not None:
+                s.stop()
+        kill_all(child_pids(marks))
+
+
+EMBEDDER = textwrap.dedent("""
+    import os, sys, time
+    import shmwheel
+
+    if __name__ == "__main__":
+        tasks = {"record": "descendant_tasks:record"}
+        svc = shmwheel.TimerService(tasks=tasks, capacity=64, executors=1,
+                                    journal=sys.argv[1]).start()
+        pid = os.fork()  # e.g. a multiprocessing worker of the embedding program
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        print(pid, flush=True)
+        svc.stop()
+        try:
+            shmwheel.TimerService(tasks=tasks, capacity=64, executors=1,
+                                  journal=sys.argv[1]).start().stop()
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        print("OK", flush=True)
+""")
+
+
+def test_a_child_the_embedding_process_forks_does_not_hold_the_journal(tmp_path):
+    """The supervisor's copy of the journal's lock is closed in every child it forks."""
+    script = tmp_path / "embed.py"
+    script.write_text(EMBEDDER)
+    env = dict(os.environ, DESC_RUNS=str(tmp_path), PYTHONPATH=str(HERE))
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "j")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0 and out.stdout.endswith("OK\n"), out.stderr[-3000:]
+
+
+def test_a_group_sigterm_of_shmwheel_run_is_a_clean_stop(tmp_path, monkeypatch):
+    """`kill -TERM -PGID` of a `shmwheel run` (systemd's KillMode, `timeout`) with runs in
+    flight: it exits 0, no process is left, and a restart on the journal runs each
+    accepted timer exactly once (none of those in flight a second time), none early."""
+    marks = tmp_path / "runs"
+    marks.mkdir()
+    monkeypatch.setenv("DESC_RUNS", str(marks))  # for the restart in this process
+    jdir = tmp_path / "journal"
+    name = f"s{os.getpid()}-term{os.urandom(3).hex()}"
+    env = dict(os.environ, DESC_RUNS=str(marks))
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "shmwheel", "run", "--name", name, "--executors", "2"]
+    cmd += ["--capacity", "4096", "--journal", str(jdir), "--tasks"]
+    cmd += [f"{k}={v}" for k, v in TASKS.items()]
+    proc = subprocess.Popen(
+        cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    seen: set[int] = set()
+    svc = None
+    try:
+        c = None
+
+        def connected() -> bool:
+            nonlocal c
+            try:
+                c = connect(name)
+            except Exception:
+                return False
+            return True
+
+        wait_for(connected, timeout=60, what="the service")
+        assert c is not None
+        with c:
+            # runs of 300 ms, due over 0.6 s: several are in flight at the SIGTERM
+            ids = [c.schedule("record", 300, delay_ms=20 + 30 * i).id for i in range(20)]
+            ids += [c.schedule("record", 0, delay_ms=3000 + i).id for i in range(20)]
+        wait_for(lambda: len(runs(marks)) >= 3, what="runs in flight")
+        seen |= {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        wait_for(lambda: not alive(seen), timeout=5, what="every process to end")
+        svc = TimerService(tasks=TASKS, capacity=4096, executors=2, journal=jdir).start()
+        wait_for(lambda: len({r[0] for r in runs(marks)}) >= len(ids), timeout=30, what="every run")
+        svc.stop()
+        assert_each_ran_once_none_early(marks, ids)
+        # and none was killed mid-task: each executor finished the run in hand
+        started = {p.name.split(".", 1)[1].rsplit(".", 1)[0] for p in marks.glob("run.*")}
+        ended = {p.name.split(".", 1)[1] for p in marks.glob("done.*")}
+        assert started == ended, f"runs that never ended: {sorted(started - ended)[:5]}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if svc is not None:
+            svc.stop()
+        kill_all(seen)
