@@ -68,6 +68,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that starts Spark (uses the ``spark`` fixture) is a ``system`` test."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.system)
+
+
 _LOCK_FD: list[int] = []
 
 

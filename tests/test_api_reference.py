@@ -7,7 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.system  # runs pdoc
 def test_api_reference_builds_without_warnings(tmp_path):
     out = tmp_path / "reference"
     r = subprocess.run(

@@ -17,6 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytestmark = pytest.mark.system  # builds / type-checks: pytest -m 'not system' skips it
+
 ROOT = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")
 

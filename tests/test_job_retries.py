@@ -56,25 +56,13 @@ def test_only_exceptions_matching_on_are_retried(ex, tmp_path):
 
 
 def test_a_timed_out_attempt_is_retried_only_when_the_policy_names_job_timeout(ex, tmp_path):
-    named = tmp_path / "named"
-    job = ex.submit(
-        job_fns.attempt_log,
-        str(named),
-        1,
-        "sleep",
-        time_limit=0.3,
-        retry=Retry(2, backoff=0.01, on=(JobTimeout,)),
-    )
+    def overrun_once(path, on):  # its first attempt sleeps past a 0.3 s limit
+        policy = Retry(2, backoff=0.01, on=on)
+        return ex.submit(job_fns.attempt_log, str(path), 1, "sleep", time_limit=0.3, retry=policy)
+
+    job = overrun_once(tmp_path / "named", (JobTimeout,))
     assert job.result(30) == 2 and job.attempts == 2
-    not_named = tmp_path / "not-named"
-    job = ex.submit(
-        job_fns.attempt_log,
-        str(not_named),
-        1,
-        "sleep",
-        time_limit=0.3,
-        retry=Retry(2, backoff=0.01, on=(ValueError,)),
-    )
+    job = overrun_once(tmp_path / "not-named", (ValueError,))
     with pytest.raises(JobTimeout):
         job.result(30)
     assert job.attempts == 1

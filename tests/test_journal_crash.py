@@ -10,6 +10,9 @@ holds every accepted timer, and nothing is left in /dev/shm or running."""
 from __future__ import annotations
 
 import journal_crash_harness as H  # tests/ is on sys.path (rootdir conftest, no __init__)
+import pytest
+
+pytestmark = pytest.mark.system  # a SIGKILL crash loop: pytest -m 'not system' skips it
 
 
 def test_whole_service_sigkill_cycles_lose_nothing():

@@ -217,6 +217,7 @@ def test_finish_on_a_full_tmpfs(tmp_path, home, monkeypatch):
         subprocess.run(["umount", str(vol)], check=False)
 
 
+@pytest.mark.system  # starts a JVM (Spark)
 def test_the_audit_command_writes_the_archive_then_a_session_maps_it(tmp_path):
     """The real thing: the audit command with a real JVM writes the archive as its JVM
     exits, after its verdict, and says so; a session started next maps it and works."""

@@ -24,7 +24,7 @@ from shmwheel.pipeline.demo import write_demo_journal
 
 # its own master, worker and spark-submit (no shared session): a group of its own, which
 # xdist may run beside the tests of the shared session
-pytestmark = pytest.mark.xdist_group("spark-cluster")
+pytestmark = [pytest.mark.xdist_group("spark-cluster"), pytest.mark.system]
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 LOOPBACK = "127.0.0.1"

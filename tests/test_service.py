@@ -711,6 +711,7 @@ def test_tasks_of_one_script_share_its_globals(tmp_path):
 
 
 @pytest.mark.exclusive  # kills on a timer: run alone
+@pytest.mark.system  # a crash loop
 def test_chaos_soak_small():
     """A few seconds of bench/chaos.py: random SIGKILLs of every role under load."""
     script = Path(__file__).resolve().parent.parent / "bench" / "chaos.py"

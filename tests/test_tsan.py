@@ -29,7 +29,7 @@ from typing import NamedTuple
 import pytest
 
 # run alone: whether a planted race is caught depends on how the threads interleave
-pytestmark = pytest.mark.exclusive
+pytestmark = [pytest.mark.exclusive, pytest.mark.system]
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "tests" / "tsan"

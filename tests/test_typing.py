@@ -13,6 +13,8 @@ import pytest
 
 import shmwheel
 
+pytestmark = pytest.mark.system  # builds / type-checks: pytest -m 'not system' skips it
+
 BAD = textwrap.dedent("""\
     import shmwheel
     from shmwheel import TimerService

@@ -370,7 +370,11 @@ def service_workloads(
                 ),
             ],
             unit="ms",
-            notes=[f"{S} TimerService.stop()", "import shmwheel + first use of TimerService"],
+            notes=[
+                f"{S} TimerService.stop()",
+                f"{S} executor replaced: SIGKILL -> next timer run",
+                "import shmwheel + first use of TimerService",
+            ],
             goals=[
                 Goal(
                     "import shmwheel",
@@ -385,16 +389,35 @@ def service_workloads(
                     "TimerService.start()",
                     f"{S} TimerService.start() (1M capacity)",
                     "<=",
-                    2000,
-                    "issue 8: a service is up within 2 s of start() on a fresh install, with "
-                    "nothing compiled at run time",
-                    "an embedding application waits longer for its timers to be usable",
+                    100,
+                    "issue 33: a test suite starts a service per test, a scheduler one per "
+                    "pool (issue 8 asked 2 s)",
+                    "start() waits for one interpreter (the zygote) to import numpy and the "
+                    "service layer, 130-150 ms of CPU on the 2-core VM (docs/performance.md, "
+                    "issue 33): below 100 ms needs service processes without numpy",
+                ),
+                Goal(
+                    "TimerService.stop()",
+                    f"{S} TimerService.stop()",
+                    "<=",
+                    50,
+                    "issue 33: stop() stays quick beside the faster start",
+                    "stopping waits for every process to exit",
+                ),
+                Goal(
+                    "executor replaced",
+                    f"{S} executor replaced: SIGKILL -> next timer run",
+                    "<=",
+                    50,
+                    "issue 33: a job stopped by killing its worker waits for the replacement",
+                    "a killed executor's timers wait longer for a replacement",
                 ),
             ],
             wid="W8",
             about="import in a fresh interpreter; start() of a 1 M-capacity service until "
             "every process is ready, beside starting a process pool and running one task on "
-            "each worker",
+            "each worker; every executor SIGKILLed with a timer due now, until it has run "
+            "(median of 5 kills); stop()",
             explain={
                 f"{S} TimerService.start() (1M capacity)": "start() creates the segment for "
                 "1 M timers (W3's size) and starts the coordinator, the reaper and the "

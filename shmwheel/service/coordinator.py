@@ -21,15 +21,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..journal.retention import Retention
-from ..journal.writer import options_of, service_writer
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import shm
 from .process import ServiceProcess
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..journal.retention import Retention
+    from ..journal.writer import SegmentWriter
 
 log = logging.getLogger("shmwheel.coordinator")
 
@@ -46,15 +49,19 @@ class Coordinator(ServiceProcess):
         self.recs = np.empty((BATCH, C.PRODUCER_RECORD), np.int64)
         self.res = np.zeros(C.LINK_RESULT_WORDS, np.int64)
         self.row = self.mem.counters[L.ROW_COORDINATOR]
-        opts = options_of(self.mem.config)
-        self.retention = Retention(self.mem, opts) if opts is not None else None
-        self.journal = service_writer(
-            self.mem,
-            "coordinator",
-            L.ROW_COORDINATOR,
-            self.retention.next_seq if self.retention else None,
-            self.retention.opened if self.retention else None,
-        )
+        self.retention: Retention | None = None
+        self.journal: SegmentWriter | None = None
+        if self.mem.config.journal_dir:  # the journal's modules load only when it has one
+            from ..journal.directory import options_of
+            from ..journal.retention import Retention
+            from ..journal.writer import service_writer
+
+            opts = options_of(self.mem.config)
+            assert opts is not None
+            retention = self.retention = Retention(self.mem, opts)
+            self.journal = service_writer(
+                self.mem, "coordinator", L.ROW_COORDINATOR, retention.next_seq, retention.opened
+            )
 
     def drain(self, ring_index: int) -> int:
         """Apply one batch of a ring; returns the records consumed."""

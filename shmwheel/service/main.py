@@ -1,7 +1,9 @@
 """Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
-of coordinator, reaper, executor. The supervisor runs it through ``python -c`` after
-ignoring SIGINT and SIGTERM (so neither a Ctrl-C nor a group's SIGTERM kills a process
-that is still importing; process.py then catches SIGTERM); by hand,
+of coordinator, reaper, executor. The supervisor starts one process through ``python -c``
+after ignoring SIGINT and SIGTERM (so neither a Ctrl-C nor a group's SIGTERM kills a
+process that is still importing; process.py then catches SIGTERM), the fork server,
+``main([_, "zygote", SERVICE, FD, "journal"?])`` (zygote.py), which forks every role
+already imported and returns into this function in each; by hand,
 ``python -m shmwheel.service.main ROLE SERVICE [INDEX]``.
 
 Each process logs through ``logging.getLogger("shmwheel.<role>")``. Unless the
@@ -34,6 +36,14 @@ def _configure_logging(role: str, service: str) -> None:
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) in (4, 5) and argv[1] == "zygote":
+        from .zygote import finish, serve
+
+        # returns in each role the zygote forks, with that role's argv
+        role_argv = serve(argv[2], int(argv[3]), argv[4:] == ["journal"])
+        if role_argv[1] == "executor":  # tasks run here: the interpreter's own exit
+            return main(role_argv)  # (finalizers flush what a task left open)
+        finish(lambda: main(role_argv))
     if len(argv) < 3 or argv[1] not in ("coordinator", "reaper", "executor"):
         raise SystemExit(
             "usage: python -m shmwheel.service.main {coordinator|reaper|executor} SERVICE [INDEX]"

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment.health import read_health
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .forkserver import RoleProcess
 
 
 def percentile_ms(hist: np.ndarray, q: float) -> float:
@@ -33,7 +35,7 @@ def lateness_summary(hist: np.ndarray) -> dict[str, float]:
 
 def read_stats(
     mem: L.ServiceMemory,
-    procs: Mapping[str, subprocess.Popen[bytes]] | None = None,
+    procs: Mapping[str, RoleProcess] | None = None,
     restarts: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The service's figures from its shared counters; any attached process can call this

@@ -1,7 +1,8 @@
 """``TimerService``: the supervisor, living in the embedding process. It creates the
 service's segment and semaphores, starts the coordinator, the reaper and the executor pool
-as separate processes, restarts any that dies (a monitor thread, psutil), and on ``stop``
-ends them all and unlinks every name it created.
+as separate processes, forked by the service's zygote (zygote.py), restarts any that dies
+(a monitor thread, woken by the zygote's exit reports), and on ``stop`` ends them all and
+unlinks every name it created.
 
 Why the supervisor, not the coordinator, creates the segment: a restarted coordinator
 must find the shared state intact, so the segment has to outlive it.
@@ -13,7 +14,6 @@ import logging
 import os
 import secrets
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -25,15 +25,16 @@ from ..errors import ShmwheelError
 from ..journal import spill
 from ..journal.directory import JournalOptions
 from ..segment import census, shm
-from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import sizes as Z
+from . import options as O
 from .client import Client, connect, now_ms
+from .forkserver import ForkServer, ForkServerError, RoleProcess, zygote_env
 from .jobs.executor import Executor
 from .jobs.pool import DEFAULT_GRACE_S, JobPool
 from .outcomes import mark_stopped
 from .stats import read_stats
-from .tasks import service_path, task_spec
+from .tasks import service_path
 from .watchdog import Watchdog
 
 log = logging.getLogger("shmwheel.service")
@@ -41,10 +42,6 @@ log = logging.getLogger("shmwheel.service")
 START_TIMEOUT_S = 60.0
 _READY_BITS = {"coordinator": L.READY_COORDINATOR, "reaper": L.READY_REAPER}
 MONITOR_S = 0.05
-
-
-def default_executors() -> int:
-    return max(1, (os.cpu_count() or 1) - 1)
 
 
 # The journal's lock must not outlive the service in a child the embedding process forks
@@ -63,10 +60,6 @@ def _drop_locks_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_drop_locks_in_child)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(1, int(n - 1).bit_length())
 
 
 class TimerService:
@@ -98,85 +91,38 @@ class TimerService:
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
-        self.journal: JournalOptions | None = None
         if journal_on_damage not in ("refuse", "salvage"):
             raise ValueError(
                 f"journal_on_damage must be 'refuse' or 'salvage', got {journal_on_damage!r}"
             )
         # what start() does with a damaged journal (docs/journal.md, "Damage")
         self.journal_on_damage = journal_on_damage
-        if journal is not None:
-            if not isinstance(journal, (str, os.PathLike)) or not os.fspath(journal):
-                raise ValueError(f"journal must be a directory path, got {journal!r}")
-            self.journal = JournalOptions(
-                os.path.abspath(os.fspath(journal)),
-                journal_fsync,
-                journal_fsync_ms,
-                journal_segment_bytes,
-                journal_keep_hours,
-            )
+        self.journal: JournalOptions | None = O.journal_options(
+            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours
+        )
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
-        if isinstance(job_workers, bool) or not isinstance(job_workers, int) or job_workers < 0:
-            raise ValueError(f"job_workers must be an integer >= 0, got {job_workers!r}")
-        if tasks is None and job_workers:
-            tasks = {}  # a service for jobs alone registers no task
-        if not isinstance(tasks, Mapping) or not (tasks or job_workers):
-            raise ValueError(
-                "tasks must be a non-empty mapping of task name -> "
-                "'module:function' or a module-level function"
-            )
-        if len(tasks) >= C.MAX_TASKS:  # (one id is L.NO_TASK's)
-            raise ValueError(f"at most {C.MAX_TASKS - 1} tasks can be registered")
-        if L.NO_TASK in tasks:
-            raise ValueError(f"the task name {L.NO_TASK!r} is reserved (Client.lease's)")
-        if arena_bytes is None:  # scaled by capacity (segment/sizes.py)
-            arena_bytes = Z.default_arena_bytes(capacity)
-        for what, value, low in (
-            ("capacity", capacity, 1),
-            ("tick_ms", tick_ms, 1),
-            ("wheel_size", wheel_size, 2),
-            ("max_clients", max_clients, 1),
-            ("arena_bytes", arena_bytes, 0),
-            ("watch_capacity", watch_capacity, 0),
-            ("waiter_capacity", waiter_capacity, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
-        if capacity >= C.MAX_CAPACITY:
-            raise ValueError(f"capacity must be below 2**31 ({C.MAX_CAPACITY})")
-        if max_clients > C.MAX_CLIENTS:
-            raise ValueError(f"max_clients must be at most {C.MAX_CLIENTS}")
-        n_exec = default_executors() if executors is None else executors
-        if isinstance(n_exec, bool) or not isinstance(n_exec, int) or n_exec < 1:
-            raise ValueError(f"executors must be an integer >= 1, got {executors!r}")
-        self.config = L.ServiceConfig(
+        self.config = O.service_config(
+            tasks,
             capacity=capacity,
+            executors=executors,
             tick_ms=tick_ms,
             wheel_size=wheel_size,
-            executors=n_exec,
             max_clients=max_clients,
-            ring_capacity=_pow2(ring_capacity),
-            dispatch_capacity=_pow2(dispatch_capacity),
-            arena_blocks=Z.arena_blocks(arena_bytes),
-            tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
+            ring_capacity=ring_capacity,
+            dispatch_capacity=dispatch_capacity,
+            arena_bytes=arena_bytes,
             watch_capacity=watch_capacity,
             waiter_capacity=waiter_capacity,
+            job_workers=job_workers,
+            journal=self.journal,
         )
-        if self.journal is not None:
-            self.config = replace(
-                self.config,
-                journal_dir=self.journal.directory,
-                journal_fsync=self.journal.fsync,
-                journal_fsync_ms=self.journal.fsync_ms,
-                journal_segment_bytes=self.journal.segment_bytes,
-                journal_keep_hours=float(self.journal.keep_hours),
-            )
-        self.config.geometry()  # validates tick and wheel size
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, RoleProcess] = {}
+        self._zygote: ForkServer | None = None  # forks the processes (zygote.py)
+        self._wake = (-1, -1)  # a pipe: stop() wakes the monitor thread's wait
         self.restarts: dict[str, int] = {}
         self._monitor: threading.Thread | None = None
         self._watchdog: Watchdog | None = None  # made by start(), run by the monitor thread
@@ -203,12 +149,16 @@ class TimerService:
         self._owner_pid = os.getpid()
         self._path = service_path()  # every start and restart of its processes uses it
         try:
+            # first: the zygote imports while this process creates the segment
+            self._wake = os.pipe()
+            self._start_zygote()
             plan = self._recover_plan() if self.journal is not None else None
             from ..journal.salvage import salvage_stale  # a dead journaled service's
 
             census.sweep_stale(salvage_stale)  # memory goes to its journal first
             self.mem = self._create()
         except BaseException:
+            self._close_zygote(1.0)
             self._release_journal()
             raise
         try:
@@ -264,12 +214,16 @@ class TimerService:
             self.mem = None
             self.procs = {}
             self._monitor = None
+            if self._zygote is not None:  # the owner's: only this copy of its socket
+                self._zygote.sock.close()
+                self._zygote = None
             return
         if self._jobs is not None:  # running jobs fail ("the service stopped"), queued cancel
             self._jobs.shutdown(wait=False, kill=True)
             self._jobs = None
         self._stop.set()
         if self._monitor is not None:
+            os.write(self._wake[1], b"x")
             self._monitor.join()
             self._monitor = None
         self._teardown(timeout)
@@ -341,41 +295,52 @@ class TimerService:
             self._journal_fd = -1
 
     # -- processes --------------------------------------------------------------------
-    def _spawn(self, role: str) -> None:
-        # SIGINT is ignored before anything is imported: a Ctrl-C meant for the embedding
-        # program must not kill a service process that is still starting. -P: nothing is
-        # put in front of sys.path (`-c` alone would put '', the working directory): the
-        # process imports only from the path the embedding process chose
-        # (tasks.service_path). One "-Pc" keeps the code at argv[2], where tools look.
-        argv = [
-            sys.executable,
-            "-Pc",
-            "import signal; signal.signal(signal.SIGINT, "
-            "signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); import sys; "
-            "from shmwheel.service.main import main; main(sys.argv)",
-        ]
-        if role.startswith("exec"):
-            argv += ["executor", self.name, role[4:]]
-        else:
-            argv += [role, self.name]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(self._path)
-        env.setdefault(
-            "SHMWHEEL_LOG_LEVEL",
-            logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel()),
-        )
+    def _env(self) -> dict[str, str]:
+        """The service processes' environment, as of now (zygote.zygote_env)."""
+        level = logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel())
+        return zygote_env(self._path, level)
+
+    def _start_zygote(self) -> None:
         try:
-            # the journal's lock goes with its writers, which never run tasks: it is free
-            # once they are gone, whatever processes a task left behind
-            writer = self._journal_fd >= 0 and not role.startswith("exec")
-            fds = (self._journal_fd,) if writer else ()
-            self.procs[role] = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, pass_fds=fds
-            )
+            self._zygote = ForkServer(self.name, self._env(), self.journal is not None)
         except OSError as e:
-            raise ShmwheelError(
-                f"service {self.name!r}: cannot start its {role} process with {sys.executable}: {e}"
-            ) from e
+            raise ShmwheelError(f"service {self.name!r}: cannot start its zygote: {e}") from e
+
+    def _close_zygote(self, timeout: float) -> None:
+        if self._zygote is not None:
+            self._zygote.close(timeout)
+            self._zygote = None
+        for fd in self._wake:
+            if fd >= 0:
+                os.close(fd)
+        self._wake = (-1, -1)
+
+    def _spawn(self, role: str) -> None:
+        """Start `role` (coordinator, reaper, execN) forked by the zygote, a new zygote
+        first if the last one died. Per role: the descriptors it inherits, whether it
+        starts its own session."""
+        argv = ["executor", self.name, role[4:]] if role.startswith("exec") else [role, self.name]
+        # the journal's lock goes with its writers, which never run tasks: it is free once
+        # they are gone, whatever processes a task left behind
+        writer = self._journal_fd >= 0 and not role.startswith("exec")
+        fds = (self._journal_fd,) if writer else ()
+        for attempt in (1, 2):
+            if self._zygote is None or self._zygote.dead:
+                if self._zygote is not None:
+                    self._zygote.close(1.0)
+                self._start_zygote()
+            assert self._zygote is not None
+            try:
+                self.procs[role] = self._zygote.spawn(
+                    argv, self._env(), fds, timeout=START_TIMEOUT_S
+                )
+                return
+            except ForkServerError as e:
+                if attempt == 2 or not self._zygote.dead:
+                    raise ShmwheelError(
+                        f"service {self.name!r}: cannot start its {role} process: {e}"
+                    ) from e
+                log.warning("service %s: its zygote exited (%s); starting a new one", self.name, e)
 
     def _await_ready(self) -> None:
         assert self.mem is not None
@@ -395,7 +360,7 @@ class TimerService:
                 raise ShmwheelError(
                     f"service {self.name!r} did not start within {START_TIMEOUT_S} s"
                 )
-            time.sleep(0.01)
+            time.sleep(0.002)
 
     def _was_up(self, role: str, pid: int) -> bool:
         """Whether the process had finished starting (it then recorded its pid)."""
@@ -415,7 +380,14 @@ class TimerService:
         backoff: dict[str, float] = {}
         due: dict[str, float] = {}
         wd = self._watchdog
-        while not self._stop.wait(MONITOR_S):
+        while not self._stop.is_set():
+            z = self._zygote
+            if z is not None:  # a role's exit report wakes it at once
+                z.wait(MONITOR_S, self._wake[0])
+            else:
+                self._stop.wait(MONITOR_S)
+            if self._stop.is_set():
+                break
             if wd is not None:
                 wd.tick(time.monotonic())
             self._gate_schedules()
@@ -450,7 +422,10 @@ class TimerService:
                     if not self._stop.is_set() and self.mem is not None:
                         bit = _READY_BITS.get(role, 0)
                         self.mem.header[L.W_READY] &= ~bit  # the new one sets it when up
-                        self._spawn(role)
+                        try:
+                            self._spawn(role)
+                        except ShmwheelError as e:  # no zygote could fork it: the dead
+                            log.error("%s; retrying", e)  # handle stays, so it is retried
 
     def _gate_schedules(self) -> None:
         """Clients refuse new timers (JournalError) while a journal writer has a fault,
@@ -493,6 +468,7 @@ class TimerService:
                     p.kill()
                     p.wait()
             self.procs.clear()
+            self._close_zygote(max(0.0, end - time.monotonic()) + 1.0)
         if mem is not None:
             mark_stopped(mem)  # the handles still undecided: "stopped"
             mem.close()

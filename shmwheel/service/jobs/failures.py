@@ -6,11 +6,13 @@ pool's manager thread.
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, TypeVar
 
 from ...errors import JobTimeout, TaskError
 from . import worker as W
 from .job import Job
+
+E = TypeVar("E", bound=TaskError)
 
 KILLED = -2  # an outcome kind of the manager's own: killed at the hard stop
 
@@ -22,15 +24,7 @@ def attempt_error(
     against: the job's own exception when it travelled back, the remote traceback)."""
     if kind == W.RAISED:
         type_name, message, text, blob = value
-        err = TaskError(
-            f"job {job.id} ({job.name}) raised {type_name}: {message}",
-            id=job.id,
-            run=job.attempts,
-            task=job.name,
-            type_name=type_name,
-            message=message,
-            traceback=text,
-        )
+        err = _made(TaskError, job, f"raised {type_name}: {message}", type_name, message, text)
         remote = None
         if blob is not None:
             try:
@@ -41,26 +35,21 @@ def attempt_error(
         return f"{type_name}: {message}", err, remote if remote is not None else err, text
     if kind in (W.TIMED_OUT, KILLED):
         killed = kind == KILLED
-        err = JobTimeout(
-            f"job {job.id} ({job.name}) passed its time limit of {job.time_limit:g} s"
-            + (f" and was killed after the grace of {grace:g} s" if killed else ""),
-            id=job.id,
-            run=job.attempts,
-            task=job.name,
-            type_name="JobTimeout",
-            message="time limit",
-            traceback=value if isinstance(value, str) else None,
+        text = f"passed its time limit of {job.time_limit:g} s" + (
+            f" and was killed after the grace of {grace:g} s" if killed else ""
         )
-        err.limit, err.killed = job.time_limit, killed
+        tb = value if isinstance(value, str) else None
+        timeout = _made(JobTimeout, job, text, "JobTimeout", "time limit", tb)
+        timeout.limit, timeout.killed = job.time_limit, killed
         summary = f"time limit {job.time_limit:g} s" + (" (killed)" if killed else "")
-        return summary, err, err, None
-    message = str(value)
-    err = TaskError(
-        f"job {job.id} ({job.name}) failed: {message}",
-        id=job.id,
-        run=job.attempts,
-        task=job.name,
-        type_name=None,
-        message=message,
-    )
-    return message, err, err, None
+        return summary, timeout, timeout, None
+    err = _made(TaskError, job, f"failed: {value}", None, str(value), None)
+    return str(value), err, err, None
+
+
+def _made(
+    cls: type[E], job: Job, what: str, type_name: str | None, message: str, tb: str | None
+) -> E:
+    """A `cls` for `job`'s current attempt: "job ID (NAME) `what`"."""
+    return cls(f"job {job.id} ({job.name}) {what}", id=job.id, run=job.attempts,
+               task=job.name, type_name=type_name, message=message, traceback=tb)  # fmt: skip
