@@ -12,7 +12,8 @@ Every ``/dev/shm/shmwheel.*`` entry is one of:
   or another layout version, an owner pid no process can have.
 
 Only stale services are ever removed; foreign and damaged entries are skipped, each logged
-at warning once per process, and ``shmwheel ls --all`` shows them.
+at warning once per process, and ``shmwheel ls --all`` shows them. ``create`` makes a
+service's segment, and a name already taken then says what holds it.
 """
 
 from __future__ import annotations
@@ -119,6 +120,15 @@ def describe(service: str) -> str:
             "(`shmwheel clean` removes it)"
         )
     return f"{e.state}: {e.problem} (`shmwheel ls --all` shows it)"
+
+
+def create(service: str, cfg: L.ServiceConfig, owner_pid: int, start_ms: int) -> L.ServiceMemory:
+    """``layout.ServiceMemory.create``, where a name already taken says what holds it:
+    running, stopping or stale, another user's or damaged (``describe``)."""
+    try:
+        return L.ServiceMemory.create(service, cfg, owner_pid, start_ms)
+    except shm.NameTaken as e:
+        raise shm.NameTaken(f"{e}: {describe(service)}") from e
 
 
 def entries() -> list[Entry]:

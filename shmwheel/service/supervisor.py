@@ -156,7 +156,7 @@ class TimerService:
             from ..journal.salvage import salvage_stale  # a dead journaled service's
 
             census.sweep_stale(salvage_stale)  # memory goes to its journal first
-            self.mem = self._create()
+            self.mem = census.create(self.name, self.config, self._owner_pid, now_ms())
         except BaseException:
             self._close_zygote(1.0)
             self._release_journal()
@@ -189,14 +189,6 @@ class TimerService:
         )
         self._monitor.start()
         return self
-
-    def _create(self) -> L.ServiceMemory:
-        """The service's segment, formatted; a name taken says what holds it (running,
-        stopping, stale, another user's or damaged: census.describe)."""
-        try:
-            return L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
-        except shm.NameTaken as e:
-            raise shm.NameTaken(f"{e}: {census.describe(self.name)}") from e
 
     def stop(self, timeout: float = 10.0) -> None:
         """End every service process and unlink every segment and semaphore. Timers still
