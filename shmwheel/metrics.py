@@ -41,6 +41,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
     ) from e
 
 from .segment import contract as C
+from .service.jobs.link import StatsReader
 
 if TYPE_CHECKING:  # pragma: no cover
     from .segment.layout import ServiceMemory
@@ -91,6 +92,13 @@ OPERATION_GAUGES: dict[str, str] = {
     "watch_capacity": "Watch-list entries the segment has room for.",
 }
 JOURNAL_WRITERS = ("coordinator", "reaper")
+# stats()["jobs"]: the jobs ended, by outcome (shmwheel_jobs_total{outcome}), and gauges
+JOB_OUTCOMES = ("succeeded", "failed", "timed_out", "stopped", "cancelled")
+JOB_GAUGES: dict[str, str] = {
+    "queued": "Jobs waiting for a job worker.",
+    "running": "Jobs whose attempt runs on a job worker now.",
+    "backing_off": "Jobs waiting out a retry's back-off.",
+}
 
 
 def lateness_buckets(hist: list[int]) -> list[tuple[str, float]]:
@@ -114,14 +122,10 @@ def families(service: str, st: Mapping[str, Any], capacity: int) -> list[Metric]
     out: list[Metric] = []
 
     def counter(name: str, doc: str, value: float) -> None:
-        m = CounterMetricFamily(f"shmwheel_{name}", doc, labels=lab)
-        m.add_metric([service], value)
-        out.append(m)
+        out.append(_single(CounterMetricFamily, service, name, doc, value))
 
     def gauge(name: str, doc: str, value: float) -> None:
-        m = GaugeMetricFamily(f"shmwheel_{name}", doc, labels=lab)
-        m.add_metric([service], value)
-        out.append(m)
+        out.append(_single(GaugeMetricFamily, service, name, doc, value))
 
     for key, doc in COUNTERS.items():
         counter(key, doc, st[key])
@@ -198,10 +202,55 @@ def families(service: str, st: Mapping[str, Any], capacity: int) -> list[Metric]
             held.add_metric([service, role], f["held_bytes"] if f else 0)
         out += [fault, held]
 
+    pool = st.get("jobs")
+    if pool is not None:
+        out += _jobs(service, pool)
+
     health = _health(service, st.get("health"))
     if health is not None:
         out.append(health)
     return out
+
+
+def _jobs(service: str, pool: Mapping[str, Any]) -> list[Metric]:
+    """The metric families of the job pool's figures (``stats()["jobs"]``)."""
+    Counter, Gauge = CounterMetricFamily, GaugeMetricFamily
+    workers = pool["workers"].values()
+    families = [
+        _single(Counter, service, "jobs_submitted", "Jobs submitted to the job workers.",
+                pool["submitted"]),
+        _single(Counter, service, "job_retries", "Attempts that failed and were retried.",
+                pool["retried"]),
+        _single(Counter, service, "job_worker_restarts",
+                "Job workers started again after one died or was killed.",
+                pool["worker_restarts"]),
+        *(_single(Gauge, service, f"jobs_{key}", doc, pool[key])
+          for key, doc in JOB_GAUGES.items()),
+        _single(Gauge, service, "job_workers", "Job worker processes (the job_workers option).",
+                len(workers)),
+        _single(Gauge, service, "job_workers_alive", "Job worker processes alive.",
+                sum(1 for w in workers if w["alive"])),
+    ]  # fmt: skip
+    ended = CounterMetricFamily(
+        "shmwheel_jobs",
+        "Jobs ended, by outcome: succeeded, failed (the last attempt raised or its worker "
+        "died), timed_out (the last attempt passed its time limit), stopped, cancelled.",
+        labels=["service", "outcome"],
+    )
+    for outcome in JOB_OUTCOMES:
+        ended.add_metric([service, outcome], pool[outcome])
+    families.insert(1, ended)
+    return families
+
+
+def _single(
+    kind: type[CounterMetricFamily | GaugeMetricFamily], service: str, name: str, doc: str,
+    value: float,
+) -> Metric:  # fmt: skip
+    """The family ``shmwheel_<name>`` of one sample, labelled ``service``."""
+    m = kind(f"shmwheel_{name}", doc, labels=["service"])
+    m.add_metric([service], value)
+    return m
 
 
 def _health(service: str, value: Any) -> Metric | None:
@@ -241,6 +290,7 @@ class ServiceCollector:
     def __init__(self, service: TimerService | str) -> None:
         self._lock = threading.Lock()  # scrapes may come on several server threads
         self._mem: ServiceMemory | None = None
+        self._jobs: StatsReader | None = None  # the attached service's job pool figures
         if isinstance(service, str):
             from .segment import shm
 
@@ -261,9 +311,15 @@ class ServiceCollector:
     def close(self) -> None:
         """Release the mapping of an attached service (a later scrape attaches again)."""
         with self._lock:
-            if self._mem is not None:
-                self._mem.close()
-                self._mem = None
+            self._detach()
+
+    def _detach(self) -> None:
+        if self._jobs is not None:
+            self._jobs.close()
+            self._jobs = None
+        if self._mem is not None:
+            self._mem.close()
+            self._mem = None
 
     def _read(self) -> tuple[dict[str, Any], int] | None:
         from .errors import ShmwheelError
@@ -279,7 +335,15 @@ class ServiceCollector:
             return None
         from .service.stats import read_stats
 
-        return read_stats(mem), mem.config.capacity
+        st = read_stats(mem)
+        try:
+            pool = self._jobs.read() if self._jobs is not None else None
+        except ShmwheelError as e:
+            log.warning("no job metrics of service %s: %s", self.name, e)
+            pool = None
+        if pool is not None:
+            st["jobs"] = pool
+        return st, mem.config.capacity
 
     def _attached(self) -> ServiceMemory | None:
         """The mapped segment of the running service `name`, attached again when the
@@ -290,8 +354,7 @@ class ServiceCollector:
         from .segment import layout as L
 
         if self._mem is not None and not _running(self._mem):
-            self._mem.close()
-            self._mem = None
+            self._detach()
         if self._mem is None:
             try:
                 mem = L.ServiceMemory.attach(self.name)
@@ -302,6 +365,7 @@ class ServiceCollector:
                 mem.close()
                 return None
             self._mem = mem
+            self._jobs = StatsReader(self.name, int(mem.header[L.W_OWNER]))
         return self._mem
 
 

@@ -140,3 +140,11 @@ def submit_from_child(service: str, x: int) -> list:
         except shmwheel.TaskError as e:
             raised = [e.type_name, e.message]
         return [value["double"], raised]
+
+
+def stats_from_child(service: str) -> dict:
+    """In a spawned process: the service's stats() as a Client there reads them."""
+    import shmwheel
+
+    with shmwheel.connect(service) as client:
+        return client.stats()

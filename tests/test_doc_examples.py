@@ -1,8 +1,11 @@
 """Every ```python block of README.md and docs/*.md runs: a doc that drifts from the code
 fails here, not in a new user's hands.
 
-Each block is run as a program of its own (``python -c``, from the repository root, with
-the root on PYTHONPATH so that ``workers.tasks`` resolves), with a timeout, several at a
+Each block is run as a program of its own, saved as a file as the quick start tells a reader
+to (``python example.py``: a block that starts processes by spawning them needs its
+``if __name__ == "__main__":`` guard then, and ``python -c`` would not show it), from the
+repository root, with the root on PYTHONPATH so that ``workers.tasks`` resolves, with a
+timeout, several at a
 time (most of their time is spent waiting on a service's timers). A block runs when it
 exits 0; one that starts a timer or a service must print something (a demo that shows
 nothing shows nothing works), and none may leave a segment of its own behind in /dev/shm.
@@ -22,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,23 +85,26 @@ class Result:
 
 
 def run_block(block: Block) -> Result:
-    """The block as a program of its own: its pid, exit status and output."""
+    """The block as a program of its own, run from a file: its pid, exit status and output."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    with subprocess.Popen(
-        [sys.executable, "-c", block.code],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as p:
-        try:
-            out, err = p.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-            err += f"\ntimed out after {TIMEOUT_S} s"
-        return Result(p.pid, p.returncode, out, err)
+    with tempfile.TemporaryDirectory(prefix="shmwheel-doc-") as tmp:
+        script = Path(tmp) / "example.py"
+        script.write_text(block.code)
+        with subprocess.Popen(
+            [sys.executable, str(script)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as p:
+            try:
+                out, err = p.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                err += f"\ntimed out after {TIMEOUT_S} s"
+            return Result(p.pid, p.returncode, out, err)
 
 
 @pytest.fixture(scope="module")

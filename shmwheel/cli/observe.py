@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import psutil
 
     from ..segment.layout import ServiceMemory
+    from ..service.jobs.link import StatsReader
 
 log = logging.getLogger("shmwheel.cli")
 
@@ -196,12 +197,55 @@ def process_pids(mem: ServiceMemory) -> list[int]:
     ]
 
 
-def snapshot(mem: ServiceMemory, health: ProcessHealth) -> dict[str, Any]:
+def job_reader(mem: ServiceMemory) -> StatsReader:
+    """The reader of the job pool's figures of the attached service (over its job link)."""
+    from ..segment import layout as L
+    from ..service.jobs.link import StatsReader
+
+    return StatsReader(mem.service, int(mem.header[L.W_OWNER]))
+
+
+def read_jobs(jobs: StatsReader) -> dict[str, Any] | None:
+    """The job pool's figures, None for a service without job workers or (logged as a
+    warning) when its job link cannot be read."""
+    from ..errors import ShmwheelError
+
+    try:
+        return jobs.read()
+    except ShmwheelError as e:
+        log.warning("the job pool's figures are not shown: %s", e)
+        return None
+
+
+def jobs_lines(j: dict[str, Any]) -> list[str]:
+    """The job pool's figures as three lines of text: workers, what waits and runs, and
+    the counts since the service started."""
+    workers = j["workers"]
+    alive = sum(1 for w in workers.values() if w["alive"])
+    return [
+        f"{alive}/{len(workers)} workers alive ("
+        + ", ".join(
+            f"{k} pid {fmt_opt(w['pid'])}{'' if w['alive'] else ' DEAD'}"
+            for k, w in workers.items()
+        )
+        + f"), {j['worker_restarts']:,} worker restarts",
+        f"queued {j['queued']:,}, running {j['running']:,}, backing off {j['backing_off']:,}",
+        ", ".join(f"{k.replace('_', ' ')} {j[k]:,}" for k in JOB_COUNTS),
+    ]
+
+
+JOB_COUNTS = ("submitted", "succeeded", "failed", "timed_out", "retried", "stopped", "cancelled")
+
+
+def snapshot(
+    mem: ServiceMemory, health: ProcessHealth, jobs: StatsReader | None = None
+) -> dict[str, Any]:
     """The service's ``stats()`` as any attached process sees them, with: ``service``,
     ``owner_pid``, ``time`` (epoch seconds), ``config``; a ``supervisor`` row first in
     ``processes``, each row with ``cpu_percent``, ``rss_bytes`` and ``restarts`` (as the
     supervisor counted them in the segment; None for the supervisor itself); ``rings``
-    (claimed producer rings and the executors' dispatch rings, pending / capacity)."""
+    (claimed producer rings and the executors' dispatch rings, pending / capacity); and
+    ``jobs``, read by `jobs`, when the service has job workers."""
     import numpy as np
 
     from ..segment import layout as L
@@ -255,6 +299,9 @@ def snapshot(mem: ServiceMemory, health: ProcessHealth) -> dict[str, Any]:
             "rings": {"producer": producer, "dispatch": dispatch},
         }
     )
+    pool = read_jobs(jobs) if jobs is not None else None
+    if pool is not None:
+        st["jobs"] = pool
     return st
 
 

@@ -15,6 +15,8 @@ from .observe import (
     fmt_bytes,
     fmt_ms,
     fmt_opt,
+    job_reader,
+    jobs_lines,
     process_pids,
     sample_seconds,
     service_name,
@@ -23,7 +25,7 @@ from .observe import (
 
 EPILOG = """\
 examples:
-  shmwheel status orders              counters, lateness, processes, journal
+  shmwheel status orders              counters, lateness, processes, jobs, journal
   shmwheel status orders --json       the same as one JSON object (for scripts)
   shmwheel status orders --json | jq .lateness_ms.p99
 
@@ -61,8 +63,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="one-shot figures of a running service",
         description=(
             "Print the figures of a running service once: counters, "
-            "lateness percentiles, processes (pid, alive, CPU, memory) and the "
-            "journal when it has one."
+            "lateness percentiles, processes (pid, alive, CPU, memory), and its "
+            "job workers and journal when it has them."
         ),
         epilog=EPILOG,
     )
@@ -81,12 +83,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def read(name: str, sample_s: float) -> dict[str, Any]:
     """The service's snapshot, CPU% measured over `sample_s` seconds."""
     mem = attach(name)
+    jobs = job_reader(mem)
     try:
         health = ProcessHealth()
         health.prime(process_pids(mem))
         time.sleep(sample_s)
-        return snapshot(mem, health)
+        return snapshot(mem, health, jobs)
     finally:
+        jobs.close()
         mem.close()
 
 
@@ -127,6 +131,12 @@ def render(st: dict[str, Any]) -> str:
             + ", ".join(
                 f"#{r['ring']} pid {r['pid']}: {r['pending']}/{r['capacity']}" for r in rings
             ),
+        ]
+    pool = st.get("jobs")
+    if pool:
+        lines += [
+            "",
+            *(f"{'jobs' if i == 0 else '':<12} {t}" for i, t in enumerate(jobs_lines(pool))),
         ]
     j = st.get("journal")
     if j:

@@ -1,6 +1,6 @@
 """``shmwheel top NAME``: a live view of a running service, redrawn every second with
 rich: rates from successive readings, pending and in flight, lateness percentiles, ring
-fill and the health of each process. ``q`` (or Ctrl-C) quits."""
+fill, the health of each process and the job workers' figures. ``q`` (or Ctrl-C) quits."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from .observe import (
     fmt_ms,
     fmt_opt,
     gone_reason,
+    job_reader,
+    jobs_lines,
     positive_seconds,
     service_name,
     snapshot,
@@ -182,6 +184,9 @@ def render(st: dict[str, Any], rate: dict[str, float | None], interval: float) -
     counts.add_row(timers, late)
     # side by side as far as the terminal is wide, else one under the other
     parts: list[RenderableType] = [title, Columns([counts, procs, rings], padding=(1, 3))]
+    pool = st.get("jobs")
+    if pool:
+        parts.append(Text("jobs  " + "\n      ".join(jobs_lines(pool))))
     j = st.get("journal")
     if j:
         parts.append(
@@ -201,6 +206,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise CommandError("--interval must be > 0", 2)
     mem = attach(args.name)
+    jobs = job_reader(mem)
     health = ProcessHealth()
     console = Console()
     prev: dict[str, Any] | None = None
@@ -215,7 +221,7 @@ def execute(args: argparse.Namespace) -> int:
                 gone = gone_reason(mem)
                 if gone is not None:
                     raise CommandError(gone)
-                st = snapshot(mem, health)
+                st = snapshot(mem, health, jobs)
                 live.update(render(st, rates(prev, st), args.interval), refresh=True)
                 prev = st
                 if wait_for_quit(fd, args.interval):
@@ -223,4 +229,5 @@ def execute(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        jobs.close()
         mem.close()

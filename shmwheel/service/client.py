@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -114,7 +115,8 @@ class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
 
     def __init__(self, mem: L.ServiceMemory, ring: int) -> None:
         super().__init__(mem, ring, Operation)
-        self._job_link: JobLink | None = None  # Client.submit's connection, made on first use
+        self._job_link: JobLink | None = None  # the job pool's connection, made on first use
+        self._job_link_lock = threading.Lock()
 
     def __enter__(self) -> Client:
         return self
@@ -221,10 +223,19 @@ class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
         if time_limit_ms is not None:
             _times.check_delay(time_limit_ms, "time_limit_ms", self._max_delay)
         blob = P.encode_payload(payload)
-        link = self._job_link
-        if link is None:
-            link = self._job_link = JobLink(self.name, int(self._mem.header[L.W_OWNER]))
+        link = self._link(required=True)
+        assert link is not None
         return link.submit(task, blob, delay, time_limit_ms, retry)
+
+    def _link(self, required: bool) -> JobLink | None:
+        """The job link, connected at the first need; without job workers ShmwheelError
+        when `required`, else None."""
+        with self._job_link_lock:
+            if self._job_link is None:
+                owner = int(self._mem.header[L.W_OWNER])
+                open_link = JobLink if required else JobLink.open
+                self._job_link = open_link(self.name, owner)
+            return self._job_link
 
     def close(self) -> None:
         link, self._job_link = self._job_link, None
@@ -234,10 +245,16 @@ class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
 
     def stats(self) -> dict[str, Any]:
         """The service's stats() as this process sees them in shared memory (no restart
-        counts: only the supervisor knows those). ShmwheelError once the client is closed
-        or the service is stopping or stopped (docs/quickstart.md, "Errors at the call")."""
+        counts: only the supervisor knows those), with ``"jobs"``, the job pool's counts
+        asked over the job link, when the service has job workers. ShmwheelError once the
+        client is closed or the service is stopping or stopped (docs/quickstart.md,
+        "Errors at the call")."""
         self._check()
-        return read_stats(self._mem)
+        st = read_stats(self._mem)
+        link = self._link(required=False)
+        if link is not None:
+            st["jobs"] = link.stats()
+        return st
 
 
 if TYPE_CHECKING:  # the native half calls these methods of the Python half: mypy checks

@@ -1,7 +1,10 @@
 """The client's side of the job link (wire.py): ``Client.submit`` sends a registered task
 to its service's job pool and gets a ``Job`` back whose outcome the pool reports. Runs in
-the caller's process: one connection per Client, opened at the first submit, and one
-daemon thread that reads the pool's reports and settles the jobs.
+the caller's process: one connection per Client, opened at the first submit (or the
+first ``Client.stats()``), and one daemon thread that reads the pool's reports and settles
+the jobs. ``StatsReader`` reads the pool's ``stats()`` over a link of its own for the
+tools that watch a service without a Client (``shmwheel status`` / ``top``, the metrics
+collector).
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from .retry import Retry, check_job
 REPLY_TIMEOUT_S = 30.0
 
 
+class NoJobWorkers(ShmwheelError):
+    """Nobody listens at the service's job link address: it has no job workers."""
+
+
 class JobLink:
     """One connection to the job pool of service `service`, whose supervisor is process
     `owner` (the segment's owner word): a peer that is not it is refused."""
@@ -32,7 +39,9 @@ class JobLink:
             pid, uid = wire.peer(sock)
         except OSError as e:
             sock.close()
-            raise ShmwheelError(
+            # no listener on an abstract address: refused at once, nothing to wait for
+            kind = NoJobWorkers if isinstance(e, ConnectionRefusedError) else ShmwheelError
+            raise kind(
                 f"service {service!r} takes no jobs ({e.strerror or e}): start it with "
                 "TimerService(job_workers=N)"
             ) from None
@@ -53,6 +62,19 @@ class JobLink:
         self._reader = threading.Thread(target=self._read, name=f"shmwheel-{service}-jobs",
                                         daemon=True)  # fmt: skip
         self._reader.start()
+
+    @classmethod
+    def open(cls, service: str, owner: int) -> JobLink | None:
+        """A link to `service`'s job pool, or None when the service has no job workers;
+        ShmwheelError when the address is held by another process than `owner`."""
+        try:
+            return cls(service, owner)
+        except NoJobWorkers:
+            return None
+
+    def stats(self) -> dict[str, Any]:
+        """The job pool's ``stats()`` (pool.py) as the pool reads them now."""
+        return dict(self._ask([wire.STATS, 0])[2])
 
     def submit(
         self, task: str, blob: bytes, delay_ms: float, time_limit_ms: float | None,
@@ -160,3 +182,31 @@ class JobLink:
         if self._reader is not threading.current_thread():
             self._reader.join(5.0)
         self.sock.close()
+
+
+class StatsReader:
+    """The job pool's ``stats()`` of service `service` (supervisor process `owner`) read
+    from a process that has no Client of it: the link is opened at the first ``read`` and
+    kept for the next ones."""
+
+    def __init__(self, service: str, owner: int) -> None:
+        self.service, self.owner = service, owner
+        self._link: JobLink | None = None
+
+    def read(self) -> dict[str, Any] | None:
+        """The pool's stats, or None when the service has no job workers. ShmwheelError
+        when the link is refused or broken (the next read connects again)."""
+        if self._link is None:
+            self._link = JobLink.open(self.service, self.owner)
+            if self._link is None:
+                return None
+        try:
+            return self._link.stats()
+        except ShmwheelError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()

@@ -15,6 +15,7 @@ import selectors
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import ShmwheelError
@@ -73,9 +74,12 @@ class Manager:
         os.close(self._ctl_r)
         os.close(self._ctl_w)
 
-    def listen(self, service: str, tasks: dict[str, str]) -> None:
-        """Serve ``Client.submit`` of `service`'s processes (remote.py)."""
-        self._link = Listener(self.submit, service, tasks, self.watch, self.unwatch)
+    def listen(
+        self, service: str, tasks: dict[str, str], stats: Callable[[], dict[str, Any]]
+    ) -> None:
+        """Serve ``Client.submit`` and the pool's `stats()` to `service`'s processes
+        (remote.py)."""
+        self._link = Listener(self.submit, service, tasks, self.watch, self.unwatch, stats)
 
     def idle(self) -> bool:
         """No worker holds a job (caller holds the pool's lock)."""

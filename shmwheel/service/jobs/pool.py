@@ -94,7 +94,7 @@ class JobPool:
     def listen(self, service: str, tasks: dict[str, str]) -> None:
         """Serve ``Client.submit`` of `service`'s processes (remote.py): `tasks` maps the
         service's task names to their specs."""
-        self._mgr.listen(service, tasks)
+        self._mgr.listen(service, tasks, self.stats)
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False, kill: bool = False) -> None:
         """Accept no new job; with `cancel_futures` cancel what has not started; with

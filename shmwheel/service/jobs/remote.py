@@ -48,9 +48,9 @@ class Conn:
 
 
 class Listener:
-    """The job link's server, submitting through `submit`: `tasks` maps the service's task
-    names to their specs; `watch(sock, data, write)` / `unwatch(sock)` are the manager's
-    selector."""
+    """The job link's server, submitting through `submit` and answering STATS with
+    `stats()`: `tasks` maps the service's task names to their specs; `watch(sock, data,
+    write)` / `unwatch(sock)` are the manager's selector."""
 
     def __init__(
         self,
@@ -59,8 +59,9 @@ class Listener:
         tasks: Mapping[str, str],
         watch: Callable[[socket.socket, Any, bool], None],
         unwatch: Callable[[socket.socket], None],
+        stats: Callable[[], dict[str, Any]],
     ) -> None:
-        self.submit, self.tasks = submit, dict(tasks)
+        self.submit, self.tasks, self.stats = submit, dict(tasks), stats
         self.watch, self.unwatch = watch, unwatch
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -141,6 +142,8 @@ class Listener:
                 found = self.jobs.get(job_id)
                 ok = found is not None and (found.stop() if stop else found.cancel())
                 self._send(conn, [wire.ANSWER, req, bool(ok)])
+            elif msg[0] == wire.STATS:
+                self._send(conn, [wire.ANSWER, msg[1], self.stats()])
         except Exception as e:
             self._send(conn, [wire.REFUSED, msg[1] if len(msg) > 1 else -1, f"{e}"])
 

@@ -6,8 +6,9 @@ server is the service's supervisor (the segment's owner pid).
 
 Requests (client -> pool): ``[SUBMIT, req, task, payload_blob, delay_ms, limit_ms, retry]``
 with ``retry`` None or ``[attempts, backoff, factor, max_backoff, jitter, [names]]``;
-``[CANCEL, req, job, stop]``. Replies and reports (pool -> client): ``[ACCEPTED, req,
-job]``, ``[REFUSED, req, text]``, ``[ANSWER, req, bool]``, ``[RUNNING, job, attempt]``,
+``[CANCEL, req, job, stop]``; ``[STATS, req]``. Replies and reports (pool -> client):
+``[ACCEPTED, req, job]``, ``[REFUSED, req, text]``, ``[ANSWER, req, value]`` (a bool to a
+CANCEL, the pool's ``stats()`` dict to a STATS), ``[RUNNING, job, attempt]``,
 ``[DONE, job, attempts, outcome, ...]`` with outcome "ok" and the value, "cancelled", or
 "error" and ``[kind, text, type_name, message, traceback, limit, killed]``.
 """
@@ -24,7 +25,7 @@ import msgpack
 from ... import errors
 from .retry import Retry
 
-SUBMIT, CANCEL, ACCEPTED, REFUSED, ANSWER, RUNNING, DONE = range(7)
+SUBMIT, CANCEL, ACCEPTED, REFUSED, ANSWER, RUNNING, DONE, STATS = range(8)
 HEAD = struct.Struct("!I")
 MAX_FRAME = 64 << 20
 _unpack = msgpack.Unpacker
