@@ -11,9 +11,9 @@ The public API, all importable from here:
   FireContext;
 * jobs, work bounded in time (``shmwheel.service.jobs``): Executor, Job, Retry;
 * errors: ShmwheelError, Full, LayoutError, SharedMemoryFull, JournalError, JournalInUse,
-  RecoveryError, TaskError (what a handle's ``exception()`` gives when its task raised, and
-  what a job's ``result()`` raises when it failed), JobTimeout (a job that passed its time
-  limit) and RemoteTraceback (their cause).
+  RecoveryError, UntrustedPath, TaskError (what a handle's ``exception()`` gives when its
+  task raised, and what a job's ``result()`` raises when it failed), JobTimeout (a job
+  that passed its time limit) and RemoteTraceback (their cause).
 
 Everything else (``shmwheel.segment``, the native core ``shmwheel._native``, the service
 processes) is private: its names may change between releases.
@@ -32,6 +32,7 @@ from .errors import (
     SharedMemoryFull,
     ShmwheelError,
     TaskError,
+    UntrustedPath,
 )
 
 # Each public name is imported from its module on first use (PEP 562), so `import
@@ -122,6 +123,7 @@ __all__ = [
     "TimerTask",
     "TimerTaskEntry",
     "TimingWheel",
+    "UntrustedPath",
     "WheelCore",
     "connect",
     "context",

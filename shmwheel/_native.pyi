@@ -9,7 +9,7 @@ import numpy as np
 _Buf = np.ndarray | memoryview
 
 # every constant of contract.h and journal.h (module.c): name -> value, in the lists' order,
-# and (list, its names); segment/constants.py makes them attributes, typed by its stub
+# and (list, its names); wheel/constants.py makes them attributes, typed by its stub
 CONTRACT: dict[str, int]
 CONTRACT_LISTS: tuple[tuple[str, tuple[str, ...]], ...]
 

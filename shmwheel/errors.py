@@ -50,6 +50,27 @@ class RecoveryError(ShmwheelError):
     cannot hold what the journal has pending."""
 
 
+class UntrustedPath(ShmwheelError):
+    """A path shmwheel would read, write or delete is not safe to use: it belongs to another
+    user, group or others can write it, or it is not the kind of file expected (a
+    journal directory, its ``LOCK`` or a segment file at ``start()``, salvage, ``shmwheel
+    journal check`` / ``repair``). Nothing in it was read, re-armed or deleted. ``path``,
+    ``uid`` (its owner) and ``mode`` (its permission bits) say what was found; the message
+    names the owner by user name too (docs/operating.md, "Trust")."""
+
+    def __init__(self, message: str, *, path: str, uid: int, mode: int) -> None:
+        super().__init__(message)
+        self.path, self.uid, self.mode = path, uid, mode
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickles with its fields."""
+        return (_untrusted_path, (str(self), self.path, self.uid, self.mode))
+
+
+def _untrusted_path(message: str, path: str, uid: int, mode: int) -> UntrustedPath:
+    return UntrustedPath(message, path=path, uid=uid, mode=mode)
+
+
 class RemoteTraceback(Exception):
     """The formatted traceback of a task that raised in an executor process, as the
     ``__cause__`` of its ``TaskError`` (as ``ProcessPoolExecutor`` chains its

@@ -1,9 +1,9 @@
 """The shared-memory contract is written once: the rows of contract.h's and journal.h's
 lists. These tests fail when a second definition creeps in or the generated stub drifts:
 
-- ``segment/constants.pyi`` is what ``tests/contract_stub.py`` writes from the rows the
+- ``wheel/constants.pyi`` is what ``tests/contract_stub.py`` writes from the rows the
   native core exports (a row added, renamed or moved in C without regenerating fails);
-- every exported row is an attribute of ``segment.constants`` and ``segment.contract``
+- every exported row is an attribute of ``wheel.constants`` and ``segment.contract``
   with the native value;
 - no Python module of the package assigns a literal to a contract name (an alias of the
   one definition, ``FLAG_KEY = K.FLAG_KEY``, is allowed), and no C file ``#define``s one
@@ -21,8 +21,8 @@ import numpy as np
 from contract_stub import STUB, stub
 
 from shmwheel import _native as N
-from shmwheel.segment import constants as K
 from shmwheel.segment import contract as C
+from shmwheel.wheel import constants as K
 
 PACKAGE = Path(C.__file__).resolve().parent.parent
 
@@ -102,7 +102,7 @@ def test_the_scans_find_a_planted_twin(tmp_path: Path) -> None:
     (tmp_path / "twin.py").write_text("X = 1\n_NEVER = 2**63 - 1\nTASK_NONE, Y = 0xFFFF, 2\n")
     (tmp_path / "twin.h").write_text("#define CACHE_MAX 256\nstatic const i64 NEVER = 1;\n")
     (tmp_path / "alias.py").write_text(
-        "from shmwheel.segment import constants as K\nNEVER = K.NEVER\n"
+        "from shmwheel.wheel import constants as K\nNEVER = K.NEVER\n"
     )
     assert python_redefinitions(tmp_path) == ["twin.py:2 _NEVER", "twin.py:3 TASK_NONE"]
     assert c_redefinitions(tmp_path) == ["twin.h:1 CACHE_MAX", "twin.h:2 NEVER"]

@@ -21,7 +21,7 @@ from shmwheel.journal import format as F
 from shmwheel.journal.writer import JournalOptions, SegmentWriter
 from shmwheel.pipeline import asnumpy as A
 from shmwheel.pipeline import events as E
-from shmwheel.segment.constants import TASK_NONE
+from shmwheel.wheel.constants import TASK_NONE
 
 TASKS = ["noop", "fail", "other"]
 

@@ -20,7 +20,7 @@ from test_service import TASKS, wait_for
 
 from shmwheel import RecoveryError, TimerService, journal
 from shmwheel.cli import main
-from shmwheel.journal import check
+from shmwheel.journal import check, verdict
 from shmwheel.journal import format as F
 from shmwheel.segment import contract as C
 
@@ -91,7 +91,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     more than START_GRACE_S (a chain missing from a shorter one reads as a start killed
     before that writer began: a warning)."""
     d = tmp_path_factory.mktemp("small") / "j"
-    build(d, 0, check.START_GRACE_S + 0.5)
+    build(d, 0, verdict.START_GRACE_S + 0.5)
     assert len(segs(d, "coordinator")) == 1 and len(segs(d, "reaper")) == 1
     return d
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 
 from .. import __version__
 from . import journal, run, segments, status, top
-from .observe import CommandError
+from .observe import CommandError, Refused
 
 log = logging.getLogger("shmwheel.cli")
 
@@ -115,8 +115,8 @@ def _execute(args: argparse.Namespace) -> int:
     try:
         code: int = args.execute(args)
     except CommandError as e:
-        if e.status == 2:  # like argparse's own errors: the usage, then the message
-            sys.stderr.write(args.usage())
+        if e.status == 2 and not isinstance(e, Refused):  # a usage error, like argparse's:
+            sys.stderr.write(args.usage())  # the usage, then the message
         log.error("%s", e)
         return e.status
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from .command import add_command
-from .observe import CommandError
+from .observe import CommandError, Refused
 
 log = logging.getLogger("shmwheel.cli")
 
@@ -29,7 +29,8 @@ examples:
 
 Exit status: 0 intact (a dead writer's torn tail is the normal crash case, not damage),
 1 damaged or incomplete (a start refuses it: `shmwheel journal repair`), 2 not a journal
-(no such directory, no segments in it, or not readable).
+(no such directory, no segments in it, or not readable) or not safe to read (the
+directory or a segment is another user's or writable by others: docs/operating.md, "Trust").
 """
 
 REPAIR_EPILOG = """\
@@ -41,7 +42,8 @@ takes the journal's lock (no service may be running on it), writes every timer a
 operation the intact records prove pending into a new segment, synced, then moves each
 damaged segment, untouched, to DIR/damaged/. Nothing is deleted. Afterwards the journal
 checks clean and a service starts on it. Exit status: 0 repaired (or nothing to repair),
-1 it could not be repaired (or a service holds it), 2 not a journal.
+1 it could not be repaired (or a service holds it), 2 not a journal, not safe to use
+(another user's, or writable by others) or not writable by this user.
 """
 
 
@@ -114,15 +116,31 @@ def _journal(directory: str) -> str | None:
     return None
 
 
+def _refused(directory: str, e: Exception) -> CommandError:
+    """The one-line refusal (exit 2, no usage) of a journal command: a directory that is
+    not safe to use (UntrustedPath), or one this user may not write (PermissionError)."""
+    if isinstance(e, PermissionError):
+        where = f": {e.filename}" if e.filename else ""
+        return Refused(f"cannot use the journal {directory}: {e.strerror or e}{where}")
+    return Refused(str(e))
+
+
 def execute_check(args: argparse.Namespace) -> int:
-    """Print the judgement of a journal; 0 intact, 1 damaged, 2 not a journal."""
+    """Print the judgement of a journal; 0 intact, 1 damaged, 2 not a journal (or one
+    that is not safe to read: segment/trust.py)."""
+    from ..errors import UntrustedPath
     from ..journal.check import inspect
+    from ..journal.directory import trusted
 
     why = _journal(args.directory)
     if why is not None:
         log.error("%s", why)
         return NOT_A_JOURNAL
-    insp = inspect(args.directory)
+    try:
+        trusted(args.directory)
+        insp = inspect(args.directory)
+    except (UntrustedPath, PermissionError) as e:
+        raise _refused(args.directory, e) from None
     if args.json:
         json.dump(report(insp, args.verbose), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -237,6 +255,7 @@ def print_report(insp: Any, verbose: bool) -> None:
 
 def execute_repair(args: argparse.Namespace) -> int:
     """Repair a journal (or with --dry-run say how); 0 done or nothing to do."""
+    from ..errors import UntrustedPath
     from ..journal.directory import JournalInUse
     from ..journal.repair import repair
 
@@ -248,6 +267,8 @@ def execute_repair(args: argparse.Namespace) -> int:
         done = repair(args.directory, dry_run=args.dry_run)
     except JournalInUse as e:
         raise CommandError(str(e)) from None
+    except (UntrustedPath, PermissionError) as e:
+        raise _refused(args.directory, e) from None
     before, st = done.before, done.before.state
     if not before.damage:
         print(f"journal {args.directory}: intact, nothing to repair")

@@ -29,6 +29,14 @@ class CommandError(Exception):
         self.status = status
 
 
+class Refused(CommandError):
+    """A refusal: the command will not use what it was given (a path that is not safe, one
+    this user may not write). One line on stderr, exit status 2, no usage."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2)
+
+
 def service_name(text: str) -> str:
     """argparse type for a service name (1-64 letters, digits, '_' or '-')."""
     import argparse

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from .command import add_command
-from .observe import CommandError, service_name
+from .observe import CommandError, Refused, service_name
 
 log = logging.getLogger("shmwheel.cli")
 
@@ -238,8 +238,9 @@ def _search_cwd() -> None:
     cwd = os.getcwd()
     if cwd in sys.path or "" in sys.path:
         return
-    st = os.stat(cwd)
-    if st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022:
+    from ..segment import trust
+
+    if trust.judge(cwd, os.stat(cwd), trust.DIRECTORY, root_ok=True) is None:
         sys.path.insert(0, cwd)
         return
     log.warning(
@@ -292,7 +293,7 @@ def _serve_metrics(svc: Any, host: str, port: int | None) -> Any:
 
 def _run(svc: Any, stop_timeout: float) -> int:
     """Start `svc` and serve it until a stop signal; 0 after a clean stop."""
-    from ..errors import ShmwheelError
+    from ..errors import ShmwheelError, UntrustedPath
 
     stopper = _Stopper()
     stopper.install()
@@ -304,6 +305,8 @@ def _run(svc: Any, stop_timeout: float) -> int:
             svc.stop(stop_timeout)  # a signal that came just after it returned
             log.warning("interrupted while starting: service %s was not started", svc.name)
             return 128 + (stopper.signum or signal.SIGINT)
+        except (UntrustedPath, PermissionError) as e:  # a refusal: one line, exit 2
+            raise Refused(f"cannot start service {svc.name}: {e}") from None
         except (ShmwheelError, OSError, RuntimeError) as e:
             raise CommandError(f"cannot start service {svc.name}: {e}") from None
         finally:

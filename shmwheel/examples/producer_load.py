@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 import shmwheel
-from shmwheel.segment.constants import MAX_PAYLOAD  # the service's hard maximum, encoded bytes
+from shmwheel.wheel.constants import MAX_PAYLOAD  # the service's hard maximum, encoded bytes
 
 SLICE_S = 0.01  # with a rate, one call schedules at most this much time's worth
 FULL_BACKOFF_S = 0.005  # wait between retries when the service is full

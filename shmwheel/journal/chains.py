@@ -9,7 +9,8 @@ from collections import Counter, defaultdict
 
 from ..segment import contract as C
 from . import format as F
-from .check import (
+from .scan import SCHED_ID, JournalState, combine
+from .verdict import (
     CHAIN,
     DAMAGE,
     START_GRACE_S,
@@ -20,7 +21,6 @@ from .check import (
     Problem,
     SegmentReport,
 )
-from .scan import SCHED_ID, JournalState, combine
 
 
 def analyse(insp: Inspection) -> None:

@@ -3,6 +3,11 @@
 The directory is claimed by the service that writes it with ``claim``: an exclusive
 ``flock`` on ``DIR/LOCK``, inherited by its service processes, so the lock is free only
 when every process of that service is gone.
+
+Trust (``segment/trust.py``'s rules, docs/journal.md): the directory, its ``LOCK`` and
+every segment file in it must be this user's and writable by no one else, or
+``trusted`` raises ``UntrustedPath`` before anything there is read, written or deleted.
+``claim`` asks first; so do salvage, ``shmwheel journal check`` and ``repair``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import time
 from dataclasses import dataclass
 
 from ..errors import JournalInUse as JournalInUse  # (defined in errors.py; this path stays)
+from ..segment import trust
 from ..segment.layout import ServiceConfig
+from .format import segment_files
 
 FSYNC_POLICIES = ("none", "interval", "always")
 LOCK_NAME = "LOCK"
@@ -47,13 +54,31 @@ class JournalOptions:
             raise ValueError(f"journal_keep_hours must be a number >= 0, got {self.keep_hours!r}")
 
 
+def trusted(directory: str) -> None:
+    """Refuse, with ``UntrustedPath``, a journal directory that is not safe to use
+    (module doc): the directory itself, its LOCK if there is one, each segment file.
+    Nothing in it is opened."""
+    trust.check(directory, trust.DIRECTORY, "the journal directory")
+    lock = os.path.join(directory, LOCK_NAME)
+    if os.path.lexists(lock):
+        trust.check(lock, trust.REGULAR_FILE, "the journal's lock")
+    trust.check_files(segment_files(directory), "the journal segment")
+
+
 def claim(directory: str, service: str) -> int:
-    """Create the journal directory if need be and lock it for `service`; returns the
-    lock's file descriptor (keep it open, pass it to the service processes). Raises
-    JournalInUse naming the service that holds it."""
+    """Create the journal directory if need be, check it is safe (``trusted``) and lock
+    it for `service`; returns the lock's file descriptor (keep it open, pass it to the
+    service processes). Raises UntrustedPath (nothing there touched), or JournalInUse
+    naming the service that holds it."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    trusted(directory)
     path = os.path.join(directory, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        trust.check(path, trust.REGULAR_FILE, "the journal's lock", os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
     start = time.monotonic()
     while True:
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import JournalError, ShmwheelError
 from ..segment import layout as L
+from ..segment.health import FAILED, read_health
 from ..segment.layout import ServiceMemory
 
 # a writer's fault words, from L.W_JFAULT_COORDINATOR / L.W_JFAULT_REAPER (L.JFAULT_WORDS)
@@ -46,10 +47,8 @@ def read_faults(mem: ServiceMemory) -> dict[str, dict[str, Any]]:
 def refusal(mem: ServiceMemory) -> ShmwheelError:
     """The JournalError a client raises while the journal has a fault (what, where, since
     when, and what still holds); a ShmwheelError while the supervisor's watchdog says
-    the service failed (shmwheel/service/watchdog.py), which closes the same gate."""
-    if int(mem.header[L.W_HEALTH]) >= 2:  # watchdog.FAILED
-        from ..service.watchdog import read_health
-
+    the service failed (segment/health.py), which closes the same gate."""
+    if int(mem.header[L.W_HEALTH]) >= FAILED:
         reasons = ", ".join(read_health(mem.header)["reasons"])
         return ShmwheelError(
             f"service {mem.service!r} has failed ({reasons}): new timers are refused until "

@@ -20,7 +20,7 @@ from typing import Any
 import msgpack
 
 from .. import _native as N
-from ..segment import constants as K
+from ..wheel import constants as K
 
 VERSION = 2
 VERSIONS = (1, 2)  # what the reader reads: version 1 has no chain (no prev, END, RETIRED)

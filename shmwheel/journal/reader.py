@@ -22,7 +22,7 @@ import msgpack
 import numpy as np
 
 from .. import _native as N
-from ..segment import constants as K
+from ..wheel import constants as K
 from . import format as F
 
 log = logging.getLogger("shmwheel.journal")

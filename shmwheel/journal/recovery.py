@@ -42,18 +42,18 @@ from ..segment import contract as C
 from ..segment import layout as L
 from . import format as F
 from . import spill
-from .check import DAMAGED_DIR, TORN, Inspection, inspect
+from .check import add, inspect
 from .directory import JournalOptions, claim
-from .recovery_ops import install_ops
-from .repair import quarantine
+from .quarantine import quarantine
+from .recovery_ops import NO_RING, install_ops, store_block
 from .retention import anchor_installed, retire
 from .salvage import salvage
 from .scan import JournalState, clock_offset_ms
+from .verdict import DAMAGED_DIR, TORN, Inspection
 from .writer import SegmentWriter
 
 log = logging.getLogger("shmwheel.journal")
 
-NO_RING = C.RING_NONE  # a re-armed timer belongs to no client's ring
 ON_DAMAGE = ("refuse", "salvage")  # TimerService(journal_on_damage=...)
 
 
@@ -64,20 +64,6 @@ def scan(directory: str) -> JournalState:
 
 
 _clock_offset_ms = clock_offset_ms  # (its name before scan.py)
-
-
-def store_block(mem: L.ServiceMemory, slot: int, data: bytes, what: str) -> tuple[int, int]:
-    """An arena block of the smallest class that holds `data`, owned by `slot` and filled
-    with it: (class, block). RecoveryError naming `what` when the arena is full."""
-    tables = mem.bind_tables()
-    for c in range(C.ARENA_CLASSES):
-        if len(data) <= C.ARENA_CLASS_BYTES[c] and (b := tables.arena_alloc(c, slot)) >= 0:
-            mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
-            return c, b
-    raise RecoveryError(
-        f"the payload arena cannot hold the journal's pending {what}: start the service "
-        f"with a larger arena_bytes"
-    )
 
 
 def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:
@@ -227,7 +213,7 @@ def prepare(opts: JournalOptions, service: str, on_damage: str = "refuse") -> Pl
             salvaged = salvage(last["service"], opts.directory, last["epoch"])
             new = sorted(set(F.segment_files(opts.directory)) - before)
             if new:
-                insp.add(new)
+                add(insp, new)
         for p in insp.problems:
             log.warning("journal %s: %s: %s", opts.directory, p.severity, p)
         for r in insp.state.rejects:

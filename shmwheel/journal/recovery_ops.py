@@ -18,11 +18,15 @@ from typing import TYPE_CHECKING
 import msgpack
 import numpy as np
 
+from .. import _native as N
+from ..errors import RecoveryError
 from ..segment import contract as C
 from . import format as F
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..segment import layout as L
+
+NO_RING = C.RING_NONE  # a re-armed timer or operation belongs to no client's ring
 
 # columns of a WATCHED reader row: field k is column 3 + k (format.FIELDS)
 # the scanner's columns (reader.Segment.rows) of a WATCHED record's fields
@@ -62,14 +66,25 @@ class PendingOps:
         return {i: v for i, v in self.ops.items() if i not in self.decided}
 
 
+def store_block(mem: L.ServiceMemory, slot: int, data: bytes, what: str) -> tuple[int, int]:
+    """An arena block of the smallest class that holds `data`, owned by `slot` and filled
+    with it: (class, block); for the operations here and the timers (recovery.install).
+    RecoveryError naming `what` when the arena is full."""
+    tables = mem.bind_tables()
+    for c in range(C.ARENA_CLASSES):
+        if len(data) <= C.ARENA_CLASS_BYTES[c] and (b := tables.arena_alloc(c, slot)) >= 0:
+            mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+            return c, b
+    raise RecoveryError(
+        f"the payload arena cannot hold the journal's pending {what}: start the service "
+        f"with a larger arena_bytes"
+    )
+
+
 def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) -> np.ndarray:
     """Write the pending operations into the fresh segment (after the timers, whose slots
     are `taken`) and watch them on their keys; returns their handles. Raises
-    RecoveryError (recovery.py) when this service cannot hold them."""
-    from ..errors import RecoveryError
-    from ..service.purgatory import key_id
-    from .recovery import NO_RING, store_block
-
+    RecoveryError when this service cannot hold them."""
     ops = pending.pending()
     if not ops:
         return np.empty(0, np.int64)
@@ -103,7 +118,7 @@ def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) ->
     tables.rebuild()  # links them (and threads the free stacks around them)
     for h in handles:
         keys = msgpack.unpackb(ops[h][4])[0]
-        ids = np.unique(np.array([key_id(k) for k in keys], np.int64))
+        ids = np.unique(np.array([N.key_id(k) for k in keys], np.int64))  # the watch's key ids
         if tables.watch_add(h, ids) < 0:
             raise RecoveryError(
                 "the watch lists cannot hold the journal's pending operations: start the "

@@ -1,6 +1,6 @@
-"""Taking damaged segments out of a journal: ``quarantine`` (what a start with
-``journal_on_damage="salvage"`` does after its compaction) and ``repair`` (the same,
-offline: ``shmwheel journal repair DIR``).
+"""``shmwheel journal repair DIR``: offline, what a start with
+``journal_on_damage="salvage"`` does — take the damaged segments out of a journal
+(``quarantine.py``) after recording what its intact records prove pending.
 
 Nothing is deleted and nothing is rewritten. A damaged segment is moved, untouched, to
 ``DIR/damaged/`` (a rename: the same filesystem), its name first recorded in a RETIRED
@@ -12,55 +12,23 @@ longer matters, and the journal checks clean.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from dataclasses import dataclass
 
 import msgpack
 
-from ..errors import JournalError
 from ..segment import contract as C
 from . import format as F
-from .check import DAMAGED_DIR, Inspection, inspect
-from .directory import JournalOptions
+from .check import inspect
+from .directory import JournalOptions, trusted
+from .quarantine import quarantine
+from .recovery import prepare
 from .scan import JournalState
+from .verdict import Inspection
 from .writer import SegmentWriter
 
-log = logging.getLogger("shmwheel.journal")
-
 REPAIR_HOLDER = "shmwheel journal repair"  # how a repair names itself in the lock file
-
-
-def quarantine(writer: SegmentWriter, paths: list[str]) -> list[str]:
-    """Move each segment of `paths` to DIR/damaged/ untouched, after recording their names
-    (RETIRED) in `writer`'s segment, synced with everything it holds; returns where they
-    went. A name taken there already gets a suffix (.1, .2, ...): nothing is replaced."""
-    if not paths:
-        return []
-    names = [os.path.basename(p) for p in paths]
-    writer.append(F.body(F.RETIRED, time.monotonic_ns() // 1000, names))
-    if not writer.commit():
-        raise JournalError(f"journal {writer.opts.directory}: cannot record what it moves")
-    directory = os.path.dirname(paths[0])
-    dest = os.path.join(directory, DAMAGED_DIR)
-    os.makedirs(dest, mode=0o700, exist_ok=True)
-    moved = []
-    for path, name in zip(paths, names, strict=True):
-        target, k = os.path.join(dest, name), 0
-        while os.path.lexists(target):
-            k += 1
-            target = os.path.join(dest, f"{name}.{k}")
-        os.rename(path, target)
-        moved.append(target)
-        log.warning("journal %s: moved the damaged segment %s to %s/", directory, name, dest)
-    for d in (dest, directory):
-        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    return moved
 
 
 @dataclass
@@ -80,11 +48,11 @@ def repair(directory: str, dry_run: bool = False) -> Repaired:
     the journal's lock, salvage a dead service's memory into it, write every timer and
     operation the intact records prove pending into a new epoch's segment, synced, then
     move the damaged segments to DIR/damaged/. Nothing to do when it is not damaged. With
-    `dry_run`, only judge it (no lock taken, nothing written)."""
+    `dry_run`, only judge it (no lock taken, nothing written). A directory that is not
+    safe to use (``directory.trusted``) raises UntrustedPath, with nothing read."""
     if dry_run:
+        trusted(directory)
         return Repaired(inspect(directory))
-    from .recovery import prepare  # (recovery uses quarantine)
-
     plan = prepare(JournalOptions(directory, "always"), REPAIR_HOLDER, "salvage")
     try:
         insp, st = plan.inspection, plan.state

@@ -7,7 +7,8 @@ drained, outcomes in its result rings. Then the segment is unlinked.
 Ground rules: only a process holding the journal's lock salvages (the service starting
 on it, or a sweep of stale segments that claims it as ``SALVAGE_HOLDER``), so no process
 of the dead service is alive; the segment's own lock is taken (and repaired if its holder
-died mid-update) before its tables are read.
+died mid-update) before its tables are read. A journal directory ``directory.trusted``
+refuses (another user's, or writable by others) is never written: the segment is kept.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 import numpy as np
 import posix_ipc
 
-from ..errors import ShmwheelError
+from ..errors import ShmwheelError, UntrustedPath
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import shm
@@ -91,8 +92,8 @@ def salvage(service: str, directory: str, epoch: int) -> int:
 def salvage_stale(service: str) -> bool:
     """``census.sweep_stale``'s hook: a dead service that kept a journal is salvaged into
     it before its segment goes, whichever service's start sweeps it. False (keep the
-    segment) when that journal is in use or its directory is another user's: the service
-    starting on it salvages it."""
+    segment) when that journal is in use (the service starting on it salvages it) or is
+    not safe to use (``directory.trusted``: another user could have written it)."""
     try:
         mem = L.ServiceMemory.attach(service)
     except (ShmwheelError, OSError, posix_ipc.Error, ValueError):
@@ -102,20 +103,10 @@ def salvage_stale(service: str) -> bool:
     if not directory or not os.path.isdir(directory):
         return True
     try:
-        owner = os.stat(directory).st_uid
-    except OSError:
-        return True
-    if owner != os.geteuid():  # never write into a directory of another user: keep it
-        log.warning(
-            "journal %s: not salvaging the dead service %s into it: the directory is "
-            "%s's; the service starting on that journal salvages it",
-            directory,
-            service,
-            shm.user_name(owner),
-        )
-        return False
-    try:
         fd = claim(directory, f"{SALVAGE_HOLDER}{service}")
+    except UntrustedPath as e:  # never write where another user could: keep the segment
+        log.warning("not salvaging the dead service %s into its journal: %s", service, e)
+        return False
     except JournalInUse:
         return False
     except OSError as e:  # not ours to write: leave the segment to its journal's owner

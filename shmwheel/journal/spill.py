@@ -23,12 +23,11 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import struct
 from typing import Any
 
 from ..errors import JournalError, RecoveryError
-from ..segment import shm
+from ..segment import shm, trust
 from . import format as F
 
 log = logging.getLogger("shmwheel.journal")
@@ -113,15 +112,10 @@ def pending(directory: str) -> list[str]:
 
 def _trusted(path: str) -> bool:
     st = os.lstat(path)
-    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+    why = trust.judge(path, st, trust.REGULAR_FILE, private=True)
+    if why is None:
         return True
-    log.warning(
-        "journal: %s is not a file of this user that no one else can write (owner uid %d, "
-        "mode %o): not read",
-        path,
-        st.st_uid,
-        stat.S_IMODE(st.st_mode),
-    )
+    log.warning("journal: held file %s (%s): not read", why, trust.described(st))
     return False
 
 

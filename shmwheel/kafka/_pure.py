@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..segment.constants import NEVER as _NEVER
+from ..wheel.constants import NEVER as _NEVER
 from ..wheel.core import WheelCore
 
 _LOCK = threading.Lock()

@@ -2,7 +2,7 @@
  *
  * Everything that reads or writes the wheel array, the side table, the payload arena or a
  * ring takes its word indices, shifts and masks from here: the C core directly, Python
- * through the extension's export of the same rows (shmwheel/segment/constants.py, with
+ * through the extension's export of the same rows (shmwheel/wheel/constants.py, with
  * the accessor pairs of segment/contract.py). Nobody re-derives a shift or a mask.
  *
  * All words are int64 in host byte order (x86-64 / aarch64 little-endian).
@@ -12,7 +12,7 @@
  * constants of an enum (ints: usable in case labels and array sizes), CONTRACT_I64 makes
  * them static const i64 (a value beyond int: a magic, a 32-bit mask, NO_TIME). The
  * extension exports every row of every list in one loop (module.c, CONTRACT_LISTS), and
- * segment/constants.py takes them in one loop, typed by segment/constants.pyi, which is
+ * wheel/constants.py takes them in one loop, typed by wheel/constants.pyi, which is
  * generated from the same rows (tests/contract_stub.py; tests/test_contract.py fails when
  * it drifts). A packed word's fields are read and written by the macros beside its list.
  */

@@ -1,6 +1,6 @@
 /* module.c: shmwheel._native, the native core. It gathers the method tables and types
  * of the other files and exports every constant of contract.h, journal.h and errlog.h,
- * so that Python takes the encodings from the one definition (segment/constants.py). */
+ * so that Python takes the encodings from the one definition (wheel/constants.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -29,7 +29,7 @@ static struct PyModuleDef native_module = {
  * contract.h, journal.h and errlog.h write each constant once, as a row of a list; here
  * each list becomes a table of (name, value), and CONTRACT (a dict, name -> value, in the
  * lists' order) and CONTRACT_LISTS ((list, names) pairs) are what Python takes
- * (segment/constants.py). The slot states (SLOT_STATES) come as ST_<name>, with ST_COUNT
+ * (wheel/constants.py). The slot states (SLOT_STATES) come as ST_<name>, with ST_COUNT
  * and TR_COUNT. */
 typedef struct {
     const char *name;

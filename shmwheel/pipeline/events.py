@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..journal import format as F
 from ..journal.reader import Segment
-from ..segment.constants import TASK_NONE
+from ..wheel.constants import TASK_NONE
 
 #: the event table: (column, Arrow type, Spark DDL type, what it holds). A column that does
 #: not apply to a row's kind is null.

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..journal import check
+from ..journal import check, verdict
 from ..journal import format as F
 from ..journal.chains import analyse
 from ..journal.reader import Segment
@@ -201,7 +201,7 @@ def completeness(groups: dict[str, Service]) -> tuple[list[Gap], list[Gap]]:
             id(p) for r in insp.reports for p in r.frame if "does not match its name" not in p.what
         }
         for p in insp.problems:
-            if id(p) in decoded or p.severity == check.TORN:
+            if id(p) in decoded or p.severity == verdict.TORN:
                 continue
             gap = Gap(name, os.path.basename(p.file), str(p))
             (rejects if p.severity == check.DAMAGE else warnings).append(gap)

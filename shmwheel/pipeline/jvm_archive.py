@@ -17,11 +17,11 @@ The archive is a cache the ``audit`` command keeps, one file per JVM and Spark:
   new file (the JVM itself refuses an archive whose class path differs: it then starts
   without one).
 - **Trust.** An archive is code the JVM maps. It is used only when the directory and the
-  file are this user's, writable by no one else, and the file is a regular file whose
-  SHA-256 equals its digest file (``.sha256``) written beside it. A JVM given a damaged
-  archive crashes (SIGSEGV, measured); a damaged one is never given to it: it is rewritten
-  at this run's exit. Anything not this user's is left alone (never deleted) and the
-  archive is off for the run, with a warning.
+  file are this user's, writable by no one else (``segment/trust.py``'s rules), and the
+  file is a regular file whose SHA-256 equals its digest file (``.sha256``) written beside
+  it. A JVM given a damaged archive crashes (SIGSEGV, measured); a damaged one is never
+  given to it: it is rewritten at this run's exit. Anything not this user's is left alone
+  (never deleted) and the archive is off for the run, with a warning.
 - **Written.** Only by the ``audit`` command (``write=True``), which owns its JVM from
   start to exit: its JVM dumps to a temporary file when it exits, the command waits for
   that (``finish``; 15-20 s once), and moves the file and its digest into place (a
@@ -39,11 +39,12 @@ import errno
 import hashlib
 import logging
 import os
-import stat
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ..segment import trust
 
 log = logging.getLogger("shmwheel.pipeline")
 
@@ -152,7 +153,7 @@ def check(path: str) -> str:
     for p, s in ((path, st), (digest_path, _lstat(digest_path))):
         if s is None:
             return "damaged"
-        problem = _not_private(p, s, stat.S_ISREG, "a regular file")
+        problem = trust.judge(p, s, trust.REGULAR_FILE)
         if problem:
             return problem
     with open(digest_path, encoding="ascii", errors="replace") as f:
@@ -250,21 +251,7 @@ def _private_dir(path: str, create: bool) -> str | None:
     st = _lstat(path)
     if st is None:
         return f"{path} does not exist"
-    return _not_private(path, st, stat.S_ISDIR, "a directory")
-
-
-def _not_private(
-    path: str, st: os.stat_result, is_kind: Callable[[int], bool], kind: str
-) -> str | None:
-    """Why `path` (`st`, from lstat) cannot be trusted: not `kind`, not this user's, or
-    writable by others (None: it can)."""
-    if not is_kind(st.st_mode):
-        return f"{path} is not {kind} (a link or another kind of file)"
-    if st.st_uid != os.geteuid():
-        return f"{path} belongs to uid {st.st_uid}, not this user ({os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
+    return trust.judge(path, st, trust.DIRECTORY)
 
 
 def _remove_stale(where: str) -> None:

@@ -12,7 +12,8 @@ Every ``/dev/shm/shmwheel.*`` entry is one of:
   or another layout version, an owner pid no process can have.
 
 Only stale services are ever removed; foreign and damaged entries are skipped, each logged
-at warning once per process, and ``shmwheel ls --all`` shows them.
+at warning once per process, and ``shmwheel ls --all`` shows them. ``create`` makes a
+service's segment, and a name already taken then says what holds it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import posix_ipc
 
 from ..errors import LayoutError
 from . import layout as L
-from . import shm
+from . import shm, trust
 
 log = logging.getLogger("shmwheel.segment")
 
@@ -73,18 +74,14 @@ def classify(path: Path) -> Entry | None:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
+    uid = trust.owner(st)
 
     def damaged(problem: str) -> Entry:
-        return Entry(name, "damaged", st.st_uid, st.st_size, st.st_ino, problem=problem)
+        return Entry(name, "damaged", uid, st.st_size, st.st_ino, problem=problem)
 
-    if st.st_uid != os.geteuid():
+    if not trust.owned(st):
         return Entry(
-            name,
-            "foreign",
-            st.st_uid,
-            st.st_size,
-            st.st_ino,
-            problem=f"held by {shm.user_name(st.st_uid)}",
+            name, "foreign", uid, st.st_size, st.st_ino, problem=f"held by {trust.user_name(uid)}"
         )
     if not shm.valid_name(name):
         return damaged("the name is not a service name (1-64 letters, digits, '_' or '-')")
@@ -103,7 +100,7 @@ def classify(path: Path) -> Entry | None:
     finally:
         seg.close()
     state = "stale" if not shm.pid_alive(owner) else "stopping" if stopping else "running"
-    return Entry(name, state, st.st_uid, st.st_size, st.st_ino, owner, cfg)
+    return Entry(name, state, uid, st.st_size, st.st_ino, owner, cfg)
 
 
 def describe(service: str) -> str:
@@ -123,6 +120,15 @@ def describe(service: str) -> str:
             "(`shmwheel clean` removes it)"
         )
     return f"{e.state}: {e.problem} (`shmwheel ls --all` shows it)"
+
+
+def create(service: str, cfg: L.ServiceConfig, owner_pid: int, start_ms: int) -> L.ServiceMemory:
+    """``layout.ServiceMemory.create``, where a name already taken says what holds it:
+    running, stopping or stale, another user's or damaged (``describe``)."""
+    try:
+        return L.ServiceMemory.create(service, cfg, owner_pid, start_ms)
+    except shm.NameTaken as e:
+        raise shm.NameTaken(f"{e}: {describe(service)}") from e
 
 
 def entries() -> list[Entry]:
@@ -155,7 +161,7 @@ def orphan_semaphores() -> list[Path]:
     out = []
     for path in sorted(shm.SHM_DIR.glob("sem." + shm.PREFIX + "*")):
         service = path.name[len("sem." + shm.PREFIX) :].rsplit(".", 1)[0]
-        if not shm.valid_name(service) or not shm.ours(path):
+        if not shm.valid_name(service) or not trust.ours(path):
             continue
         if not os.path.lexists(shm.SHM_DIR / (shm.PREFIX + service)):
             out.append(path)

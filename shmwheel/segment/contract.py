@@ -15,9 +15,8 @@ from typing import Any, TypeVar, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from . import states as _states
-from .constants import *  # noqa: F403  (every constant of contract.h and journal.h)
-from .constants import (
+from ..wheel.constants import *  # noqa: F403  (every constant of contract.h and journal.h)
+from ..wheel.constants import (
     ARENA_CLASSES,
     BLOCK_REF_SHIFT,
     GS_AUX_MASK,
@@ -52,6 +51,7 @@ from .constants import (
     RING_HEADER_WORDS,
     ST_RESETTING,
 )
+from . import states as _states
 
 STATE_NAMES = _states.NAMES  # value -> name, from contract.h's SLOT_STATES
 ARENA_CLASS_BYTES = tuple(64 << (2 * c) for c in range(ARENA_CLASSES))

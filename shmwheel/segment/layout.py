@@ -101,7 +101,7 @@ JFAULT_WORDS = 3
 W_JREFUSE = 30
 W_JINJECT = 31  # the fault-injection word of journal/disk.py (tests and benchmarks only)
 # the watchdog's verdict (shmwheel/service/watchdog.py), written only by the supervisor:
-# the state (0 ok, 1 degraded, 2 failed) and a bitmask of its reasons (watchdog.REASONS)
+# the state (0 ok, 1 degraded, 2 failed) and a bitmask of its reasons (health.REASONS)
 W_HEALTH = 32
 W_HEALTH_REASONS = 33
 
@@ -316,14 +316,9 @@ class ServiceMemory:
                 f"({len(blob)} bytes > {META_BYTES}): register fewer tasks"
             )
         off = segment_layout(cfg)
-        try:
-            seg = (shm.LocalSegment if local else shm.Segment)(
-                shm.segment_name(service), off["total"] * 8
-            )
-        except shm.NameTaken as e:  # say what holds the name: running, stopping, stale
-            from .census import describe
-
-            raise shm.NameTaken(f"{e}: {describe(service)}") from e
+        seg = (shm.LocalSegment if local else shm.Segment)(  # shm.NameTaken if it exists
+            shm.segment_name(service), off["total"] * 8
+        )
         try:
             h = seg.words
             h[W_OWNER] = owner_pid

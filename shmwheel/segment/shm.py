@@ -5,11 +5,12 @@ semaphore ``/shmwheel.<service>.<role>`` (``/dev/shm/sem.shmwheel.<service>.<rol
 all are created with mode 0600.  ``multiprocessing.shared_memory`` is deliberately not
 used: its resource tracker unlinks segments that the tracking process did not create.
 
-Trust (docs/operating.md): an existing segment is used only if ``fstat`` on its open
-descriptor says it is this user's, a regular file, mode 0600 or stricter and a whole
-number of words, every byte of it reserved (``check_own``); a name another user holds
-raises ``ForeignSegment`` naming them, and ``unlink_service`` removes only this user's
-files. What each entry in /dev/shm is, and the sweep of stale services, are ``census``'s.
+Trust (``trust``'s rules, docs/operating.md): an existing segment is used only if
+``fstat`` on its open descriptor says it is this user's, a regular file, mode 0600 or
+stricter and a whole number of words, every byte of it reserved (``check_own``); a name
+another user holds raises ``ForeignSegment`` naming them, and ``unlink_service`` removes
+only this user's files. What each entry in /dev/shm is, and the sweep of stale services,
+are ``census``'s.
 
 Reservation: a segment is made with every page allocated (``posix_fallocate``, ``reserve``)
 and a semaphore's page is written when it is made (glibc's ``sem_open``), so a full
@@ -28,9 +29,7 @@ import errno
 import fcntl
 import mmap
 import os
-import pwd
 import re
-import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 import posix_ipc
 
 from ..errors import LayoutError, SharedMemoryFull
+from . import trust
 
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
 PREFIX = "shmwheel."
@@ -73,32 +73,16 @@ def check_name(name: str) -> str:
     return name
 
 
-def user_name(uid: int) -> str:
-    """'user NAME (uid N)', or 'uid N' for an id with no user name."""
-    try:
-        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (KeyError, OverflowError):
-        return f"uid {uid}"
-
-
 def shm_path(posix_name: str) -> Path:
     """The file of a posix-ipc segment ('/shmwheel.X') or semaphore name ('sem.' prefixed)."""
     return SHM_DIR / posix_name.lstrip("/")
 
 
-def holder(path: Path) -> int | None:
-    """The uid owning `path` (not following a link), None if there is no such file."""
-    try:
-        return os.lstat(path).st_uid
-    except OSError:
-        return None
-
-
 def held_elsewhere(posix_name: str, path: Path, uid: int) -> ForeignSegment:
     """The error for a name that another user (`uid`) holds."""
     return ForeignSegment(
-        f"{posix_name} ({path}) is held by {user_name(uid)}, not by this process's "
-        f"{user_name(os.geteuid())}: shmwheel uses only its own user's shared memory, so "
+        f"{posix_name} ({path}) is held by {trust.user_name(uid)}, not by this process's "
+        f"{trust.this_user()}: shmwheel uses only its own user's shared memory, so "
         f"this service name is unavailable here (choose another, or have that user or "
         f"root remove {path})",
         uid,
@@ -111,15 +95,11 @@ def check_own(posix_name: str, st: os.stat_result) -> None:
     segment (not a positive multiple of 8 bytes), or pages not reserved (a sparse file:
     touching a hole allocates, and a full /dev/shm makes that a SIGBUS)."""
     path = shm_path(posix_name)
-    if st.st_uid != os.geteuid():
-        raise held_elsewhere(posix_name, path, st.st_uid)
-    if not stat.S_ISREG(st.st_mode):
-        raise LayoutError(f"{path} is not a shared memory segment")
-    if st.st_mode & 0o077:
-        raise LayoutError(
-            f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, not 0600: other users could "
-            f"have written it, so it is not used"
-        )
+    if not trust.owned(st):
+        raise held_elsewhere(posix_name, path, trust.owner(st))
+    why = trust.judge(path, st, trust.REGULAR_FILE, private=True)
+    if why is not None:
+        raise LayoutError(f"{why}: not used as a shared memory segment")
     if st.st_size < 8 or st.st_size % 8:
         raise LayoutError(f"{path} has {st.st_size} bytes: not a shmwheel segment")
     if st.st_blocks * 512 < st.st_size:
@@ -208,8 +188,8 @@ class Segment:
             else:
                 self._shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600)
         except (posix_ipc.ExistentialError, posix_ipc.PermissionsError) as e:
-            uid = holder(path)
-            if uid is not None and uid != os.geteuid():
+            uid = trust.foreign_holder(path)
+            if uid is not None:
                 raise held_elsewhere(name, path, uid) from e
             if isinstance(e, posix_ipc.PermissionsError):
                 raise LayoutError(f"shared memory segment {name}: {e}") from e
@@ -356,8 +336,8 @@ def open_semaphore(service: str, role: str, create: bool) -> posix_ipc.Semaphore
         try:
             return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=0)
         except posix_ipc.ExistentialError:
-            uid = holder(path)
-            if uid is not None and uid != os.geteuid():
+            uid = trust.foreign_holder(path)
+            if uid is not None:
                 raise held_elsewhere(name, path, uid) from None
             raise
         except OSError as e:
@@ -367,8 +347,8 @@ def open_semaphore(service: str, role: str, create: bool) -> posix_ipc.Semaphore
     try:
         return posix_ipc.Semaphore(name)
     except posix_ipc.Error as e:
-        uid = holder(path)
-        if uid is not None and uid != os.geteuid():
+        uid = trust.foreign_holder(path)
+        if uid is not None:
             raise held_elsewhere(name, path, uid) from e
         raise LayoutError(
             f"service {service!r} has no usable {role} semaphore ({path}: {e}): it is "
@@ -390,21 +370,16 @@ def service_files(service: str) -> list[Path]:
     return [p for p in [seg, *sems] if p.exists()]
 
 
-def ours(path: Path) -> bool:
-    """Whether `path` exists and belongs to this process's user (not following a link)."""
-    return holder(path) == os.geteuid()
-
-
 def unlink_service(service: str) -> None:
     """Remove the segment and every semaphore of a service (idempotent); a file of the
     name that another user holds is left alone (root could unlink it: it must not)."""
     check_name(service)
     seg = SHM_DIR / (PREFIX + service)
-    if ours(seg):
+    if trust.ours(seg):
         try:
             posix_ipc.unlink_shared_memory(segment_name(service))
         except posix_ipc.ExistentialError:
             pass
     for p in SHM_DIR.glob("sem." + PREFIX + service + ".*"):
-        if ours(p):
+        if trust.ours(p):
             unlink_semaphore("/" + p.name[len("sem.") :])

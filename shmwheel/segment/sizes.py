@@ -22,12 +22,25 @@ not by capacity; the rings by max_clients and executors. At capacity 1 M with th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import contract as C
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .layout import ServiceConfig
+
+class ConfigShape(Protocol):
+    """What the sizes read of a service's config (``layout.ServiceConfig`` is one: named
+    by its shape here, so that layout, which sizes its regions with these, is not
+    imported back)."""
+
+    @property
+    def executors(self) -> int: ...
+    @property
+    def arena_blocks(self) -> tuple[int, ...]: ...
+    @property
+    def watch_capacity(self) -> int: ...
+    @property
+    def waiter_capacity(self) -> int: ...
+
 
 MIB = 1 << 20
 DEFAULT_TABLE_CAPACITY = 16384  # watch entries; handles awaited at once (in all clients)
@@ -43,21 +56,21 @@ def default_arena_bytes(capacity: int) -> int:
     return max(4 * MIB, 4 * capacity)
 
 
-def arena_meta_words(cfg: ServiceConfig) -> int:
+def arena_meta_words(cfg: ConfigShape) -> int:
     """Class headers, then each class's next-free and owner tables."""
     return C.ARENA_CLASSES * C.A_CLASS_WORDS + 2 * sum(cfg.arena_blocks)
 
 
-def watch_buckets(cfg: ServiceConfig) -> int:
+def watch_buckets(cfg: ConfigShape) -> int:
     """Hash chains of the watch lists: a power of two, about one per two entries."""
     return 1 << max(4, (max(cfg.watch_capacity, 1) // 2 - 1).bit_length())
 
 
-def watch_words(cfg: ServiceConfig) -> int:
+def watch_words(cfg: ConfigShape) -> int:
     return C.WT_HEADER + watch_buckets(cfg) + cfg.watch_capacity * C.WE_WORDS
 
 
-def waiter_buckets(cfg: ServiceConfig) -> int:
+def waiter_buckets(cfg: ConfigShape) -> int:
     """Buckets of the waiter table: a power of two, WAIT_WAYS entries each, at least
     waiter_capacity entries in all (a handle's entries go in one of its two buckets, so
     an ask is refused when both are full: with random handles the first refusal comes
@@ -66,11 +79,11 @@ def waiter_buckets(cfg: ServiceConfig) -> int:
     return 1 << max(1, (-(-max(cfg.waiter_capacity, 1) // C.WAIT_WAYS) - 1).bit_length())
 
 
-def waiter_words(cfg: ServiceConfig) -> int:
+def waiter_words(cfg: ConfigShape) -> int:
     return C.WAIT_HEADER + waiter_buckets(cfg) * C.WAIT_BUCKET_WORDS
 
 
-def error_words(cfg: ServiceConfig) -> int:
+def error_words(cfg: ConfigShape) -> int:
     """The failed tasks' records (errlog.h, "task error records"): a header, then a log
     of C.ERR_RECORDS records per executor."""
     return int(C.ERR_REGION_HEADER + cfg.executors * C.ERR_LOG_WORDS)

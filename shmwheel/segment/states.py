@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from .. import _native as N
-from . import constants as K
+from ..wheel import constants as K
 
 #: state value -> name, and name -> value
 NAMES: dict[int, str] = {value: name for name, value, _ in N.SLOT_STATES}

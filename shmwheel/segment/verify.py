@@ -25,30 +25,60 @@ one place" is checked for them.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ..wheel.core import WheelCore
 from . import contract as C
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .layout import ServiceMemory
+from .ring import Ring
 
 
-def _states(mem: ServiceMemory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class _ConfigShape(Protocol):
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def max_clients(self) -> int: ...
+
+
+class MemoryShape(Protocol):
+    """What verify reads of a service's memory (``layout.ServiceMemory`` is one: named by
+    its shape here, so that layout, which verifies after a repair, is not imported back)."""
+
+    @property
+    def config(self) -> _ConfigShape: ...
+    @property
+    def wheel(self) -> np.ndarray: ...
+    @property
+    def side(self) -> np.ndarray: ...
+    @property
+    def arena(self) -> np.ndarray: ...
+    @property
+    def counters(self) -> np.ndarray: ...
+    @property
+    def watch(self) -> np.ndarray: ...
+    @property
+    def producer(self) -> list[Ring]: ...
+    @property
+    def dispatch(self) -> list[Ring]: ...
+    @property
+    def results(self) -> list[Ring]: ...
+    def nodes(self) -> np.ndarray: ...
+
+
+def _states(mem: MemoryShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     nodes = mem.nodes()
     gs = nodes[:, C.F_GS].copy()
     return C.gs_state(gs), gs, nodes[:, C.F_PREV].copy()
 
 
-def _last_reported(mem: ServiceMemory, i: int) -> int:
+def _last_reported(mem: MemoryShape, i: int) -> int:
     """The dispatch seq of executor i's last published outcome (-1 if none)."""
     results = mem.results[i]
     return int(results.record_at(results.head - 1)[C.RR_SEQ]) if results.head > 0 else -1
 
 
-def held_places(mem: ServiceMemory) -> list[tuple[str, np.ndarray]]:
+def held_places(mem: MemoryShape) -> list[tuple[str, np.ndarray]]:
     """Handles held in each shared place of a FIRING slot: dispatch rings (records not yet
     reported) and result rings (reported, not yet settled)."""
     places = []
@@ -63,7 +93,7 @@ def held_places(mem: ServiceMemory) -> list[tuple[str, np.ndarray]]:
     return places
 
 
-def firing_nowhere(mem: ServiceMemory) -> np.ndarray:
+def firing_nowhere(mem: MemoryShape) -> np.ndarray:
     """Handles of FIRING/STOPPING slots held in no shared place: a dead reaper had them."""
     st, gs, _ = _states(mem)
     firing = np.flatnonzero((st == C.ST_FIRING) | (st == C.ST_STOPPING))
@@ -75,7 +105,7 @@ def firing_nowhere(mem: ServiceMemory) -> np.ndarray:
     return C.gs_handle(gs[orphans], orphans)
 
 
-def moved_by_reset(mem: ServiceMemory) -> set[int]:
+def moved_by_reset(mem: MemoryShape) -> set[int]:
     """Slots whose deadline a reset may have changed without their bucket knowing yet:
     held RESETTING, or with a reset record (h, h ^ CHECK_RESET) still in a producer ring
     (the coordinator relinks it as it drains that record: slots.c); and CANCELLED ones, whose
@@ -91,7 +121,7 @@ def moved_by_reset(mem: ServiceMemory) -> set[int]:
     return moved
 
 
-def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: bool = False) -> None:
+def verify(mem: MemoryShape, backlog: np.ndarray | None = None, quiescent: bool = False) -> None:
     """Check the service's invariants (see the module docstring); AssertionError if broken."""
     cfg = mem.config
     WheelCore.attach(mem.wheel).verify(moved=moved_by_reset(mem))
@@ -155,7 +185,7 @@ def verify(mem: ServiceMemory, backlog: np.ndarray | None = None, quiescent: boo
         )
 
 
-def _verify_watch(mem: ServiceMemory, st: np.ndarray, gs: np.ndarray) -> None:
+def _verify_watch(mem: MemoryShape, st: np.ndarray, gs: np.ndarray) -> None:
     """The watch lists: every entry in use is in exactly one chain, the one its key
     hashes to; the rest are on the free stack once; every live operation (RESERVED,
     SUBMITTED or PENDING with FLAG_OP) has at least one entry."""
@@ -194,7 +224,7 @@ def _verify_watch(mem: ServiceMemory, st: np.ndarray, gs: np.ndarray) -> None:
     assert not missing, f"live operations in no watch list: {[hex(h) for h in missing[:10]]}"
 
 
-def _verify_arena(mem: ServiceMemory, st: np.ndarray, meta: np.ndarray) -> None:
+def _verify_arena(mem: MemoryShape, st: np.ndarray, meta: np.ndarray) -> None:
     a, cfg = mem.arena, mem.config
     payload = mem.side.reshape(-1, C.SIDE_WORDS)[:, C.S_PAYLOAD]
     uses_arena = (C.meta_flags(meta) & C.FLAG_ARENA) != 0

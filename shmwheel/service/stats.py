@@ -10,7 +10,7 @@ import numpy as np
 
 from ..segment import contract as C
 from ..segment import layout as L
-from .watchdog import read_health
+from ..segment.health import read_health
 
 if TYPE_CHECKING:  # pragma: no cover
     from .forkserver import RoleProcess

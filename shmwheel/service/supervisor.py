@@ -156,7 +156,7 @@ class TimerService:
             from ..journal.salvage import salvage_stale  # a dead journaled service's
 
             census.sweep_stale(salvage_stale)  # memory goes to its journal first
-            self.mem = L.ServiceMemory.create(self.name, self.config, self._owner_pid, now_ms())
+            self.mem = census.create(self.name, self.config, self._owner_pid, now_ms())
         except BaseException:
             self._close_zygote(1.0)
             self._release_journal()

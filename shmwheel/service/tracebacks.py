@@ -18,8 +18,8 @@ import traceback
 
 from .. import _native as N
 from ..errors import TaskError
-from ..segment import constants as K
 from ..segment import layout as L
+from ..wheel import constants as K
 
 log = logging.getLogger("shmwheel.executor")
 

@@ -35,6 +35,16 @@ import numpy as np
 
 from ..segment import contract as C
 from ..segment import layout as L
+from ..segment.health import (  # the verdict's encoding in the header, and its reasons
+    BIT,
+    ENV,
+    FAILED,
+    LATE_S,
+    OK,
+    REASONS,
+    STATES,
+    read_health,
+)
 from ..segment.ring import Ring
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,45 +52,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("shmwheel.service")
 
-ENV = "SHMWHEEL_WATCHDOG"
 PERIOD_S = 0.5  # the period of the ring, process and lateness checks
 STALL_S = 2.0  # stopped, or with work and no progress, this long: killed and restarted
-LATE_S = 2.0  # timers due this long ago and not yet run: degraded
 RATE_N, RATE_WINDOW_S = 20, 10.0  # more restarts of one role in the window: a storm
 START_FAILS = 5  # or this many exits in a row before it finished starting
 MAX_DELAY_S = 10.0  # the longest back-off between restarts in a storm
 HOLD_S = 5.0  # a repaired sickness stays among the reasons this long
 
-OK, DEGRADED, FAILED = 0, 1, 2
-STATES = ("ok", "degraded", "failed")
-
-# bit i of W_HEALTH_REASONS: (name, the state it puts the service in, what it means)
-REASONS: tuple[tuple[str, int, str], ...] = (
-    ("stopped", DEGRADED, "a process stayed stopped (SIGSTOP): killed, restarted"),
-    ("stalled", DEGRADED, "coordinator or reaper had work, made no progress: killed"),
-    ("ring_index", DEGRADED, "a ring index out of range: re-derived or skipped"),
-    ("header", DEGRADED, "a header word broke its invariant: restored"),
-    ("late", DEGRADED, f"timers due more than {LATE_S:g} s ago not yet run"),
-    ("restart_rate", FAILED, "a role restarts too fast: backing off, new timers refused"),
-    ("ring_unrepairable", FAILED, "a result ring index could not be re-derived"),
-    ("watchdog_off", OK, f"the watchdog is disabled ({ENV}=0)"),
-)
-BIT = {name: 1 << i for i, (name, _, _) in enumerate(REASONS)}
 # the header words create() fixes for the segment's life
 FIXED_WORDS = (L.W_MAGIC, L.W_VERSION, L.W_TOTAL, L.W_OWNER, L.W_META_LEN, L.W_INSTANCE)
 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
-
-
-def read_health(header: np.ndarray) -> dict[str, Any]:
-    """``{"state": "ok" | "degraded" | "failed", "reasons": [names]}`` from the header."""
-    state, bits = int(header[L.W_HEALTH]), int(header[L.W_HEALTH_REASONS])
-    return {
-        "state": STATES[state] if 0 <= state < len(STATES) else "failed",
-        "reasons": [name for name, _, _ in REASONS if bits & BIT[name]],
-    }
 
 
 def proc_state(pid: int) -> str:

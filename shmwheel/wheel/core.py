@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _native as N
 from ..errors import Full, LayoutError
-from ..segment import constants as K
+from . import constants as K
 
 MAGIC = K.WHEEL_MAGIC  # "SHMWHEL2"
 LAYOUT_VERSION = K.WHEEL_LAYOUT_VERSION

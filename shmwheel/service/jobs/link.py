@@ -10,12 +10,12 @@ collector).
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import threading
 from typing import Any
 
 from ...errors import ShmwheelError
+from ...segment import trust
 from . import wire
 from .job import DONE, RUNNING, Job
 from .retry import Retry, check_job
@@ -45,7 +45,7 @@ class JobLink:
                 f"service {service!r} takes no jobs ({e.strerror or e}): start it with "
                 "TimerService(job_workers=N)"
             ) from None
-        if uid != os.geteuid() or pid != owner:
+        if not trust.same_user(uid) or pid != owner:
             sock.close()
             raise ShmwheelError(
                 f"service {service!r}: the job link's address is held by process {pid} "

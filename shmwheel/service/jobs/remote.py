@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import socket
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import msgpack
 
+from ...segment import trust
 from . import wire
 from . import worker as W
 from .job import Job
@@ -92,7 +92,7 @@ class Listener:
         except (BlockingIOError, OSError):
             return
         _pid, uid = wire.peer(sock)
-        if uid != os.geteuid():
+        if not trust.same_user(uid):
             log.warning("job link: refused a connection from uid %d", uid)
             sock.close()
             return

@@ -5,7 +5,8 @@ list; the extension exports every row (module.c, ``CONTRACT``), and this module 
 a module attribute. Their types are ``constants.pyi``, generated from the same rows by
 ``tests/contract_stub.py`` (``tests/test_contract.py`` fails when it drifts). Read
 contract.h for what each word means; ``segment/contract.py`` re-exports them all with the
-accessors of the packed words.
+accessors of the packed words. It sits here, the lowest layer above the native core,
+because the wheel core, the Kafka layer and everything above them read it.
 """
 
 from __future__ import annotations
