@@ -164,3 +164,17 @@ def svc_purgatory_expire(n: int) -> Figures:
         "asyncio watch + expire": _asyncio(n, 1, True),
         f"ratio: {S} / in-process purgatory, expire": e2e / inproc,
     }
+
+
+def purgatory_call(n: int) -> Figures:
+    """Kafka's DelayedOperationPurgatory in process (its reaper running) against asyncio
+    futures with call_later timeouts, per call: n times { watch one operation on its own
+    key; check_and_complete that key }, until every completion ran (W10's peers, by the
+    same functions)."""
+    inproc = _inprocess(n, 1, False)
+    aio = _asyncio(n, 1, False)
+    return {
+        "in-process purgatory watch + complete, per call": inproc,
+        "asyncio watch + complete, per call": aio,
+        "ratio: in-process purgatory / asyncio, per call": inproc / aio,
+    }

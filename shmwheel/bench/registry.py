@@ -6,6 +6,7 @@ layer); and the groups ``--workloads`` accepts.
 from __future__ import annotations
 
 from . import journal_workloads as JW
+from . import purgatory_workloads as PW
 from . import workloads as W
 from .registry_service import service_workloads
 from .workload import Goal, Workload
@@ -192,7 +193,7 @@ def workloads(
         Workload(
             "purgatory_call",
             "in-process purgatory watch + complete",
-            W.purgatory_call,
+            PW.purgatory_call,
             "timer",
             [
                 (

@@ -283,22 +283,6 @@ def timer_fire(n: int) -> Figures:
     return fig
 
 
-def purgatory_call(n: int) -> Figures:
-    """Kafka's DelayedOperationPurgatory in process (its reaper running) against asyncio
-    futures with call_later timeouts, per call: n times { watch one operation on its own
-    key; check_and_complete that key }, until every completion ran (W10's peers, by the
-    same functions)."""
-    from .purgatory_workloads import _asyncio, _inprocess
-
-    inproc = _inprocess(n, 1, False)
-    aio = _asyncio(n, 1, False)
-    return {
-        "in-process purgatory watch + complete, per call": inproc,
-        "asyncio watch + complete, per call": aio,
-        "ratio: in-process purgatory / asyncio, per call": inproc / aio,
-    }
-
-
 def cascade_stall(n: int) -> Figures:
     """Longest single clock step (µs) while n timers over [1, 60] s come due 1 ms at a time,
     wheel_size 20 (Kafka's default). shmwheel's reaper pre-cascades (advance, then a bounded

@@ -22,6 +22,9 @@ from typing import Any
 from .audit import DEFAULT_GRACE_MS
 from .background import in_thread
 
+# the script spark-submit runs: this package's __main__.py (it imports this module)
+ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 
 
@@ -191,7 +194,6 @@ def _preload() -> None:
 
 def _ship(out: str, deps: bool) -> int:
     """``ship ZIP``: pack, then print the spark-submit options that use it."""
-    from . import __main__ as entry
     from .ship import NAME, pack, spark_submit_args
 
     if os.path.isdir(out):
@@ -202,7 +204,7 @@ def _ship(out: str, deps: bool) -> int:
     print(f"packed {', '.join(packed)} into {out} (unpacked as {here}/{NAME}); from {here}, "
           "submit with", file=sys.stderr)  # fmt: skip
     args = " ".join(spark_submit_args(os.path.abspath(out)))
-    print(f"spark-submit --master URL {args} {entry.__file__} audit JOURNAL... OUT")
+    print(f"spark-submit --master URL {args} {ENTRY} audit JOURNAL... OUT")
     return EXIT_CLEAN
 
 

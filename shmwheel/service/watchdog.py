@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,8 +49,20 @@ from ..segment.health import (  # the verdict's encoding in the header, and its 
 )
 from ..segment.ring import Ring
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .supervisor import TimerService
+
+class Supervised(Protocol):
+    """What the watchdog reads of the supervisor (``TimerService`` is one): its memory,
+    its processes, its name and its stop flag."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mem(self) -> L.ServiceMemory | None: ...
+    @property
+    def procs(self) -> Mapping[str, Any]: ...
+    @property
+    def _stop(self) -> threading.Event: ...
+
 
 log = logging.getLogger("shmwheel.service")
 
@@ -80,7 +94,7 @@ def proc_state(pid: int) -> str:
 class Watchdog:
     """One per running service, driven by the supervisor's monitor thread."""
 
-    def __init__(self, svc: TimerService) -> None:
+    def __init__(self, svc: Supervised) -> None:
         assert svc.mem is not None
         self.svc = svc
         self.enabled = enabled()
