@@ -55,6 +55,24 @@ class Entry:
         return self.state in SERVICE_STATES
 
 
+def _is_role(pid: int, service: str) -> bool:
+    """Whether `pid` is a live process of `service`: running (not a zombie), named
+    shmwheel-ROLE (zygote.py) and started for that service (its command line, the
+    zygote's, names it); a reused pid of another program, or of another service, is not."""
+    if not 0 < pid <= shm.PID_MAX:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    name, _, rest = stat.partition(b") ")
+    alive = rest[:1] not in (b"Z", b"X")
+    return alive and b"(shmwheel-" in name and service.encode() in args
+
+
 def owner_pid(seg: shm.Segment) -> int:
     """The owner (supervisor) pid recorded in a service segment; LayoutError for a header
     this code cannot read or a pid no process can have."""
@@ -95,11 +113,15 @@ def classify(path: Path) -> Entry | None:
         cfg = L.read_config(seg)
         owner = owner_pid(seg)
         stopping = bool(seg.words[L.W_STOPPING])
+        roles = [int(seg.words[w]) for w in (L.W_PID_COORDINATOR, L.W_PID_REAPER)]
     except LayoutError as e:
         return damaged(str(e))
     finally:
         seg.close()
-    state = "stale" if not shm.pid_alive(owner) else "stopping" if stopping else "running"
+    # stale: its owner is gone and so are its own processes (they follow their owner within
+    # 50 ms; a live service whose owner word was corrupted still has them, and is kept)
+    gone = not shm.pid_alive(owner) and not any(_is_role(p, name) for p in roles)
+    state = "stale" if gone else "stopping" if stopping else "running"
     return Entry(name, state, uid, st.st_size, st.st_ino, owner, cfg)
 
 
