@@ -148,3 +148,26 @@ def stats_from_child(service: str) -> dict:
 
     with shmwheel.connect(service) as client:
         return client.stats()
+
+
+def mark(payload: dict) -> str:
+    """A registered task for the journaled-jobs test: appends "tag attempt t_ns" to
+    payload["path"] (one O_APPEND write), then, on its first attempt only, sleeps
+    payload.get("sleep_first", 0) and raises if payload["fail_first"]."""
+    path, tag = payload["path"], payload["tag"]
+    p = Path(path)
+    attempt = (
+        1 + sum(line.split()[0] == tag for line in p.read_text().splitlines())
+        if (p.exists())
+        else 1
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{tag} {attempt} {time.monotonic_ns()}\n".encode())
+    finally:
+        os.close(fd)
+    if payload.get("sleep_first") and attempt == 1:
+        time.sleep(payload["sleep_first"])
+    if payload.get("fail_first") and attempt == 1:
+        raise ConnectionError(f"{tag}: first attempt fails")
+    return tag

@@ -176,7 +176,12 @@ class TimerService:
             try:
                 self._jobs = JobPool(
                     self._job_options[0], grace=self._job_options[1], name=f"{self.name}-jobs"
-                ).start()
+                )
+                if self.journal is not None:  # the jobs an earlier run left undone, first
+                    self.recovery["jobs"] = self._jobs.journal(
+                        self.journal.directory, self.journal.epoch
+                    )
+                self._jobs.start()
                 self._jobs.listen(self.name, dict(self.config.tasks))
             except BaseException:
                 self._teardown(5.0)

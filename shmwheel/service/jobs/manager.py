@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import ShmwheelError
+from . import ledger as LG
 from . import worker as W
 from .failures import KILLED
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
@@ -67,6 +68,10 @@ class Manager:
         t.join()
         for w in self.workers:
             self._close_worker(w, wait=True)
+        if self.state.ledger is not None:
+            with self.state.lock:
+                self.state.ledger.close()
+                self.state.ledger = None
         if self._link is not None:
             self._link.close()
             self._link = None
@@ -148,12 +153,16 @@ class Manager:
                 next_sweep = time.monotonic() + SWEEP_S
                 self._sweep()
             self._dispatch()
+            if self.state.ledger is not None:
+                with self.state.lock:
+                    self.state.ledger.flush()
 
     def _dispatch(self) -> None:
         sends: list[tuple[WorkerProc, list[tuple[int, float, bytes, bytes]]]] = []
         starts: list[Job] = []
         with self.state.lock:
             now = time.monotonic()
+            ledger = self.state.ledger
             self.state.poked = False
             if not self.state.queue:
                 return
@@ -176,12 +185,16 @@ class Manager:
                     if not w.inflight:
                         w.last_s = time.monotonic()
                     w.inflight.append(job)
+                    if ledger is not None:
+                        ledger.record(LG.STARTED, job.id, job.attempts, LG.now_us())
                     batch.append((job.id, float(job.time_limit or 0.0), job._fn, job._blob))
                     if job.on_start is not None:
                         starts.append(job)
                     room -= 1
                 if batch:
                     sends.append((w, batch))
+            if ledger is not None:  # what is sent is on file first
+                ledger.flush()
         for w, batch in sends:
             w.send(batch)
         for job in starts:

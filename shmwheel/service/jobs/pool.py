@@ -35,17 +35,22 @@ attempt's outcome changes its job.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import ShmwheelError
+from ...errors import ShmwheelError, TaskError
+from . import ledger as LG
 from . import worker as W
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .manager import Manager
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
+
+log = logging.getLogger("shmwheel.jobs")
 
 DEFAULT_GRACE_S = 1.0
 DEFAULT_MAX_BYTES = 64 << 20
@@ -75,6 +80,7 @@ class JobPool:
         self.size = n
         self._state = PoolState(name, float(grace), max_message_bytes)
         self._ids = 0
+        self._recovered: list[Job] = []  # jobs of an earlier run, re-armed (journal())
         self._sendable: dict[Any, bytes] = {}  # each function submitted, pickled
         self._mgr = Manager(self._state, n, self.submit)
 
@@ -91,6 +97,56 @@ class JobPool:
         self._mgr.start()
         return self
 
+    def journal(self, journal: str, epoch: int) -> dict[str, int]:
+        """Journal this pool's jobs in `journal`'s ledger (ledger.py), this run's file
+        numbered `epoch`, after re-arming the jobs earlier runs left undone; before
+        ``start()``. Returns what it re-armed: {"jobs": n, "crashed": attempts}."""
+        pending, top = LG.pending(journal)
+        st = self._state
+        st.ledger = LG.Ledger(journal, epoch)
+        self._ids = max(self._ids, top)
+        crashed = 0
+        with st.lock:
+            for p in pending:
+                crashed += p.crashed
+                self._adopt(p)
+            st.ledger.flush()
+        return {"jobs": len(pending), "crashed": crashed}
+
+    def _adopt(self, p: LG.Pending) -> None:
+        """Under the lock: a job of an earlier run, queued or backing off again; an
+        attempt it had running at the crash counts as crashed (retried if its policy
+        allows, else the job fails)."""
+        st = self._state
+        lg = st.ledger
+        assert lg is not None
+        retry = None
+        if p.retry is not None:
+            try:
+                retry = pickle.loads(p.retry)
+            except Exception as e:  # its exception classes no longer import
+                log.warning("job %d: its retry policy cannot be read (%r): no retry", p.id, e)
+        job = Job(self, p.id, p.name, p.fn, p.args, p.limit, retry)
+        job.attempts = p.attempts
+        due = p.due_ms if p.due_ms > time.monotonic_ns() // 1_000_000 else 0
+        if p.crashed:
+            text = f"job {p.id} ({p.name}) attempt {p.attempts} was running at a crash"
+            crash = TaskError(text, id=p.id, run=p.attempts, task=p.name)
+            if retry is None or not retry.retries(crash, p.attempts):
+                lg.record(LG.ENDED, p.id, p.attempts, "crashed", LG.now_us(), -1)
+                lg.record(LG.DONE, p.id, "error", LG.now_us())
+                job.where = DONE
+                st.counts["failed"] += 1
+                return
+            due = st.later(job, retry.backoff_s(p.attempts))
+            lg.record(LG.ENDED, p.id, p.attempts, "crashed", LG.now_us(), due)
+            st.counts["retried"] += 1
+        elif due:
+            st.later(job, 0.0, due)
+        if not due:
+            st.queue.append(job)
+        self._recovered.append(job)
+
     def listen(self, service: str, tasks: dict[str, str]) -> None:
         """Serve ``Client.submit`` of `service`'s processes (remote.py): `tasks` maps the
         service's task names to their specs."""
@@ -103,7 +159,8 @@ class JobPool:
         st = self._state
         with st.lock:
             st.closing = True
-            cancelled = st.drop_waiting() if (cancel_futures or kill) else []
+            # a service's stop keeps what waits in its ledger, for the next start
+            cancelled = st.drop_waiting(kept=kill) if (cancel_futures or kill) else []
         for job in cancelled:
             job._cancel_future()
         if kill:
@@ -159,10 +216,11 @@ class JobPool:
                 raise ShmwheelError(st.broken)
             self._ids += 1
             job = Job(self, self._ids, name, fn_blob, blob, time_limit, retry)
-            if delay_s > 0:
-                st.later(job, delay_s)
-            else:
+            due = st.later(job, delay_s) if delay_s > 0 else 0
+            if not due:
                 st.queue.append(job)
+            if st.ledger is not None:
+                st.ledger.submitted(job, due, st.grace)
             st.counts["submitted"] += 1
             poke, st.poked = not st.poked, True
         if poke:
@@ -187,6 +245,8 @@ class JobPool:
                     job.timer = -1
                 st.counts["cancelled"] += 1
             job.where = DONE  # a queued job is skipped where it stands in the queue
+            if st.ledger is not None:
+                st.ledger.record(LG.DONE, job.id, "cancelled", LG.now_us())
             st.changed.notify_all()
         if running_on is not None:
             self._mgr.stop_attempt(running_on, job.id, "stop")

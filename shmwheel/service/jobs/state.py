@@ -14,8 +14,9 @@ import time
 from typing import Any
 
 from ...errors import JobTimeout
+from . import ledger as L
 from . import worker as W
-from .failures import attempt_error
+from .failures import KILLED, attempt_error
 from .job import BACKOFF, DONE, QUEUED, Job
 from .timers import Timers
 
@@ -23,6 +24,10 @@ log = logging.getLogger("shmwheel.jobs")
 
 COUNTS = ("submitted", "succeeded", "failed", "timed_out", "retried", "stopped",
           "cancelled", "worker_restarts")  # fmt: skip
+
+# how an attempt ended, in the ledger
+HOW = {W.OK: "ok", W.RAISED: "raised", W.TIMED_OUT: "timeout", KILLED: "timeout",
+       W.STOPPED: "stopped", W.REFUSED: "failed"}  # fmt: skip
 
 Settled = list[tuple[Job, str, Any]]  # (job, "ok" | "cancel" | "error", value or error)
 
@@ -53,6 +58,7 @@ class PoolState:
         self.poked = False
         self.closing = False
         self.broken = ""
+        self.ledger: L.Ledger | None = None  # with a journal (ledger.py)
 
     def waiting(self) -> bool:
         """Jobs queued or backing off remain."""
@@ -61,19 +67,29 @@ class PoolState:
     def decide(self, job: Job, kind: int, value: Any) -> Settled:
         """The outcome of `job`'s attempt (an outcome kind of worker.py, or KILLED): done,
         or backing off before its next attempt."""
+        lg = self.ledger
         if job.where == DONE:  # stopped or cancelled meanwhile: its future is decided
+            if lg is not None:
+                lg.record(L.ENDED, job.id, job.attempts, HOW.get(kind, "failed"), L.now_us(), -1)
             return []
         if kind == W.OK:
             job.where = DONE
             self.counts["succeeded"] += 1
+            if lg is not None:
+                lg.record(L.ENDED, job.id, job.attempts, "ok", L.now_us(), -1)
+                lg.record(L.DONE, job.id, "ok", L.now_us())
             return [(job, "ok", value)]
         if kind == W.STOPPED:
             job.where = DONE
+            if lg is not None:
+                lg.record(L.ENDED, job.id, job.attempts, "stopped", L.now_us(), -1)
             return [(job, "cancel", None)]
         summary, error, match, text = attempt_error(job, kind, value, self.grace)
         if job.retry is not None and job.retry.retries(match, job.attempts):
             pause = job.retry.backoff_s(job.attempts)
-            self.later(job, pause)
+            due = self.later(job, pause)
+            if lg is not None:
+                lg.record(L.ENDED, job.id, job.attempts, HOW.get(kind, "failed"), L.now_us(), due)
             self.counts["retried"] += 1
             log.warning("%s failed: %s; retrying in %.3f s", job.label(), summary, pause)
             if text:
@@ -81,23 +97,31 @@ class PoolState:
             return []
         job.where = DONE
         self.counts["timed_out" if isinstance(error, JobTimeout) else "failed"] += 1
+        if lg is not None:
+            lg.record(L.ENDED, job.id, job.attempts, HOW.get(kind, "failed"), L.now_us(), -1)
+            lg.record(L.DONE, job.id, "error", L.now_us())
         log.error("%s failed: %s%s", job.label(), summary, f"\n{text}" if text else "")
         return [(job, "error", error)]
 
-    def later(self, job: Job, pause_s: float) -> None:
-        """`job` waits `pause_s` (a wheel timer at the next whole ms: never early), then
-        is queued."""
+    def later(self, job: Job, pause_s: float, due_ms: int = 0) -> int:
+        """`job` waits `pause_s` (or until monotonic `due_ms`: a wheel timer at the next
+        whole ms, never early), then is queued; returns the ms it is due."""
         job.where = BACKOFF
-        due = math.ceil((time.monotonic_ns() + pause_s * 1e9) / 1e6)
+        due = due_ms or math.ceil((time.monotonic_ns() + pause_s * 1e9) / 1e6)
         job.timer = self.timers.add(due, "retry", job)
+        return due
 
-    def drop_waiting(self) -> list[Job]:
-        """Every job queued or backing off is DONE (counted cancelled); returns them."""
+    def drop_waiting(self, kept: bool = False) -> list[Job]:
+        """Every job queued or backing off is DONE (counted cancelled); returns them.
+        `kept`: the service stops, and its ledger keeps them for the next start (no DONE
+        record), else each is recorded cancelled."""
         out = [j for j in self.queue if j.where == QUEUED]
         self.queue.clear()
         out += self.timers.drop("retry")
         for j in out:
             j.where = DONE
+            if self.ledger is not None and not kept:
+                self.ledger.record(L.DONE, j.id, "cancelled", L.now_us())
         self.counts["cancelled"] += len(out)
         return out
 
