@@ -67,7 +67,7 @@ def marks_of(path: Path) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-def test_a_whole_service_sigkill_loses_no_job_and_reruns_only_crashed_attempts(tmp_path):
+def test_a_whole_service_sigkill_loses_no_job_and_reruns_only_crashed_attempts(tmp_path, cli):
     journal, marks = tmp_path / "journal", tmp_path / "marks"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
     p = subprocess.Popen(
@@ -112,6 +112,8 @@ def test_a_whole_service_sigkill_loses_no_job_and_reruns_only_crashed_attempts(t
     (first, t1), (second, t2) = after["flaky"]
     assert (first, second) == (1, 2) and t2 - t1 >= DELAY_MS * 1_000_000
     assert ledger.audit(str(journal)) == []
+    code, out, _ = cli("journal", "check", str(journal))
+    assert code == 0 and "jobs: 0 a start would re-arm; the ledger's audit: clean" in out
     assert crashed_ns  # the restart came after the crash
 
 

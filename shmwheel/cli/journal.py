@@ -139,13 +139,19 @@ def execute_check(args: argparse.Namespace) -> int:
     try:
         trusted(args.directory)
         insp = inspect(args.directory)
+        jobs = _jobs(args.directory)
     except (UntrustedPath, PermissionError) as e:
         raise _refused(args.directory, e) from None
     if args.json:
-        json.dump(report(insp, args.verbose), sys.stdout, indent=2)
+        json.dump({**report(insp, args.verbose), "jobs": jobs}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print_report(insp, args.verbose)
+        bad = jobs["violations"]
+        print(f"jobs: {jobs['pending']} a start would re-arm; the ledger's audit: "
+              + (f"{len(bad)} violations" if bad else "clean"))  # fmt: skip
+        for v in bad:
+            print(f"  {v}")
     return DAMAGED if insp.damage else OK
 
 
@@ -165,6 +171,15 @@ def report(insp: Any, verbose: bool = False) -> dict[str, Any]:
         out["pending"]["timer_list"] = _timers(st)
         out["pending"]["operation_list"] = _operations(st)
     return out
+
+
+def _jobs(directory: str) -> dict[str, Any]:
+    """The jobs' ledger (service/jobs/ledger.py): jobs a start would re-arm, and the
+    violations of its rules."""
+    from ..service.jobs import ledger
+
+    pending, _ = ledger.pending(directory)
+    return {"pending": len(pending), "violations": ledger.audit(directory)}
 
 
 def _segment(r: Any) -> dict[str, Any]:
@@ -233,6 +248,7 @@ def print_report(insp: Any, verbose: bool) -> None:
         f"pending: {len(st.pending.ids)} timers and {n_ops} operations "
         f"{'the intact records prove' if dmg else 'a start would re-arm'}"
     )
+
     if verbose:
         now = time.monotonic() * 1000
         for t in _timers(st):
