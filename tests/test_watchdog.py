@@ -281,3 +281,20 @@ def test_corrupt_owner_word_never_unlinks_a_live_segment(watchdog, tmp_path, mon
         if watchdog == "on":
             assert svc.mem.header[L.W_OWNER] == os.getpid()
             assert "header" in health(svc)["reasons"]
+
+
+def test_a_role_restarted_a_few_times_shows_degraded_at_once(tmp_path):
+    """Four reaper kills within the window: health says degraded (restarts) as soon as
+    the fourth restart is seen, long before the storm rule's twenty would fail it."""
+    log = tmp_path / "log"
+    with TimerService(tasks=TASKS, capacity=1000, executors=1) as svc, svc.client() as c:
+        tags = schedule(c, log, "r", 50, 1500)
+        for n in range(1, W.RESTARTS_N + 2):
+            pid = svc.procs["reaper"].pid
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda n=n: svc.restarts.get("reaper") == n, what=f"restart {n}")
+            wait_for(lambda pid=pid: svc.procs["reaper"].pid != pid, what="a new reaper")
+        h = health(svc)
+        assert h["state"] == "degraded" and "restarts" in h["reasons"], h
+        assert "restart_rate" not in h["reasons"]
+        finish(svc, log, tags)

@@ -29,6 +29,7 @@ REASONS: tuple[tuple[str, int, str], ...] = (
     ("restart_rate", FAILED, "a role restarts too fast: backing off, new timers refused"),
     ("ring_unrepairable", FAILED, "a result ring index could not be re-derived"),
     ("watchdog_off", OK, f"the watchdog is disabled ({ENV}=0)"),
+    ("restarts", DEGRADED, "a role restarted several times in a short window"),
 )
 BIT = {name: 1 << i for i, (name, _, _) in enumerate(REASONS)}
 

@@ -15,7 +15,9 @@ Checks (docs/operating.md, "Watchdog and health"):
   for ``STALL_S``, or the coordinator / reaper with work and no progress counter moving
   for ``STALL_S``: SIGKILLed, so the supervisor restarts it; timers due ``LATE_S`` ago
   and not run;
-* on each exit: more than ``RATE_N`` restarts in ``RATE_WINDOW_S``, or ``START_FAILS``
+* on each exit: more than ``RESTARTS_N`` restarts of a role in ``RATE_WINDOW_S`` show
+  ``degraded`` (reason ``restarts``) at once, for ``HOLD_S`` after the last;
+  more than ``RATE_N`` restarts in ``RATE_WINDOW_S``, or ``START_FAILS``
   exits in a row before finishing its start, back off (doubling up to ``MAX_DELAY_S``)
   and fail the service until the role stays up for a window.
 
@@ -69,6 +71,7 @@ log = logging.getLogger("shmwheel.service")
 PERIOD_S = 0.5  # the period of the ring, process and lateness checks
 STALL_S = 2.0  # stopped, or with work and no progress, this long: killed and restarted
 RATE_N, RATE_WINDOW_S = 20, 10.0  # more restarts of one role in the window: a storm
+RESTARTS_N = 3  # more restarts of one role in the window: degraded ("restarts"), at once
 START_FAILS = 5  # or this many exits in a row before it finished starting
 MAX_DELAY_S = 10.0  # the longest back-off between restarts in a storm
 HOLD_S = 5.0  # a repaired sickness stays among the reasons this long
@@ -154,6 +157,9 @@ class Watchdog:
         while now - times[0] > RATE_WINDOW_S:
             times.popleft()
         fails = self.start_fails[role] = 0 if up else self.start_fails.get(role, 0) + 1
+        if len(times) > RESTARTS_N:  # shown now, long before a storm would fail the service
+            self._flag("restarts", now)
+            self._publish(now)
         if role not in self.storm and len(times) <= RATE_N and fails < START_FAILS:
             return 0.0
         delay = min(MAX_DELAY_S, max(PERIOD_S, 2 * self.storm.get(role, 0.0)))
