@@ -73,6 +73,15 @@ def _is_role(pid: int, service: str) -> bool:
     return alive and b"(shmwheel-" in name and service.encode() in args
 
 
+def _has_processes(service: str, hints: list[int]) -> bool:
+    """Whether any process of `service` lives: the pids it recorded first (`hints`), then
+    every process of this host (a role being restarted has not recorded its pid yet, but
+    its zygote lives)."""
+    if any(_is_role(p, service) for p in hints):
+        return True
+    return any(_is_role(int(d), service) for d in os.listdir("/proc") if d.isdigit())
+
+
 def owner_pid(seg: shm.Segment) -> int:
     """The owner (supervisor) pid recorded in a service segment; LayoutError for a header
     this code cannot read or a pid no process can have."""
@@ -120,7 +129,7 @@ def classify(path: Path) -> Entry | None:
         seg.close()
     # stale: its owner is gone and so are its own processes (they follow their owner within
     # 50 ms; a live service whose owner word was corrupted still has them, and is kept)
-    gone = not shm.pid_alive(owner) and not any(_is_role(p, name) for p in roles)
+    gone = not shm.pid_alive(owner) and not _has_processes(name, roles)
     state = "stale" if gone else "stopping" if stopping else "running"
     return Entry(name, state, uid, st.st_size, st.st_ino, owner, cfg)
 
