@@ -344,3 +344,18 @@ def test_pending_is_exact_at_every_read():
                     wrong.append(got - total)
         assert not wrong, f"{len(wrong)} of 2000 reads were off: {wrong[:10]}"
         assert c.stats()["pending"] == total
+
+
+def test_a_won_cancel_is_cancelled_for_every_callback_whatever_the_client_does_next(service):
+    """cancel() returned True, then the client closed at once: every done callback (added
+    before the close) sees "cancelled", not the closed client's error."""
+    svc, _ = service
+    for _ in range(10):
+        c = svc.client()
+        h = c.schedule("noop", delay_ms=60_000)
+        seen: list = []
+        h.add_done_callback(lambda f: seen.append(f.exception() or f.result()))
+        assert h.cancel()
+        c.close()
+        until(lambda: seen)
+        assert seen == ["cancelled"], seen

@@ -293,9 +293,17 @@ class Outcomes:
             waiting, self._waiting = self._waiting, {}
             thread = self._thread
         for h, waiter in waiting.items():
+            # what the words already decide (a cancel this client won: "cancelled") is
+            # still its outcome, whatever the client does next
+            gs, out = self._tables().outcome_state(h, waiter.entry)
+            what = self._decided(h, int(gs), int(out), waiter.operation)
             if waiter.entry >= 0:
                 self._tables().waiter_release(h, waiter.entry)
-            if not waiter.future.done():
+            if waiter.future.done():
+                continue
+            if what and C.out_code(int(out)) & C.OC_TASK_MASK != C.OUTCOME_ERROR:
+                waiter.future.set_result(what)
+            else:
                 waiter.future.set_exception(
                     ShmwheelError("the client was closed before the outcome")
                 )
