@@ -4,9 +4,9 @@ pool (the supervisor's, ``TimerService(job_workers=N)``, or an ``Executor``'s ow
 Theory of operation. Callers put jobs on one queue (``submit``). One manager thread owns
 everything else: it sends jobs to workers in batches, reads their outcome frames, keeps
 the pool's timers in a ``WheelCore`` (the shmwheel wheel, tick 1 ms), and starts a new
-worker for every one that dies. Workers are forked from multiprocessing's fork server
-(started once, with this package imported), so a replacement costs a fork, not a Python
-start-up.
+worker for every one that dies. Workers are forked by a zygote (service/forkserver.py,
+role ``job``): the service's, or an Executor's own that imports only worker.py; a
+replacement costs a fork, not a Python start-up.
 
 Time limits. A worker arms its own interval timer at an attempt's start (worker.py); at
 the limit ``JobTimeout`` is raised inside the job (the soft stop). The same signal writes
@@ -46,6 +46,7 @@ from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .manager import Manager
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
+from .workers import Forks
 
 DEFAULT_GRACE_S = 1.0
 DEFAULT_MAX_BYTES = 64 << 20
@@ -65,6 +66,7 @@ class JobPool:
         grace: float = DEFAULT_GRACE_S,
         max_message_bytes: int = DEFAULT_MAX_BYTES,
         name: str = "jobs",
+        forks: Forks | None = None,
     ) -> None:
         n = default_workers() if workers is None else workers
         check_pool(n, grace)
@@ -76,7 +78,7 @@ class JobPool:
         self._state = PoolState(name, float(grace), max_message_bytes)
         self._ids = 0
         self._sendable: dict[Any, bytes] = {}  # each function submitted, pickled
-        self._mgr = Manager(self._state, n, self.submit)
+        self._mgr = Manager(self._state, n, self.submit, forks)
 
     check_pool_options = staticmethod(check_pool)
     check_options = staticmethod(check_job)
