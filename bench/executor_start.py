@@ -1,0 +1,68 @@
+"""How long a fresh process takes from ``shmwheel.Executor(2)`` to its first job's result
+(and its shutdown), each run in a new interpreter (so nothing is imported or started yet).
+
+    python bench/executor_start.py [--runs 20] [--compare OTHER_CHECKOUT]
+
+Prints min / median / max in ms of: start (``import shmwheel`` and Executor(2) returned),
+first (the first result, counted from the same moment), shutdown (Executor.shutdown()).
+With ``--compare DIR`` the runs alternate between this checkout and DIR (another checkout
+of shmwheel with its C extension built, put first on PYTHONPATH), each reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+CHILD = """
+import json, time
+t0 = time.perf_counter()
+import shmwheel
+from shmwheel.examples.jobs import square
+ex = shmwheel.Executor(2)
+t1 = time.perf_counter()
+assert ex.submit(square, 3).result(timeout=60) == 9
+t2 = time.perf_counter()
+ex.shutdown()
+t3 = time.perf_counter()
+print(json.dumps({"start": t1 - t0, "first": t2 - t0, "shutdown": t3 - t2}))
+"""
+
+
+def run_once(pythonpath: str | None) -> dict[str, float]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, check=True, env=env, cwd="/"
+    ).stdout
+    return {k: v * 1000 for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--compare", default=None, help="another checkout, run alternately")
+    args = p.parse_args()
+    builds = {"this checkout": None} | ({args.compare: args.compare} if args.compare else {})
+    rows = {b: {"start": [], "first": [], "shutdown": []} for b in builds}
+    loads = []
+    for _ in range(args.runs):
+        for build, path in builds.items():
+            loads.append(os.getloadavg()[0])
+            for k, v in run_once(path).items():
+                rows[build][k].append(v)
+    print(f"runs {args.runs} each, load average {min(loads):.2f}-{max(loads):.2f}")
+    for build, figures in rows.items():
+        print(build)
+        for k, v in figures.items():
+            med = statistics.median(v)
+            print(f"  {k:9s} min {min(v):7.1f}  median {med:7.1f}  max {max(v):7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
