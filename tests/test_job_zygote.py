@@ -20,7 +20,8 @@ import job_fns
 import psutil
 import pytest
 from helpers import wait_for
-from test_jobs import alive, pool_processes
+from test_descendants import alive
+from test_jobs import pool_processes
 
 import shmwheel
 from shmwheel import Executor, TaskError
@@ -127,6 +128,9 @@ def test_an_executors_own_zygote_is_light_and_forks_every_worker():
         maps = Path(f"/proc/{z.pid}/maps").read_text()
         assert "numpy" not in maps, "the jobs-only zygote imports no numpy"
         assert ex.submit(job_fns.add, 2, 3).result(timeout=30) == 5
+        # a worker's environment is the embedding process's, not the zygote's
+        for var in ("OPENBLAS_NUM_THREADS", "PYTHONPATH"):
+            assert ex.submit(os.getenv, var).result(timeout=30) == os.getenv(var), var
         pids = pool_processes(ex)
     assert len(pids) == 3
     assert not alive(pids)

@@ -11,9 +11,9 @@ import pickle
 import time
 
 import job_fns
-import psutil
 import pytest
 from helpers import wait_for
+from test_descendants import alive
 
 import shmwheel
 from shmwheel import Executor, JobTimeout, Retry, TaskError
@@ -26,17 +26,6 @@ def pool_processes(ex: Executor) -> set[int]:
     mgr = ex._pool._mgr
     pids = {w.proc.pid for w in mgr.workers if w.proc is not None}
     return pids | ({mgr._zygote.proc.pid} if mgr._zygote is not None else set())
-
-
-def alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.fixture(scope="module")

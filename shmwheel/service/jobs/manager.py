@@ -306,7 +306,10 @@ class Manager:
         again if it died)."""
         if self._forks is not None:
             return self._forks(argv, fds)
-        return fork_role(self._live_zygote, argv, self._env, fds, START_TIMEOUT_S, True)
+        # the worker's environment is this process's as of now, as a multiprocessing child's
+        # (its zygote's is zygote_env's: the path, one thread for libraries it never loads)
+        env = dict(os.environ)
+        return fork_role(self._live_zygote, argv, env, fds, START_TIMEOUT_S, True)
 
     def _live_zygote(self) -> ForkServer:
         if self._zygote is not None and self._zygote.dead:
