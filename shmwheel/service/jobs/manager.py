@@ -356,8 +356,7 @@ class Manager:
         anything; when every worker keeps dying so, the pool is broken)."""
         while self._read_results(w):
             pass
-        code = w.exit_code()
-        how = f"exit code {code}" if code is None or code >= 0 else f"{signal.Signals(-code).name}"
+        how = w.how_it_ended()
         finished: list[tuple[Job, str, Any]] = []
         with self.state.lock:
             w.dead = True

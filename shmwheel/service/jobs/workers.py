@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import os
 import pickle
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -155,6 +156,18 @@ class WorkerProc:
     def signal(self, sig: int) -> None:
         if self.proc is not None:
             self.proc.send_signal(sig)
+
+    def how_it_ended(self) -> str:
+        """How it ended: "exit code N", a signal's name ("SIGSEGV"), "exit code unknown"."""
+        code = self.exit_code()
+        if code is None:
+            return "exit code unknown"
+        if code >= 0:
+            return f"exit code {code}"
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
 
     def exit_code(self) -> int | None:
         """How it ended, once it has (its sentinel fired): a ``Popen`` return code (-N for
