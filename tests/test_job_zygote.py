@@ -117,6 +117,27 @@ def test_a_guarded_scripts_own_functions_and_classes_run_as_jobs(tmp_path):
     assert marks.read_text().splitlines() == ["main"], "the guarded block ran only once"
 
 
+def test_a_function_of_a_module_run_with_dash_m_runs_as_a_job(tmp_path):
+    """``python -m NAME``: the worker imports NAME by name (its guard holds there too)."""
+    marks = tmp_path / "marks"
+    (tmp_path / "zj_dash_m.py").write_text(
+        textwrap.dedent(f"""
+        import shmwheel
+
+        def triple(x):
+            return 3 * x
+
+        if __name__ == "__main__":
+            with open({str(marks)!r}, "a") as f:
+                f.write("main\\n")
+            with shmwheel.Executor(1) as ex:
+                print(ex.submit(triple, 5).result(timeout=60))
+    """)
+    )
+    assert run_python(["-m", "zj_dash_m"], cwd=tmp_path).splitlines() == ["15"]
+    assert marks.read_text().splitlines() == ["main"]
+
+
 def test_an_executors_own_zygote_is_light_and_forks_every_worker():
     with Executor(2) as ex:
         zygote = ex._pool._mgr._zygote
