@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import logging
-import multiprocessing.forkserver
 import pickle
 import time
 
 import job_fns
-import psutil
 import pytest
 from helpers import wait_for
+from test_descendants import alive
 
 import shmwheel
 from shmwheel import Executor, JobTimeout, Retry, TaskError
@@ -22,22 +21,19 @@ from shmwheel import Executor, JobTimeout, Retry, TaskError
 FLAG_TIMEOUT = 30.0
 
 
-def job_workers() -> set[int]:
-    """Live children of this process's fork server: the job workers."""
-    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
-    if not pid:
-        return set()
-    try:
-        return {c.pid for c in psutil.Process(pid).children() if c.status() != "zombie"}
-    except psutil.NoSuchProcess:
-        return set()
+def pool_processes(ex: Executor) -> set[int]:
+    """The pids of an Executor's own pool: its zygote and its job workers now."""
+    mgr = ex._pool._mgr
+    pids = {w.proc.pid for w in mgr.workers if w.proc is not None}
+    return pids | ({mgr._zygote.proc.pid} if mgr._zygote is not None else set())
 
 
 @pytest.fixture(scope="module")
 def ex():
     with Executor(2, grace=0.5) as executor:
         yield executor
-    wait_for(lambda: not job_workers(), 10, "the module's job workers to exit")
+        pids = pool_processes(executor)
+    assert not alive(pids), "the pool's zygote and workers are gone once shutdown returns"
 
 
 def serves_again(ex: Executor) -> None:

@@ -9,13 +9,20 @@ zygote is single-threaded when it forks.
 The protocol, over a ``SOCK_SEQPACKET`` socket pair (one message per request or report):
 
 * supervisor -> zygote: a JSON request ``{"argv": [ROLE, SERVICE, INDEX?], "env": {...},
-  "session": bool}`` with the descriptors the role inherits attached (``SCM_RIGHTS``); a
-  role keeps exactly those, takes ``env`` as its environment (the supervisor's as of this
-  start, as a freshly executed process would: what a role reads when it starts, such as
-  its log level, follows it; what the zygote's imports read is the zygote's), and starts
+  "session": bool, "fd_args": bool}`` with the descriptors the role inherits attached
+  (``SCM_RIGHTS``); a role keeps exactly those (with ``fd_args`` their numbers in the
+  role's process are appended to its argv, in the order sent), takes ``env`` as its
+  environment (the supervisor's as of this start, as a freshly executed process would:
+  what a role reads when it starts, such as its log level, follows it; what the zygote's
+  imports read is the zygote's), and starts
   its own session when ``session`` is set;
 * zygote -> supervisor: ``{"pid": N}`` (or ``{"error": text}``) answering each request in
   order, and ``{"exit": PID, "code": C}`` when a child exits (a ``Popen`` return code).
+
+A job pool (jobs/manager.py) forks its workers the same way, role ``job``: from its
+service's zygote, or, for an ``Executor`` without a service, from a zygote of its own that
+imports only the job worker's module (``jobs_only``: no numpy, no service role), so that
+it starts in a few tens of ms.
 
 The zygote exits when its socket reaches end of file (the supervisor closed it, or died)
 or its parent changes (the embedding process died while a process forked from it keeps the
@@ -39,7 +46,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 LIVENESS_S = 0.05  # how often the zygote checks that its parent is alive
@@ -87,14 +94,26 @@ class ForkServer:
     """One zygote process and its socket; thread-safe (the monitor thread restarts roles
     while ``stop()`` or ``stats()`` may poll them)."""
 
-    def __init__(self, service: str, env: Mapping[str, str], journal: bool = False) -> None:
+    def __init__(
+        self,
+        service: str,
+        env: Mapping[str, str],
+        journal: bool = False,
+        jobs: bool = False,
+        jobs_only: bool = False,
+    ) -> None:
+        """Start the zygote of `service`: it imports the roles (and with `journal` the
+        journal's modules, with `jobs` the job worker's), or with `jobs_only` only the job
+        worker's module (an Executor's own pool)."""
         import subprocess  # here: the zygote, which imports this module, never needs it
 
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-Pc", CODE, "zygote", service, str(theirs.fileno())]
+        wants = (("journal", journal), ("jobs", jobs), ("jobs_only", jobs_only))
+        flags = [flag for flag, on in wants if on]
         try:
             self.proc = subprocess.Popen(
-                argv + ["journal"] * journal,
+                argv + flags,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
@@ -110,10 +129,14 @@ class ForkServer:
         self._lock = threading.RLock()
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], fds: Sequence[int] = (),
-              session: bool = False, timeout: float = 60.0) -> RoleProcess:  # fmt: skip
-        """Fork a role running ``main(["", *argv])`` with environment `env`; waits for its
-        pid (the first request also waits for the zygote's imports)."""
-        request = json.dumps({"argv": list(argv), "env": dict(env), "session": session})
+              session: bool = False, timeout: float = 60.0,
+              fd_args: bool = False) -> RoleProcess:  # fmt: skip
+        """Fork a role running ``main(["", *argv])`` (with `fd_args`, its descriptors'
+        numbers appended) with environment `env`; waits for its pid (the first request
+        also waits for the zygote's imports)."""
+        request = json.dumps(
+            {"argv": list(argv), "env": dict(env), "session": session, "fd_args": fd_args}
+        )
         with self._lock:
             if self.dead:
                 raise ForkServerError("the zygote has exited")
@@ -190,6 +213,30 @@ class ForkServer:
             self.proc.wait()
 
 
+def fork_role(
+    live: Callable[[], ForkServer],
+    argv: list[str],
+    env: Mapping[str, str],
+    fds: Sequence[int],
+    timeout: float,
+    fd_args: bool = False,
+) -> RoleProcess:
+    """``spawn`` from ``live()`` (the owner's zygote, a new one started if the last is
+    known dead), once more if that zygote turns out to have died (the supervisor's roles,
+    a job pool's workers)."""
+    for attempt in (1, 2):
+        server = live()
+        try:
+            return server.spawn(argv, env, fds, timeout=timeout, fd_args=fd_args)
+        except ForkServerError as e:
+            if attempt == 2 or not server.dead:
+                raise
+            import logging  # here: a zygote, which imports this module, never needs it
+
+            logging.getLogger("shmwheel").warning("a zygote exited (%s); starting a new one", e)
+    raise AssertionError("unreachable")
+
+
 class RoleProcess:
     """A role forked by the zygote: the part of ``subprocess.Popen`` the supervisor, the
     watchdog and the tools use. ``returncode`` is the zygote's report, or -1 when the
@@ -205,6 +252,12 @@ class RoleProcess:
             self._pidfd = os.pidfd_open(pid)
         except ProcessLookupError:  # already reaped: its report is on the socket
             self._pidfd = -1
+
+    @property
+    def pidfd(self) -> int:
+        """A descriptor readable once the process has exited (poll/select), -1 if it had
+        been reaped before this object was made (then ``poll()`` has its report)."""
+        return self._pidfd
 
     def __repr__(self) -> str:
         return f"RoleProcess(pid={self.pid}, returncode={self.returncode})"

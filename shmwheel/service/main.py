@@ -1,8 +1,10 @@
 """Entry point of every service process: ``main([_, ROLE, SERVICE, INDEX])`` with ROLE one
-of coordinator, reaper, executor. The supervisor starts one process through ``python -c``
+of coordinator, reaper, executor, or ``main([_, "job", POOL, INDEX, MAX_BYTES, MAIN, TASKS,
+RESULTS, WAKE, SLOT])``, a job worker (jobs/worker.py ``main``: its pool passes the four
+descriptors). The supervisor starts one process through ``python -c``
 after ignoring SIGINT and SIGTERM (so neither a Ctrl-C nor a group's SIGTERM kills a
 process that is still importing; process.py then catches SIGTERM), the fork server,
-``main([_, "zygote", SERVICE, FD, "journal"?])`` (zygote.py), which forks every role
+``main([_, "zygote", SERVICE, FD, *FLAGS])`` (zygote.py), which forks every role
 already imported and returns into this function in each; by hand,
 ``python -m shmwheel.service.main ROLE SERVICE [INDEX]``.
 
@@ -15,13 +17,14 @@ service name, role and pid in front. An executor's stdout and stderr write whole
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
 
 
 def _configure_logging(role: str, service: str) -> None:
+    import logging  # here: a job pool's own zygote never needs it
+
     level = os.environ.get("SHMWHEEL_LOG_LEVEL", "INFO")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
@@ -36,13 +39,17 @@ def _configure_logging(role: str, service: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) in (4, 5) and argv[1] == "zygote":
+    if len(argv) >= 4 and argv[1] == "zygote":
         from .zygote import finish, serve
 
         # returns in each role the zygote forks, with that role's argv
-        role_argv = serve(argv[2], int(argv[3]), argv[4:] == ["journal"])
+        role_argv = serve(argv[2], int(argv[3]), argv[4:])
         if role_argv[1] == "executor":  # tasks run here: the interpreter's own exit
             return main(role_argv)  # (finalizers flush what a task left open)
+        if role_argv[1] == "job":  # exits as a multiprocessing child does: atexit, flush
+            from .jobs.worker import main as job_main
+
+            finish(lambda: job_main(role_argv))
         finish(lambda: main(role_argv))
     if len(argv) < 3 or argv[1] not in ("coordinator", "reaper", "executor"):
         raise SystemExit(

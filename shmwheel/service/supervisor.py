@@ -29,7 +29,7 @@ from ..segment import layout as L
 from ..segment import sizes as Z
 from . import options as O
 from .client import Client, connect, now_ms
-from .forkserver import ForkServer, ForkServerError, RoleProcess, zygote_env
+from .forkserver import ForkServer, ForkServerError, RoleProcess, fork_role, zygote_env
 from .jobs.executor import Executor
 from .jobs.pool import DEFAULT_GRACE_S, JobPool
 from .outcomes import mark_stopped
@@ -128,13 +128,13 @@ class TimerService:
         self._watchdog: Watchdog | None = None  # made by start(), run by the monitor thread
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._forking = threading.Lock()  # replacing the zygote, forking from it
         self._journal_fd = -1  # the journal directory's lock, shared with its writers
         self._path: list[str] = []  # the service processes' import path (tasks.service_path)
         self.recovery: dict[str, Any] = {}  # what the last start recovered (journal only)
         self._rate_sample: tuple[float, int] | None = None
         self._started = 0.0
-        # the job workers (service/jobs/): a pool made by start(), ended by stop()
-        self._job_options = (job_workers, job_grace)
+        self._job_options = (job_workers, job_grace)  # a pool made by start() (service/jobs/)
         if job_workers:
             JobPool.check_pool_options(job_workers, job_grace)
         self._jobs: JobPool | None = None
@@ -174,15 +174,12 @@ class TimerService:
             raise
         if self._job_options[0]:
             try:
-                self._jobs = JobPool(
-                    self._job_options[0], grace=self._job_options[1], name=f"{self.name}-jobs"
-                )
-                if self.journal is not None:  # the jobs an earlier run left undone, first
-                    self.recovery["jobs"] = self._jobs.journal(
-                        self.journal.directory, self.journal.epoch
-                    )
-                self._jobs.start()
-                self._jobs.listen(self.name, dict(self.config.tasks))
+                self._jobs = JobPool(self._job_options[0], grace=self._job_options[1],
+                    name=f"{self.name}-jobs",  # its workers forked by the zygote too
+                    forks=lambda argv, fds: self._fork("job worker", argv, fds, True),
+                )  # fmt: skip
+                j = (self.journal.directory, self.journal.epoch) if self.journal else None
+                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks), j))
             except BaseException:
                 self._teardown(5.0)
                 raise
@@ -299,7 +296,8 @@ class TimerService:
 
     def _start_zygote(self) -> None:
         try:
-            self._zygote = ForkServer(self.name, self._env(), self.journal is not None)
+            jobs = bool(self._job_options[0])
+            self._zygote = ForkServer(self.name, self._env(), self.journal is not None, jobs)
         except OSError as e:
             raise ShmwheelError(f"service {self.name!r}: cannot start its zygote: {e}") from e
 
@@ -313,31 +311,33 @@ class TimerService:
         self._wake = (-1, -1)
 
     def _spawn(self, role: str) -> None:
-        """Start `role` (coordinator, reaper, execN) forked by the zygote, a new zygote
-        first if the last one died. Per role: the descriptors it inherits, whether it
-        starts its own session."""
+        """Start `role` (coordinator, reaper, execN). The journal's lock goes with its
+        writers, which never run tasks: it is free once they are gone, whatever processes
+        a task left behind."""
         argv = ["executor", self.name, role[4:]] if role.startswith("exec") else [role, self.name]
-        # the journal's lock goes with its writers, which never run tasks: it is free once
-        # they are gone, whatever processes a task left behind
         writer = self._journal_fd >= 0 and not role.startswith("exec")
-        fds = (self._journal_fd,) if writer else ()
-        for attempt in (1, 2):
-            if self._zygote is None or self._zygote.dead:
-                if self._zygote is not None:
-                    self._zygote.close(1.0)
-                self._start_zygote()
-            assert self._zygote is not None
+        self.procs[role] = self._fork(role, argv, (self._journal_fd,) if writer else ())
+
+    def _fork(self, what: str, argv: list[str], fds: tuple[int, ...], fd_args: bool = False
+              ) -> RoleProcess:  # fmt: skip
+        """Fork `argv` from the zygote, a new zygote first if the last one died (any
+        thread: the monitor's restarts, the job pool's manager)."""
+        with self._forking:
             try:
-                self.procs[role] = self._zygote.spawn(
-                    argv, self._env(), fds, timeout=START_TIMEOUT_S
-                )
-                return
+                return fork_role(self._live_zygote, argv, self._env(), fds, START_TIMEOUT_S,
+                                 fd_args)  # fmt: skip
             except ForkServerError as e:
-                if attempt == 2 or not self._zygote.dead:
-                    raise ShmwheelError(
-                        f"service {self.name!r}: cannot start its {role} process: {e}"
-                    ) from e
-                log.warning("service %s: its zygote exited (%s); starting a new one", self.name, e)
+                raise ShmwheelError(
+                    f"service {self.name!r}: cannot start its {what} process: {e}"
+                ) from e
+
+    def _live_zygote(self) -> ForkServer:
+        if self._zygote is None or self._zygote.dead:
+            if self._zygote is not None:
+                self._zygote.close(1.0)
+            self._start_zygote()
+        assert self._zygote is not None
+        return self._zygote
 
     def _await_ready(self) -> None:
         assert self.mem is not None

@@ -1,6 +1,7 @@
 """The zygote's side of the fork server (the protocol and the supervisor's side:
 forkserver.py): its loop, which forks each role already imported, and how a forked
-coordinator or reaper exits. Run by ``main.main([_, "zygote", SERVICE, FD, "journal"?])``;
+coordinator or reaper exits. Run by ``main.main([_, "zygote", SERVICE, FD, *FLAGS])``
+(FLAGS: forkserver.ForkServer's "journal", "jobs", "jobs_only");
 imported by nothing else, so the role modules it imports are no import of the supervisor's.
 """
 
@@ -14,23 +15,28 @@ import select
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .forkserver import LIVENESS_S, MAX_FDS, MAX_REQUEST
 
 PR_SET_NAME = 15  # <linux/prctl.h>
-SHORT = {"coordinator": "coord"}  # a name is at most 15 bytes: shmwheel-ROLE
+# a name is at most 15 bytes: shmwheel-ROLE (an executor's and a job worker's with its index)
+SHORT = {"coordinator": "coord", "executor": "exec"}
 
 
-def serve(service: str, fd: int, journal: bool) -> list[str]:
+def serve(service: str, fd: int, flags: Sequence[str]) -> list[str]:
     """The zygote's loop (module doc). Returns only in a forked child: the argv of its role
-    for ``main.main``; the zygote itself exits from here. `journal`: the service has one,
-    so its modules are imported here too (the roles import them only then)."""
-    from . import coordinator, executor, lines, process, reaper  # noqa: F401  imported once
-
-    if journal:
+    for ``main.main``; the zygote itself exits from here. `flags`: "journal" (the service
+    has one: its modules are imported here too, as the roles import them only then),
+    "jobs" (it has job workers: their module too), "jobs_only" (an Executor's own pool:
+    the job worker's module and nothing of the service's roles)."""
+    if "jobs_only" not in flags:
+        from . import coordinator, executor, lines, process, reaper  # noqa: F401  once
+    if "journal" in flags:
         from ..journal import retention, writer  # noqa: F401
+    if "jobs" in flags or "jobs_only" in flags:
+        from .jobs import worker  # noqa: F401
 
     # what every role shares stays out of the collector's (and copy-on-write's) way; no
     # collection first: the imports leave no garbage cycles (measured: 0), and it costs
@@ -110,8 +116,9 @@ def _request(
             os.setsid()
         os.environ.clear()
         os.environ.update(req["env"])
-        argv = req["argv"]
-        _set_name("exec" + argv[2] if argv[0] == "executor" else SHORT.get(argv[0], argv[0]))
+        argv = req["argv"] + ([str(f) for f in fds] if req.get("fd_args") else [])
+        numbered = argv[0] in ("executor", "job")
+        _set_name(SHORT.get(argv[0], argv[0]) + (argv[2] if numbered else ""))
         return ["", *argv]
     for f in fds:
         os.close(f)
@@ -125,7 +132,7 @@ def _request(
 def _set_name(role: str) -> None:
     """The process's name (``/proc/PID/comm``: ``ps -o comm``, top, psutil's name()):
     ``shmwheel-ROLE``, since every forked role shows its zygote's command line. ctypes is
-    imported by numpy already."""
+    imported by numpy already (not by a jobs_only zygote: a few ms there)."""
     import ctypes
 
     try:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import ShmwheelError
+from ..forkserver import ForkServer, ForkServerError, RoleProcess, fork_role, zygote_env
+from ..tasks import service_path
 from . import ledger as LG
 from . import worker as W
 from .failures import KILLED
@@ -26,33 +28,55 @@ from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .remote import Listener, Submit
 from .state import PoolState
 from .timers import now_ms
-from .workers import WINDOW_TARGET_S, WorkerProc, fork_server
+from .workers import WINDOW_TARGET_S, Forks, WorkerProc
 
 log = logging.getLogger("shmwheel.jobs")
 
 SWEEP_S = 0.1  # the safety net's period (a lost wake-up byte costs at most this)
 RESTART_BACKOFF_MAX_S = 5.0
 BROKEN_AFTER = 5  # every worker died this many times in a row before running a job
+START_TIMEOUT_S = 60.0  # a worker's start, the pool's own zygote's imports included
 
 
 class Manager:
     """The manager of `size` workers of the pool whose shared state is `state`; `submit`
-    is the pool's (the job link submits through it)."""
+    is the pool's (the job link submits through it). `forks` forks a worker from its
+    service's zygote; without it (an Executor's own pool) the manager starts a zygote of
+    its own that imports only the job worker's module, and ends it in ``stop``."""
 
-    def __init__(self, state: PoolState, size: int, submit: Submit) -> None:
+    def __init__(
+        self, state: PoolState, size: int, submit: Submit, forks: Forks | None = None
+    ) -> None:
+        if W.loading_main():
+            raise ShmwheelError(
+                "a job worker is loading the main script to find a job's function, and that "
+                "script starts job workers at its top level: guard it with "
+                'if __name__ == "__main__":'
+            )
         self.state = state
         self.submit = submit
         self.workers = [WorkerProc(i) for i in range(size)]
-        self._ctx = fork_server()
+        self._forks = forks
+        self._zygote: ForkServer | None = None  # its own, when `forks` is None
+        self._env: dict[str, str] = {}
         self._sel = selectors.DefaultSelector()
         self._ctl_r, self._ctl_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._link: Listener | None = None  # Client.submit's server, once listen() ran
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        if self._forks is None:
+            level = logging.getLevelName(logging.getLogger("shmwheel").getEffectiveLevel())
+            self._env = zygote_env(service_path(), level)
         self._sel.register(self._ctl_r, selectors.EVENT_READ, ("ctl", None))
-        for w in self.workers:
-            self._spawn(w)
+        try:
+            for w in self.workers:
+                self._spawn(w)
+        except BaseException:
+            for w in self.workers:
+                self._close_worker(w, wait=True)
+            self._close_zygote()
+            raise
         self._thread = threading.Thread(
             target=self._run, name=f"shmwheel-{self.state.name}", daemon=True
         )
@@ -72,6 +96,7 @@ class Manager:
             with self.state.lock:
                 self.state.ledger.close()
                 self.state.ledger = None
+        self._close_zygote()
         if self._link is not None:
             self._link.close()
             self._link = None
@@ -104,11 +129,7 @@ class Manager:
     def stop_attempt(self, w: WorkerProc, job_id: int, reason: str) -> None:
         """The soft stop of `w`'s attempt of `job_id` (SIGUSR1; a time limit is the
         worker's own SIGALRM), and its hard stop armed at now + grace."""
-        try:
-            if w.proc is not None:
-                os.kill(w.proc.pid, signal.SIGUSR1)
-        except ProcessLookupError:
-            pass
+        w.signal(signal.SIGUSR1)
         with self.state.lock:
             self._arm_hard_stop(w, job_id, reason)
         self.poke()
@@ -297,8 +318,42 @@ class Manager:
             if self._thread is not None and not self.state.broken:
                 self._spawn(w)
 
+    def _fork(self, argv: list[str], fds: tuple[int, ...]) -> RoleProcess:
+        """Fork a worker: from the service's zygote, or from this pool's own (started
+        again if it died)."""
+        if self._forks is not None:
+            return self._forks(argv, fds)
+        # the worker's environment is this process's as of now, as a multiprocessing child's
+        # (its zygote's is zygote_env's: the path, one thread for libraries it never loads)
+        env = dict(os.environ)
+        return fork_role(self._live_zygote, argv, env, fds, START_TIMEOUT_S, True)
+
+    def _live_zygote(self) -> ForkServer:
+        if self._zygote is not None and self._zygote.dead:
+            self._close_zygote()
+        if self._zygote is None:
+            self._zygote = ForkServer(self.state.name, self._env, jobs_only=True)
+        return self._zygote
+
+    def _close_zygote(self) -> None:
+        if self._zygote is not None:
+            self._zygote.close(2.0)
+            self._zygote = None
+
     def _spawn(self, w: WorkerProc) -> None:
-        w.start(self._ctx, self.state.name, self.state.max_bytes)
+        """Start `w`. Raises if it cannot while the pool starts; later (a restart) a
+        failed start counts as a worker that died at once."""
+        try:
+            w.start(self._fork, self.state.name, self.state.max_bytes)
+        except (OSError, ForkServerError, ShmwheelError) as e:
+            if self._thread is None:  # start(): the caller sees why
+                raise ShmwheelError(
+                    f"job pool {self.state.name}: cannot start a worker: {e}"
+                ) from e
+            log.error("job pool %s: cannot start worker %d: %s", self.state.name, w.index, e)
+            w.started_s = time.monotonic()
+            self._after_death(w, early=True, how=f"no start: {e}", finished=[])
+            return
         for fd, kind in zip(w.fds(), ("r", "k", "s"), strict=True):
             self._sel.register(fd, selectors.EVENT_READ, (kind, w))
 
@@ -318,9 +373,7 @@ class Manager:
         anything; when every worker keeps dying so, the pool is broken)."""
         while self._read_results(w):
             pass
-        w.proc.join(0)
-        code = w.proc.exitcode
-        how = f"exit code {code}" if code is None or code >= 0 else f"{signal.Signals(-code).name}"
+        how = w.how_it_ended()
         finished: list[tuple[Job, str, Any]] = []
         with self.state.lock:
             w.dead = True
@@ -336,6 +389,15 @@ class Manager:
                     self.state.queue.appendleft(job)
             w.inflight.clear()
             early = time.monotonic() - w.started_s < 1.0 and reason is None and running < 0
+        self._close_worker(w, wait=True)
+        self._after_death(w, early, how, finished)
+
+    def _after_death(
+        self, w: WorkerProc, early: bool, how: str, finished: list[tuple[Job, str, Any]]
+    ) -> None:
+        """Count `w`'s death (`early`: before it ran anything), break the pool if every
+        worker keeps dying so, settle `finished`, and start its successor."""
+        with self.state.lock:
             w.failures = w.failures + 1 if early else 0
             if all(x.failures >= BROKEN_AFTER for x in self.workers):
                 self.state.broken = (
@@ -348,7 +410,6 @@ class Manager:
             self.state.changed.notify_all()
             closing = self.state.closing and not self.state.queue
         self.state.settle(finished)
-        self._close_worker(w, wait=True)
         if (
             self._thread is None
             or self.state.broken

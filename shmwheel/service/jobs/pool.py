@@ -4,9 +4,9 @@ pool (the supervisor's, ``TimerService(job_workers=N)``, or an ``Executor``'s ow
 Theory of operation. Callers put jobs on one queue (``submit``). One manager thread owns
 everything else: it sends jobs to workers in batches, reads their outcome frames, keeps
 the pool's timers in a ``WheelCore`` (the shmwheel wheel, tick 1 ms), and starts a new
-worker for every one that dies. Workers are forked from multiprocessing's fork server
-(started once, with this package imported), so a replacement costs a fork, not a Python
-start-up.
+worker for every one that dies. Workers are forked by a zygote (service/forkserver.py,
+role ``job``): the service's, or an Executor's own that imports only worker.py; a
+replacement costs a fork, not a Python start-up.
 
 Time limits. A worker arms its own interval timer at an attempt's start (worker.py); at
 the limit ``JobTimeout`` is raised inside the job (the soft stop). The same signal writes
@@ -49,6 +49,7 @@ from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .manager import Manager
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
+from .workers import Forks
 
 log = logging.getLogger("shmwheel.jobs")
 
@@ -70,6 +71,7 @@ class JobPool:
         grace: float = DEFAULT_GRACE_S,
         max_message_bytes: int = DEFAULT_MAX_BYTES,
         name: str = "jobs",
+        forks: Forks | None = None,
     ) -> None:
         n = default_workers() if workers is None else workers
         check_pool(n, grace)
@@ -82,7 +84,7 @@ class JobPool:
         self._ids = 0
         self._recovered: list[Job] = []  # jobs of an earlier run, re-armed (journal())
         self._sendable: dict[Any, bytes] = {}  # each function submitted, pickled
-        self._mgr = Manager(self._state, n, self.submit)
+        self._mgr = Manager(self._state, n, self.submit, forks)
 
     check_pool_options = staticmethod(check_pool)
     check_options = staticmethod(check_job)
@@ -96,6 +98,17 @@ class JobPool:
         """Start the workers and the manager thread; returns self."""
         self._mgr.start()
         return self
+
+    def serve(
+        self, service: str, tasks: dict[str, str], journal: tuple[str, int] | None
+    ) -> dict[str, dict[str, int]]:
+        """Start as `service`'s pool: its journal's ledger first (`journal`: its directory
+        and this run's epoch; what earlier runs left undone is re-armed), then the workers,
+        then the job link; returns {"jobs": what was re-armed} with a journal, else {}."""
+        recovered = {"jobs": self.journal(*journal)} if journal is not None else {}
+        self.start()
+        self.listen(service, tasks)
+        return recovered
 
     def journal(self, journal: str, epoch: int) -> dict[str, int]:
         """Journal this pool's jobs in `journal`'s ledger (ledger.py), this run's file

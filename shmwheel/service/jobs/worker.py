@@ -1,8 +1,15 @@
 """A job worker process: runs the jobs its pool sends, one at a time, in order, and sends
 each outcome back before it starts the next.
 
-Runs in its own process, forked from the pool's fork server (pool.py), never in the
-caller's process. It imports only the functions its jobs name (pickled by reference).
+Runs in its own process, role ``job`` (``main`` here, from service/main.py), forked by a
+zygote (service/zygote.py: its service's, or its Executor's own), never in the caller's
+process. It imports only the functions its jobs name (pickled by reference), from the
+embedding process's path less ``''`` (tasks.service_path), never the embedding program's
+main module, except on demand: a job whose function (or an argument's class) lives in
+``__main__`` has the main script loaded here once, as module ``__shmwheel_main__`` (so its
+``if __name__ == "__main__":`` block does not run), or its module imported by name for
+``python -m``; a program without a file (``python -``, ``-c``) has no main module to load,
+and such a job fails with a clear error.
 
 Ground rules (the pool relies on each):
 
@@ -25,12 +32,15 @@ Ground rules (the pool relies on each):
 
 from __future__ import annotations
 
+import importlib
+import io
 import mmap
 import os
 import pickle
 import signal
+import sys
 import traceback
-from multiprocessing.connection import Connection
+from types import ModuleType
 from typing import Any
 
 from ...errors import JobTimeout
@@ -43,6 +53,7 @@ MAX_FNS = 1024  # functions a worker keeps resolved
 OK, RAISED, TIMED_OUT, STOPPED, REFUSED = 0, 1, 2, 3, 4
 
 MAX_TEXT = 4032  # a traceback is cut to its last MAX_TEXT characters
+MAIN_ALIAS = "__shmwheel_main__"  # the embedding program's main script, loaded in a worker
 
 
 class SoftStop(JobTimeout):
@@ -157,37 +168,154 @@ class Slot:
     def __setitem__(self, i: int, value: int) -> None:
         self.words[i] = value
 
-    def __reduce__(self) -> tuple[Any, ...]:  # to a worker being started: the descriptor
-        from multiprocessing.reduction import DupFd
-
-        return (_slot_in_child, (DupFd(self.fd),))
-
     def close(self) -> None:
         self.words.release()
         self._map.close()
         os.close(self.fd)
 
 
-def _slot_in_child(fd: Any) -> Slot:
-    return Slot(fd.detach())
+def main_spec() -> str:
+    """In the pool's process: where a worker finds the embedding program's ``__main__``:
+    "file:PATH", "module:NAME" (``python -m``), or "-" (none: ``python -``, ``-c``, a
+    REPL). A main script's classes come back from workers as ``__shmwheel_main__``'s,
+    which this process then knows as its ``__main__``."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None) and spec.name != "__main__":
+        return f"module:{spec.name}"
+    path = getattr(main, "__file__", None)
+    if main is not None and isinstance(path, str) and os.path.isfile(path):
+        sys.modules.setdefault(MAIN_ALIAS, main)
+        return f"file:{os.path.abspath(path)}"
+    return "-"
 
 
-def serve(
-    tasks: Connection, results: Connection, wake: Connection, slot: Slot, max_bytes: int
-) -> None:
-    """The worker's loop: until the pool closes its end of `tasks`."""
+_main_spec = "-"
+_main: ModuleType | None = None
+_loading_main = False
+
+
+def loading_main() -> bool:
+    """True while this worker runs the embedding program's main script (to find a job's
+    function): a pool started then would start workers without end (manager.py refuses)."""
+    return _loading_main
+
+
+def _main_module() -> ModuleType:
+    """The embedding program's main module, loaded here once (the module doc)."""
+    global _main, _loading_main
+    if _main is not None:
+        return _main
+    kind, _, where = _main_spec.partition(":")
+    if kind not in ("file", "module"):
+        raise ModuleNotFoundError(
+            "the job's function (or an argument) is defined in the main module of a program "
+            "that has no file (python -, python -c, a REPL): a job worker cannot import it; "
+            "define it in a module on the path"
+        )
+    _loading_main = True
+    try:
+        if kind == "module":
+            module = importlib.import_module(where)
+        else:
+            from importlib.util import module_from_spec, spec_from_file_location
+
+            spec = spec_from_file_location(MAIN_ALIAS, where)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load the main script {where}")
+            module = module_from_spec(spec)
+            sys.modules[MAIN_ALIAS] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[MAIN_ALIAS]
+                raise
+    finally:
+        _loading_main = False
+    _main = module
+    return module
+
+
+class _MainUnpickler(pickle.Unpickler):
+    """Unpickles what names ``__main__``: from the embedding program's main module."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__main__":
+            module = _main_module().__name__
+        return super().find_class(module, name)
+
+
+def _loads(blob: bytes) -> Any:
+    if b"__main__" in blob:
+        return _MainUnpickler(io.BytesIO(blob)).load()
+    return pickle.loads(blob)
+
+
+def main(argv: list[str]) -> None:
+    """The job role: ``["", "job", POOL, INDEX, MAX_BYTES, MAIN, TASKS, RESULTS, WAKE,
+    SLOT]`` (service/main.py), the last four descriptors this process inherited: the
+    read end of its tasks pipe, the write ends of its result and wake-up pipes, its slot's
+    memfd. MAIN is ``main_spec()`` of the pool's process."""
+    global _main_spec
+    _main_spec = argv[5]
+    tasks, results, wake, slot = fds = [int(x) for x in argv[6:10]]
+    for fd in fds:  # a job's own children do not hold its pipes open
+        os.set_inheritable(fd, False)
+    serve(tasks, results, wake, Slot(slot), int(argv[4]))
+
+
+# The frames on the pipes are multiprocessing.Connection's (its send_bytes / recv_bytes, and
+# workers.py's read_frames): a 4-byte big-endian signed length, or -1 and an 8-byte one.
+# Written here on the raw descriptors, so that a worker need not import multiprocessing.
+BIG = 0x7FFFFFFF
+
+
+def _read(fd: int, n: int) -> bytes:
+    """Exactly `n` bytes of `fd`; EOFError at its end."""
+    chunks, left = [], n
+    while left:
+        data = os.read(fd, left)
+        if not data:
+            raise EOFError
+        chunks.append(data)
+        left -= len(data)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def recv_frame(fd: int) -> bytes:
+    n = int.from_bytes(_read(fd, 4), "big", signed=True)
+    if n == -1:
+        n = int.from_bytes(_read(fd, 8), "big")
+    return _read(fd, n)
+
+
+def send_frame(fd: int, data: bytes) -> None:
+    n = len(data)
+    head = n.to_bytes(4, "big") if n < BIG else b"\xff\xff\xff\xff" + n.to_bytes(8, "big")
+    view = memoryview(head + data if n < 65536 else head)
+    while view:
+        view = view[os.write(fd, view) :]
+    if n >= 65536:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def serve(tasks: int, results: int, wake: int, slot: Slot, max_bytes: int) -> None:
+    """The worker's loop: until the pool closes its end of `tasks` (descriptors: the read
+    end of the tasks pipe, the write ends of the result and wake-up pipes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when a worker ends
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGUSR1, _on_stop)
-    os.set_blocking(wake.fileno(), False)
-    signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
     slot[RUNNING] = -1
-    recv, send, loads, dumps = tasks.recv_bytes, results.send_bytes, pickle.loads, pickle.dumps
+    loads, dumps = _loads, pickle.dumps
     fns: dict[bytes, Any] = {}  # pickled function -> the function, as imported here
     while True:
         try:
-            batch = loads(recv())
+            batch = pickle.loads(recv_frame(tasks))
         except EOFError:
             return
         for job_id, limit, fn_blob, blob in batch:
@@ -219,5 +347,8 @@ def serve(
                         f"{max_bytes} bytes (Executor(max_message_bytes=...))",
                     )
                 )
-            send(frame)
+            try:
+                send_frame(results, frame)
+            except BrokenPipeError:
+                return  # the pool is gone
             slot[RUNNING] = -1

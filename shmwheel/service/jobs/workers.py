@@ -1,34 +1,34 @@
-"""The pool's side of one job worker process: starting it from the fork server, its
-pipes and slot, reading its outcome frames, and closing it. Runs in the process that owns
-the pool, on the pool's manager thread (``start`` also on the thread that starts the
-pool); what the outcomes mean is the pool's (pool.py).
+"""The pool's side of one job worker process: starting it (forked by a zygote, role
+``job``: service/forkserver.py), its pipes and slot, reading its outcome frames, learning
+how it ended, and closing it. Runs in the process that owns the pool, on the pool's
+manager thread (``start`` also on the thread that starts the pool); what the outcomes mean
+is the pool's (pool.py).
 """
 
 from __future__ import annotations
 
 import collections
-import multiprocessing
 import os
 import pickle
+import signal
+import subprocess
 import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from ..forkserver import RoleProcess
 from . import worker as W
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
 
+# forks a role: (argv, the descriptors it inherits, their numbers appended to its argv)
+Forks = Callable[[list[str], tuple[int, ...]], RoleProcess]
+
 MAX_WINDOW = 64  # jobs sent ahead to one worker, at the most
 WINDOW_TARGET_S = 0.002  # a worker is sent about this much work ahead
 READ_BYTES = 1 << 20
-
-
-def fork_server() -> Any:
-    """multiprocessing's fork server context, with the worker's module preloaded: every
-    worker is a fork of a process that has already imported it."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["shmwheel.service.jobs.worker"])
-    return ctx
 
 
 class WorkerProc:
@@ -41,10 +41,11 @@ class WorkerProc:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.proc: Any = None
+        self.proc: Any = None  # its RoleProcess
         self.tasks: Any = None  # the Connection jobs are sent on
-        self.conns: tuple[Any, ...] = ()  # the pool's ends of the result and wake-up pipes
-        self.results_fd = self.wake_fd = -1
+        self.results_fd = self.wake_fd = -1  # the pool's ends of the result and wake-up pipes
+        self.sentinel = -1  # readable once it has exited: its pidfd
+        self._ended = -1  # the sentinel when it had been reaped before its pidfd was opened
         self.slot: W.Slot | None = None
         self.inflight: collections.deque[Job] = collections.deque()
         self.buf = bytearray()  # the start of a frame not yet whole
@@ -59,28 +60,35 @@ class WorkerProc:
     def window(self) -> int:
         return max(1, min(MAX_WINDOW, int(WINDOW_TARGET_S / max(self.avg_s, 1e-7))))
 
-    def start(self, ctx: Any, name: str, max_bytes: int) -> None:
-        t_r, t_w = ctx.Pipe(duplex=False)
-        r_r, r_w = ctx.Pipe(duplex=False)
-        k_r, k_w = ctx.Pipe(duplex=False)
-        slot = W.Slot()
-        slot[W.RUNNING] = slot[W.STOP] = -1
-        proc = ctx.Process(
-            target=W.serve,
-            args=(t_r, r_w, k_w, slot, max_bytes),
-            name=f"shmwheel-{name}-{self.index}",
-            daemon=True,
-        )
+    def start(self, forks: Forks, name: str, max_bytes: int) -> None:
+        """Fork it (`forks`: its zygote's) with the child's ends of its three pipes (tasks,
+        results, wake-up) and its slot's memfd."""
+        (t_r, t_w), (r_r, r_w), (k_r, k_w) = os.pipe(), os.pipe(), os.pipe()
+        slot = None
         try:
-            proc.start()
+            slot = W.Slot()
+            slot[W.RUNNING] = slot[W.STOP] = -1
+            argv = ["job", name, str(self.index), str(max_bytes), W.main_spec()]
+            proc = forks(argv, (t_r, r_w, k_w, slot.fd))
+        except BaseException:
+            for fd in (t_w, r_r, k_r):
+                os.close(fd)
+            if slot is not None:
+                slot.close()
+            raise
         finally:
-            for c in (t_r, r_w, k_w):
-                c.close()
-        os.set_blocking(r_r.fileno(), False)
-        os.set_blocking(k_r.fileno(), False)
-        self.proc, self.tasks, self.slot, self.dead = proc, t_w, slot, False
-        self.conns = (r_r, k_r)
-        self.results_fd, self.wake_fd = r_r.fileno(), k_r.fileno()
+            for fd in (t_r, r_w, k_w):
+                os.close(fd)
+        os.set_blocking(r_r, False)
+        os.set_blocking(k_r, False)
+        self.proc, self.slot, self.dead = proc, slot, False
+        self.tasks = Connection(t_w, readable=False)
+        self.results_fd, self.wake_fd = r_r, k_r
+        self.sentinel = proc.pidfd
+        if self.sentinel < 0:  # already reaped (it died at once): a pipe at its end instead
+            self.sentinel, end = os.pipe()
+            os.close(end)
+            self._ended = self.sentinel
         self.started_s = time.monotonic()
         self.buf = bytearray()
 
@@ -98,7 +106,7 @@ class WorkerProc:
 
     def fds(self) -> tuple[int, int, int]:
         """What the manager waits on: results, wake-up bytes, and the exit sentinel."""
-        return self.results_fd, self.wake_fd, self.proc.sentinel
+        return self.results_fd, self.wake_fd, self.sentinel
 
     def send(self, batch: list[tuple[int, float, bytes, bytes]]) -> None:
         try:
@@ -145,6 +153,32 @@ class WorkerProc:
         if self.proc is not None and not self.dead:
             self.proc.kill()
 
+    def signal(self, sig: int) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(sig)
+
+    def how_it_ended(self) -> str:
+        """How it ended: "exit code N", a signal's name ("SIGSEGV"), "exit code unknown"."""
+        code = self.exit_code()
+        if code is None:
+            return "exit code unknown"
+        if code >= 0:
+            return f"exit code {code}"
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+
+    def exit_code(self) -> int | None:
+        """How it ended, once it has (its sentinel fired): a ``Popen`` return code (-N for
+        signal N), as its zygote reports it (waited for, 2 s at most); None if unknown
+        (no report, or its zygote died before it could report)."""
+        try:
+            code = self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            return None
+        return None if code == -1 and self.proc.server.dead else int(code)
+
     def close(self, wait: bool) -> None:
         """Close the pool's ends (the worker's loop ends at EOF); with `wait`, reap it
         (killed if it has not exited within 2 s)."""
@@ -155,17 +189,17 @@ class WorkerProc:
         except OSError:
             pass
         if wait:
-            self.proc.join(2.0)
-            if self.proc.exitcode is None:
+            try:
+                self.proc.wait(2.0)
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.join()
-        for c in self.conns:
-            c.close()
-        self.conns = ()
+                self.proc.wait()
+        for fd in (self.results_fd, self.wake_fd, self._ended):
+            if fd >= 0:
+                os.close(fd)
+        self.results_fd = self.wake_fd = self._ended = self.sentinel = -1
         if self.slot is not None:
             self.slot.close()
             self.slot = None
-        if self.proc.exitcode is not None:
-            self.proc.close()
-        self.proc = None
+        self.proc = None  # its pidfd closes with it
         self.dead = True
