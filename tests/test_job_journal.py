@@ -41,10 +41,11 @@ CHILD = textwrap.dedent("""
         j.result(30)
     running = [job(f"run{i}", sleep_first=30, retry=twice) for i in range(2)]
     lost = job("lost", sleep_first=30)   # its policy allows no second attempt
+    submitted = time.monotonic_ns()  # before the delayed job: its delay counts from here on
     later = job("later", delay_ms=DELAY_MS)
     backoff = shmwheel.Retry(3, backoff=DELAY_MS / 1000, jitter=0.0, on=(Exception,))
     flaky = job("flaky", fail_first=True, retry=backoff)
-    print(svc.name, time.monotonic_ns(), flush=True)
+    print(svc.name, submitted, flush=True)
     time.sleep(120)
 """)
 

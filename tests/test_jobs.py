@@ -243,3 +243,19 @@ def test_failures_log_one_warning_per_retry_and_the_traceback_once(ex, caplog, t
     errors = [r for r in mine if r.levelno == logging.ERROR]
     assert len(warnings) == 2 and all("\n" not in r.getMessage() for r in warnings)
     assert len(errors) == 1 and "Traceback" in errors[0].getMessage()
+
+
+def test_a_service_stopping_while_a_stopped_job_still_runs_settles_each_job_once(
+    tmp_path, monkeypatch
+):
+    """stop() of a job that ignores its soft stop, then the service's stop at once: the
+    worker's death at shutdown must not set that job's future a second time (it raised
+    InvalidStateError on the pool's manager thread)."""
+    crashed: list = []
+    monkeypatch.setattr("threading.excepthook", lambda args: crashed.append(args))
+    started = tmp_path / "started"
+    with shmwheel.TimerService(job_workers=1, job_grace=30.0) as svc:
+        job = svc.executor().submit(job_fns.swallow, 60.0, str(started))
+        wait_for(started.exists, 20, "the job to start in its worker")
+        assert job.stop() and job.cancelled()
+    assert crashed == [], [a.exc_value for a in crashed]

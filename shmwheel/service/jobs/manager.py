@@ -434,6 +434,8 @@ class Manager:
         if reason is not None and reason[0] == job.id and reason[1] == "timeout":
             return self.state.decide(job, KILLED, None)
         if reason is not None and reason[1] == "shutdown":
+            if job.where == DONE:  # stopped meanwhile: its future is decided
+                return []
             job.where = DONE
             text = f"job {job.id} ({job.name}) was running when its service stopped"
             return [(job, "error", ShmwheelError(text))]

@@ -129,6 +129,8 @@ class PoolState:
     def settle(finished: Settled) -> None:
         """Set the futures of what ``decide`` finished (the lock released)."""
         for job, how, value in finished:
+            if job.done():  # decided once, under the lock; never set twice
+                continue
             if how == "ok":
                 job.set_result(value)
             elif how == "cancel":
