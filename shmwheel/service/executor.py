@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
 from . import calendar, tracebacks
+from .lines import exit_now
 from .process import ServiceProcess
 from .tasks import resolve
 
@@ -174,9 +174,4 @@ def main(service: str, index: int) -> None:
         code = 1
     finally:
         logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
+        exit_now(code)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .forkserver import LIVENESS_S, MAX_FDS, MAX_REQUEST
+from .lines import exit_now
 
 PR_SET_NAME = 15  # <linux/prctl.h>
 # a name is at most 15 bytes: shmwheel-ROLE (an executor's and a job worker's with its index)
@@ -74,7 +75,7 @@ def finish(run: Callable[[], object]) -> NoReturn:
         if e.code is None or isinstance(e.code, int):
             code = e.code or 0
         else:
-            print(e.code, file=sys.stderr)
+            sys.stderr.write(f"{e.code}\n")
             code = 1
     except BaseException:
         sys.excepthook(*sys.exc_info())
@@ -83,12 +84,7 @@ def finish(run: Callable[[], object]) -> NoReturn:
         for name, module in (("_shutdown", threading), ("_run_exitfuncs", atexit)):
             getattr(module, name)()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
+        exit_now(code)
 
 
 def _request(
