@@ -37,7 +37,7 @@ from ..service.context import context
 from ..service.supervisor import TimerService
 from .baselines import event_loop
 from .service_common import TASKS, S, _capacity_for, _far_delays, owned, warm
-from .service_producers import _collect, _stop_procs
+from .service_producers import run_processes
 from .workloads import Figures, _rate
 
 ROUNDS = 10
@@ -109,20 +109,7 @@ def _holders(leases: list[Any], rounds: int, last: list[float] | None) -> float:
         )
         for j in range(K)
     ]
-    ok = False
-    try:
-        for p in procs:
-            p.start()
-        go.wait(120)
-        results = _collect(out, procs, 120.0)
-        ok = True
-    finally:
-        _stop_procs(procs, 30.0 if ok else 0.5)
-        out.close()
-        out.join_thread()
-    errors = [r[1] for r in results if r[0] != "ok"]
-    if errors:
-        raise RuntimeError("a holder process failed:\n" + errors[0])
+    results = run_processes(procs, out, "holder", started=lambda: go.wait(120))
     return len(leases) * rounds / (max(r[2] for r in results) - min(r[1] for r in results))
 
 

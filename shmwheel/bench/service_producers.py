@@ -121,6 +121,30 @@ def producer_counts(spec: str = "1,2,nproc") -> list[int]:
     return sorted(ks)
 
 
+def run_processes(
+    procs: list[Any], out: Any, what: str, started: Callable[[], object] | None = None
+) -> list[tuple]:
+    """Start `procs`, call `started` (if any), collect each one's ("ok", t0, t1) from
+    `out`; RuntimeError naming `what` if one failed. On an error or Ctrl-C it does not
+    wait for processes that may never finish."""
+    ok = False
+    try:
+        for p in procs:
+            p.start()
+        if started is not None:
+            started()
+        results = _collect(out, procs, 120.0)
+        ok = True
+    finally:
+        _stop_procs(procs, 30.0 if ok else 0.5)
+        out.close()
+        out.join_thread()
+    errors = [r[1] for r in results if r[0] != "ok"]
+    if errors:
+        raise RuntimeError(f"a {what} process failed:\n" + errors[0])
+    return results
+
+
 def _stop_procs(procs: list[Any], grace_s: float) -> None:
     """Join the producer processes for up to grace_s, then kill what is left."""
     end = time.monotonic() + grace_s
@@ -144,20 +168,7 @@ def _service_producers(svc: TimerService, k: int, n: int) -> tuple[float, float]
         ctx.Process(target=_producer, args=(svc.name, n, 10 + i, barrier, out), daemon=True)
         for i in range(k)
     ]
-    ok = False
-    try:
-        for p in procs:
-            p.start()
-        results = _collect(out, procs, 120.0)
-        ok = True
-    finally:
-        # on an error or Ctrl-C, do not wait for producers that may never finish
-        _stop_procs(procs, 30.0 if ok else 0.5)
-        out.close()
-        out.join_thread()
-    errors = [r[1] for r in results if r[0] != "ok"]
-    if errors:
-        raise RuntimeError("a producer process failed:\n" + errors[0])
+    results = run_processes(procs, out, "producer")
     t0 = min(r[1] for r in results)
     t1 = max(r[2] for r in results)
     return k * n / (t1 - t0), statistics.mean([n / (r[2] - r[1]) for r in results])
