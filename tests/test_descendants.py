@@ -217,3 +217,18 @@ def test_a_group_sigterm_of_shmwheel_run_is_a_clean_stop(tmp_path, monkeypatch):
         if svc is not None:
             svc.stop()
         kill_all(seen)
+
+
+def test_a_sigterm_to_an_idle_service_process_interrupts_nothing():
+    """SIGTERM while a coordinator, reaper or executor sleeps on its semaphore: the wait
+    ends as a wake-up, the process runs on (posix_ipc raised SignalError there, and the
+    reaper died with its journal's last records unwritten)."""
+    with TimerService(tasks=TASKS, capacity=1000, executors=1) as svc:
+        pids = {role: p.pid for role, p in svc.procs.items()}
+        for _ in range(5):
+            for pid in pids.values():
+                os.kill(pid, signal.SIGTERM)
+            time.sleep(0.05)  # let each go back to sleep on its semaphore
+        assert svc.restarts == {}, svc.restarts
+        assert all(svc.procs[role].pid == pid for role, pid in pids.items())
+        assert all(p.poll() is None for p in svc.procs.values())

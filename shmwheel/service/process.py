@@ -85,10 +85,13 @@ class ServiceProcess:
         return True
 
     def wait(self, timeout_s: float) -> None:
-        """Sleep until rung or `timeout_s` passes (bounded: a lost wake-up costs a timeout)."""
+        """Sleep until rung, a signal, or `timeout_s` passes (bounded: a lost wake-up
+        costs a timeout). A signal that interrupts the wait (SIGTERM, which a service
+        process catches and ignores) is a wake-up like any other, never an exception: it
+        ended the reaper with its journal's last records unwritten."""
         if timeout_s <= 0:
             return
         try:
             self.bell.acquire(timeout_s)
-        except posix_ipc.BusyError:
+        except (posix_ipc.BusyError, posix_ipc.SignalError):
             pass
