@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from helpers import wait_for
@@ -91,7 +90,6 @@ def test_a_whole_service_sigkill_loses_no_job_and_reruns_only_crashed_attempts(t
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-    crashed_ns = time.monotonic_ns()
     before = marks_of(marks)
     assert "later" not in before and all(len(before[t]) == 1 for t in before)
     with shmwheel.TimerService(
@@ -115,7 +113,6 @@ def test_a_whole_service_sigkill_loses_no_job_and_reruns_only_crashed_attempts(t
     assert ledger.audit(str(journal)) == []
     code, out, _ = cli("journal", "check", str(journal))
     assert code == 0 and "jobs: 0 a start would re-arm; the ledger's audit: clean" in out
-    assert crashed_ns  # the restart came after the crash
 
 
 def test_the_audit_finds_a_second_outcome_and_an_early_attempt(tmp_path):
