@@ -38,13 +38,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import functions as f
 
-from shmwheel.pipeline import audit as A
-from shmwheel.pipeline import job
-from shmwheel.pipeline import pertimer as P
-from shmwheel.pipeline import timers as T
-from shmwheel.pipeline.figures import TimerFigures
-from shmwheel.pipeline.seconds import QUANTILES
-from shmwheel.pipeline.session import spark_session
+from shmwheel.pipeline.run import job
+from shmwheel.pipeline.run.session import spark_session
+from shmwheel.pipeline.tables import audit as A
+from shmwheel.pipeline.tables import pertimer as P
+from shmwheel.pipeline.tables import timers as T
+from shmwheel.pipeline.tables.figures import TimerFigures
+from shmwheel.pipeline.tables.seconds import QUANTILES
 
 
 def timed(out: dict[str, float], label: str, fn: Callable[[], Any]) -> Any:
@@ -61,9 +61,9 @@ def one_segment(journal: str, work: str, t: dict[str, float]) -> None:
     import dataclasses
 
     from shmwheel.journal import read_segment, segment_files
-    from shmwheel.pipeline import buckets
-    from shmwheel.pipeline import events as E
-    from shmwheel.pipeline.seconds import Seconds
+    from shmwheel.pipeline.read import buckets
+    from shmwheel.pipeline.read import events as E
+    from shmwheel.pipeline.tables.seconds import Seconds
 
     path = max(segment_files(journal), key=os.path.getsize)
     seg = read_segment(path)

@@ -18,14 +18,14 @@ from collections.abc import Callable
 
 from pyspark.sql import functions as f
 
-from shmwheel.pipeline import audit as A
-from shmwheel.pipeline import events as E
-from shmwheel.pipeline import job
-from shmwheel.pipeline import pertimer as P
-from shmwheel.pipeline import timers as T
 from shmwheel.pipeline.demo import sized_for, write_demo_journal
-from shmwheel.pipeline.seconds import Seconds
-from shmwheel.pipeline.session import spark_session
+from shmwheel.pipeline.read import events as E
+from shmwheel.pipeline.run import job
+from shmwheel.pipeline.run.session import spark_session
+from shmwheel.pipeline.tables import audit as A
+from shmwheel.pipeline.tables import pertimer as P
+from shmwheel.pipeline.tables import timers as T
+from shmwheel.pipeline.tables.seconds import Seconds
 
 
 def main() -> int:

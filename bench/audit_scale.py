@@ -2,7 +2,7 @@
 its start to its exit (the Python start, the SparkSession's start, the audit, the stop),
 on a journal of about RECORDS records from a real service run, and on the same number of
 records split over four services (four journals, audited together); beside each, the
-same audit in this process with pyarrow and numpy (``journal_audit.single_process``),
+same audit in this process with pyarrow and numpy (``shmwheel.bench.journal.audit.single_process``),
 whose figures must equal the command's. Goal (issue 24): each <= 30 s.
 
     python bench/audit_scale.py --records 10000000 --journals /tmp/audit-journals \\
@@ -11,7 +11,7 @@ whose figures must equal the command's. Goal (issue 24): each <= 30 s.
 The journals are written once under --journals and reused (writing 10 M records takes
 minutes); ``uptime`` is recorded before every run (other programs load the machine).
 
-The command keeps the JVM's class archive (shmwheel/pipeline/jvm_archive.py) in
+The command keeps the JVM's class archive (shmwheel/pipeline/run/jvm_archive.py) in
 --archive (default: DIR/jvm-archive under --journals; ``off`` runs without). When it is
 not there yet, a first run writes it; that run's figure is reported apart ("first run"),
 as a new machine's first audit would see it.
@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from shmwheel.bench.journal_audit import same_figures, single_process
+from shmwheel.bench.journal.audit import same_figures, single_process
 from shmwheel.pipeline.demo import sized_for, write_demo_journal
 
 

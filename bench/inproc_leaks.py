@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from shmwheel.bench.inproc_refs import churn_tasks
+from shmwheel.bench.inprocess.refs import churn_tasks
 from shmwheel.kafka._backend import BACKEND
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 try:
-    from shmwheel.pipeline.datasource import JournalDataSource as DefaultSource
+    from shmwheel.pipeline.read.datasource import JournalDataSource as DefaultSource
 except ImportError as e:  # pragma: no cover - shown by the warning
     logging.getLogger("shmwheel.pipeline").warning(
         "the shmwheel-journal data source is not registered: %s", e

@@ -140,7 +140,7 @@ def cli(capsys):
 def spark():
     """One local[2] SparkSession for every pipeline test of the run (made on first use:
     tests that need no Spark never start a JVM)."""
-    from shmwheel.pipeline.session import spark_session
+    from shmwheel.pipeline.run.session import spark_session
 
     s = spark_session(master="local[2]", shuffle_partitions=2, app_name="shmwheel-tests")
     yield s

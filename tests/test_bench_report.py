@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shmwheel.bench import report as R
-from shmwheel.bench.registry import workloads
+from shmwheel.bench.table.registry import workloads
 from shmwheel.bench.workload import Goal, Workload
 
 RECORDED = Path(__file__).parent.parent / "bench" / "results" / "bench-default.json"

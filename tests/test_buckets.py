@@ -1,4 +1,4 @@
-"""The layout of events/ (shmwheel/pipeline/buckets.py), with no Spark: every record of an
+"""The layout of events/ (shmwheel/pipeline/read/buckets.py), with no Spark: every record of an
 id lands in one bucket, every file has one row group per bucket (empty ones included),
 and a file written with another number of buckets is refused, not misread."""
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shmwheel.pipeline import buckets, parts
+from shmwheel.pipeline.read import buckets, parts
 
 # every Spark test runs in one xdist worker, which starts one JVM for them all
 pytestmark = pytest.mark.xdist_group("spark")
@@ -112,7 +112,7 @@ class _Session:
 def test_the_number_of_buckets() -> None:
     """The shuffle partitions if set, else the cores (never Spark's default 200); more
     for a large journal, a multiple of the cores."""
-    from shmwheel.pipeline.timers import MIN_RECORD_BYTES, ROWS_PER_TASK, buckets_for
+    from shmwheel.pipeline.tables.timers import MIN_RECORD_BYTES, ROWS_PER_TASK, buckets_for
 
     per_task = MIN_RECORD_BYTES * ROWS_PER_TASK  # the bytes that make one bucket full
     key = "spark.sql.shuffle.partitions"

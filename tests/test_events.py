@@ -1,4 +1,4 @@
-"""The journal as Arrow (shmwheel/pipeline/events.py) and the numpy view of its string
+"""The journal as Arrow (shmwheel/pipeline/read/events.py) and the numpy view of its string
 columns (asnumpy.py), with no Spark: every column of ``segment_batch`` equals a plain
 reading of the decoder's records one by one, in file order and in any order asked, and
 ``index_in`` gives the same indexes for a dictionary-encoded column as for its strings."""
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from shmwheel import journal as J
 from shmwheel.journal import format as F
 from shmwheel.journal.writer import JournalOptions, SegmentWriter
-from shmwheel.pipeline import asnumpy as A
-from shmwheel.pipeline import events as E
+from shmwheel.pipeline.read import events as E
+from shmwheel.pipeline.tables import asnumpy as A
 from shmwheel.wheel.constants import TASK_NONE
 
 TASKS = ["noop", "fail", "other"]

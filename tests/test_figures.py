@@ -1,4 +1,4 @@
-"""What the per-timer table adds up to (shmwheel/pipeline/figures.py) with no Spark: on
+"""What the per-timer table adds up to (shmwheel/pipeline/tables/figures.py) with no Spark: on
 journals drawn by hypothesis (test_pertimer's), the per-producer, per-task and operations
 figures equal a plain reading of the table's rows as the audit's SQL defined them, and
 the figures of any split of the rows, through JSON and merged, equal the whole's."""
@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pertimer import journals
 
-from shmwheel.pipeline import figures as F
-from shmwheel.pipeline import histogram as H
-from shmwheel.pipeline import pertimer as P
-from shmwheel.pipeline.figures import TimerFigures
+from shmwheel.pipeline.tables import figures as F
+from shmwheel.pipeline.tables import histogram as H
+from shmwheel.pipeline.tables import pertimer as P
+from shmwheel.pipeline.tables.figures import TimerFigures
 
 Journal = tuple[list[dict[str, Any]], P.Bounds]
 

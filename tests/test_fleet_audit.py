@@ -14,8 +14,10 @@ import pytest
 
 from shmwheel import journal as J
 from shmwheel.journal import format as F
-from shmwheel.pipeline import cli, fleet, job
+from shmwheel.pipeline import cli
 from shmwheel.pipeline.demo import write_demo_journal
+from shmwheel.pipeline.read import fleet
+from shmwheel.pipeline.run import job
 
 # every Spark test runs in one xdist worker, which starts one JVM for them all
 pytestmark = pytest.mark.xdist_group("spark")

@@ -1,4 +1,4 @@
-"""The embedded driver's class archive (``shmwheel/pipeline/jvm_archive.py``): which
+"""The embedded driver's class archive (``shmwheel/pipeline/run/jvm_archive.py``): which
 archive a session maps, when one is written, what is never trusted, and a full disk.
 
 The plan and the finishing step are tested without a JVM (a shell stands in for it where
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from shmwheel.pipeline import jvm_archive as J
+from shmwheel.pipeline.run import jvm_archive as J
 
 JAVA, VERSION = "/usr/bin/java", 'openjdk version "17.0.15"'
 OPTIONS = "-XX:TieredStopAtLevel=1 -Xmx1g"
@@ -237,7 +237,7 @@ def test_the_audit_command_writes_the_archive_then_a_session_maps_it(tmp_path):
     assert not [n for n in os.listdir(tmp_path / "archive") if n.endswith(".tmp")]
     # a session (not the command: it only reads the archive) started from it
     code = (
-        "from shmwheel.pipeline.session import archive_plan, spark_session\n"
+        "from shmwheel.pipeline.run.session import archive_plan, spark_session\n"
         "s = spark_session('local[1]', data_source=False)\n"
         "print(archive_plan().note)\nprint(s.range(5).count())\ns.stop()\n"
     )

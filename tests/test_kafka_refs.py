@@ -19,7 +19,7 @@ from shmwheel import (
     SystemTimer,
     TimerTask,
 )
-from shmwheel.bench.inproc_refs import churn_tasks
+from shmwheel.bench.inprocess.refs import churn_tasks
 from shmwheel.kafka._backend import PURE
 
 N = 20_000 if PURE else 60_000  # the Python path takes ~10x longer under tracemalloc

@@ -1,4 +1,4 @@
-"""The per-timer kernel (shmwheel/pipeline/pertimer.py) with no Spark: its table equals a
+"""The per-timer kernel (shmwheel/pipeline/tables/pertimer.py) with no Spark: its table equals a
 plain Python reading of the audit's per-timer rules, record by record, on journals drawn
 by hypothesis (several epochs, repeating runs, operations, missing and doubled records)."""
 
@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmwheel.pipeline import pertimer as P
+from shmwheel.pipeline.tables import pertimer as P
 
 K, OC = P.KIND, P.OUTCOME
 TASKS = ("noop", "fail", "other")

@@ -18,11 +18,13 @@ from pyspark.testing import assertDataFrameEqual
 from shmwheel import journal as J
 from shmwheel.journal import format as F
 from shmwheel.journal.writer import JournalOptions, SegmentWriter
-from shmwheel.pipeline import cli, decode, events, job
-from shmwheel.pipeline.datasource import binaryfile_events
+from shmwheel.pipeline import cli
 from shmwheel.pipeline.demo import write_demo_journal
-from shmwheel.pipeline.seconds import COLUMNS as SECONDS_COLUMNS
-from shmwheel.pipeline.seconds import Seconds
+from shmwheel.pipeline.read import decode, events
+from shmwheel.pipeline.read.datasource import binaryfile_events
+from shmwheel.pipeline.run import job
+from shmwheel.pipeline.tables.seconds import COLUMNS as SECONDS_COLUMNS
+from shmwheel.pipeline.tables.seconds import Seconds
 
 # every Spark test runs in one xdist worker, which starts one JVM for them all
 pytestmark = pytest.mark.xdist_group("spark")

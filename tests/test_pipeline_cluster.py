@@ -19,8 +19,9 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from shmwheel.pipeline import cli, ship
+from shmwheel.pipeline import cli
 from shmwheel.pipeline.demo import write_demo_journal
+from shmwheel.pipeline.run import ship
 
 # its own master, worker and spark-submit (no shared session): a group of its own, which
 # xdist may run beside the tests of the shared session
@@ -129,7 +130,7 @@ DRIVER = textwrap.dedent(
     # registered)
     import json, sys
     from shmwheel.pipeline import job
-    from shmwheel.pipeline.session import spark_session
+    from shmwheel.pipeline.run.session import spark_session
 
     journal, out = sys.argv[1:3]
     spark = spark_session()

@@ -21,10 +21,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from shmwheel import journal as J
-from shmwheel.pipeline import datasource as D
-from shmwheel.pipeline import events as E
-from shmwheel.pipeline import filters as FL
 from shmwheel.pipeline.demo import write_demo_journal
+from shmwheel.pipeline.read import datasource as D
+from shmwheel.pipeline.read import events as E
+from shmwheel.pipeline.read import filters as FL
 
 # every Spark test runs in one xdist worker, which starts one JVM for them all
 pytestmark = pytest.mark.xdist_group("spark")

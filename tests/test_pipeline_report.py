@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shmwheel.pipeline import report
+from shmwheel.pipeline.run import report
 
 T0 = pd.Timestamp("2026-01-01 00:00:00", tz="UTC")
 

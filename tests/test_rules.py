@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from shmwheel.pipeline import audit as A
-from shmwheel.pipeline import pertimer as P
+from shmwheel.pipeline.tables import audit as A
+from shmwheel.pipeline.tables import pertimer as P
 
 
 def test_each_rule_counts_the_rows_its_condition_is_true_on() -> None:

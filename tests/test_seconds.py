@@ -1,4 +1,4 @@
-"""The per-second figures (shmwheel/pipeline/seconds.py) and the lateness histogram
+"""The per-second figures (shmwheel/pipeline/tables/seconds.py) and the lateness histogram
 (histogram.py) with no Spark: on tables of events drawn by hypothesis, they equal a plain
 Python reading of the same events, a segment's figures added to another's equal the
 figures of both together, and a percentile is the exact one up to its bin's width."""
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmwheel.pipeline import histogram as H
-from shmwheel.pipeline import seconds as S
+from shmwheel.pipeline.tables import histogram as H
+from shmwheel.pipeline.tables import seconds as S
 
 I64 = np.iinfo(np.int64)
 

@@ -22,12 +22,9 @@ import os
 import sys
 import time
 
-from . import journal_workloads as JW
-from . import service_common as common
 from .baselines import RedisDelayQueue, redis_status
+from .journal import workloads as JW
 from .options import parser
-from .registry import GROUPS, workloads
-from .registry_service import DEFAULT_LEVELS, FULL_LEVEL, REDIS_KEYS
 from .report import (
     HOW_TO_READ,
     comparisons,
@@ -40,8 +37,11 @@ from .report import (
     table,
     wrap,
 )
-from .service_ops import level_label
-from .service_producers import producer_counts
+from .service import common as common
+from .service.ops import level_label
+from .service.producers import producer_counts
+from .table.registry import GROUPS, workloads
+from .table.service import DEFAULT_LEVELS, FULL_LEVEL, REDIS_KEYS
 
 
 def redis_probe() -> tuple[bool, str]:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.journal_audit:
-        from . import journal_audit
+        from .journal import audit as journal_audit
 
         return journal_audit.run(args.audit_timers, args.audit_out)
     if args.plot:

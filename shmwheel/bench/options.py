@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import journal_workloads as JW
-from .registry import GROUPS
+from .journal import workloads as JW
+from .table.registry import GROUPS
 
 
 def parser(names: list[str], description: str | None) -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from . import workloads as W
+from .measure import Figures
 
 
 class Goal(NamedTuple):
@@ -28,12 +28,12 @@ class Goal(NamedTuple):
 class Workload:
     key: str
     title: str
-    run: Callable[[int], W.Figures]
+    run: Callable[[int], Figures]
     size: str  # which size it takes: "core", "timer", "service", "lateness", "capacity",
     #            "recovery", "ops"
     rows: list[tuple[str, str]]  # (shmwheel figure, baseline figure) pairs to compare
     unit: str = "ops/s"
-    reps: list[W.Figures] = field(default_factory=list)
+    reps: list[Figures] = field(default_factory=list)
     seconds: float = 0.0  # wall time of all its repetitions
     notes: list[str] = field(default_factory=list)  # further figures, printed without ratio
     goals: Sequence[Goal | tuple[str, str, str, float]] = field(default_factory=list)
@@ -47,6 +47,6 @@ class Workload:
     def label(self) -> str:
         return f"{self.wid} {self.title}" if self.wid else self.title
 
-    def median(self) -> W.Figures:
+    def median(self) -> Figures:
         keys = self.reps[0].keys() if self.reps else []
         return {k: statistics.median(r[k] for r in self.reps) for k in keys}

@@ -42,7 +42,7 @@ def add(insp: Inspection, paths: list[str]) -> None:
 def inspect(directory: str, paths: list[str] | None = None) -> Inspection:
     """Read every segment of `directory` once and judge it (module doc); with `paths`,
     only those of its segment files, as if they were all it held (the fleet audit,
-    ``shmwheel.pipeline.fleet``, judges the segments of each service apart when several
+    ``shmwheel.pipeline.read.fleet``, judges the segments of each service apart when several
     services' segments were copied into one directory)."""
     insp = Inspection(directory)
     files = F.segment_files(directory) if paths is None else sorted(paths, key=os.path.basename)

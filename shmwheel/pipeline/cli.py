@@ -19,8 +19,8 @@ import time
 import traceback
 from typing import Any
 
-from .audit import DEFAULT_GRACE_MS
-from .background import in_thread
+from .run.background import in_thread
+from .tables.audit import DEFAULT_GRACE_MS
 
 # the script spark-submit runs: this package's __main__.py (it imports this module)
 ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("audit needs at least one JOURNAL and OUT")
     *journals, args.out = args.paths
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    from .fleet import journal_dirs
+    from .read.fleet import journal_dirs
 
     try:  # before Spark starts: a missing or empty journal costs no session
         dirs = journal_dirs(journals)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.isfile(args.out):
         print(f"error: OUT {args.out!r} is a file, not a directory", file=sys.stderr)
         return EXIT_USAGE
-    from .session import SparkUnavailable, active_session, finish_archive, spark_session
+    from .run.session import SparkUnavailable, active_session, finish_archive, spark_session
 
     t0 = time.perf_counter()
     embedder = active_session()  # a session already running (a notebook, a test) stays up
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _audit(spark: Any, dirs: list[str], args: argparse.Namespace) -> int:
     """The job and its verdict (stdout) in a running session: the exit status."""
-    from . import job
+    from .run import job
 
     try:
         summary = job.run(spark, dirs, args.out, args.reader, args.grace_ms, _progress)
@@ -173,7 +173,7 @@ def _audit(spark: Any, dirs: list[str], args: argparse.Namespace) -> int:
 
 
 def _archive_note() -> str:
-    from .session import archive_plan
+    from .run.session import archive_plan
 
     return f"JVM class archive: {archive_plan().note}"
 
@@ -194,7 +194,7 @@ def _preload() -> None:
 
 def _ship(out: str, deps: bool) -> int:
     """``ship ZIP``: pack, then print the spark-submit options that use it."""
-    from .ship import NAME, pack, spark_submit_args
+    from .run.ship import NAME, pack, spark_submit_args
 
     if os.path.isdir(out):
         print(f"error: {out!r} is a directory; give the zip file to write", file=sys.stderr)
@@ -256,7 +256,7 @@ def text_summary(s: dict, out: str) -> str:
         lines.append(f"    {v['rule']}: {v['detail']}")
     for r in s["reject_sample"][:5]:
         lines.append(f"  REJECT {r}")
-    from .report import verdict
+    from .run.report import verdict
 
     head, covers = verdict(s)
     for t in s.get("task_failures") or []:
