@@ -11,7 +11,7 @@ same journal runs what is left, then the invariants are checked: nothing lost, a
 cancel never runs, never early, ids preserved, duplicates only inside the documented
 crash window (a run whose outcome was not recorded), repeating timers resume and stop
 when cancelled, nothing left in /dev/shm or running. The harness is
-tests/journal_crash_harness.py (tests/test_journal_crash.py runs 3 cycles of it).
+bench/journal_crash_harness.py (tests/test_journal_crash.py runs 3 cycles of it).
 Prints the summary, writes it to --out, exits 1 if an invariant broke.
 """
 
@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the harness, and journal_tasks for the executors
+sys.path.insert(0, str(ROOT / "bench"))  # the harness, and journal_crash_tasks for the executors
 sys.path.insert(0, str(ROOT))
 
-import journal_crash_harness as H  # noqa: E402 (from tests/, put on sys.path above)
+import journal_crash_harness as H  # noqa: E402 (from bench/, put on sys.path above)
 
 
 def main() -> int:

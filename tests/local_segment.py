@@ -9,7 +9,8 @@ import os
 from typing import Any
 
 from shmwheel.segment import layout as L
-from shmwheel.service.client import Client, now_ms
+from shmwheel.segment.contract import now_ms
+from shmwheel.service.client import Client
 
 RECORD_TASK = (("record", "workers.tasks:append_line"),)
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 import shmwheel
+from shmwheel.segment.contract import now_ms
 
 COUNTS_ENV = "SHMWHEEL_RACE_COUNTS"  # int32[n]: how many times timer i ran
 SEEN_ENV = "SHMWHEEL_RACE_SEEN"  # int64[n]: the timer id that run of i had
@@ -39,10 +40,6 @@ def hit(i: Any) -> None:
     counts, seen = _maps
     counts[i] += 1
     seen[i] = shmwheel.context().id
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def share(

@@ -19,9 +19,11 @@ from test_service import TASKS, read_log, wait_for
 
 from shmwheel import TimerService, journal
 from shmwheel import _native as N
-from shmwheel.journal import check, reader, recovery
+from shmwheel.errors import JournalInUse, RecoveryError
+from shmwheel.journal import check, reader, recovery, scan
 from shmwheel.journal import format as F
-from shmwheel.journal.writer import JournalInUse, JournalOptions, SegmentWriter, claim
+from shmwheel.journal.directory import claim
+from shmwheel.journal.writer import JournalOptions, SegmentWriter
 
 SAMPLES = {  # one record of every kind, as format.body takes them
     F.SCHEDULED: (0x1_0000_0005, 123456789, 5000, 1, 4242, F.FLAG_KEY, 0, 1, b"\x92\xa1k\x01"),
@@ -318,9 +320,9 @@ def test_recovery_refuses_a_service_that_cannot_hold_the_journal(tmp_path):
             hs = c.schedule_many("record", [60_000] * 3000)
             wait_for(lambda: svc.stats()["pending"] == 3000)
     top = max(h.id & 0xFFFFFFFF for h in hs)
-    with pytest.raises(recovery.RecoveryError, match=f"capacity >= {top + 1}"):
+    with pytest.raises(RecoveryError, match=f"capacity >= {top + 1}"):
         TimerService(tasks=TASKS, capacity=100, executors=1, journal=d).start()
-    with pytest.raises(recovery.RecoveryError, match="'record'"):
+    with pytest.raises(RecoveryError, match="'record'"):
         TimerService(tasks={"other": TASKS["boom"]}, capacity=5000, executors=1, journal=d).start()
     with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
         assert svc.recovery["recovered"] == 3000
@@ -384,9 +386,7 @@ def test_fsync_always_and_a_new_boot(tmp_path, monkeypatch):
     assert st.pending.ids.tolist() == [h.id] and st.pending.deadlines.tolist() == [h.deadline_ms]
     # the same journal read after a "reboot": monotonic clocks restarted
     monkeypatch.setattr(F, "boot_id", lambda: "another-boot")
-    shift = recovery._clock_offset_ms(
-        reader.read_segment(F.segment_files(d)[0]).header, "another-boot"
-    )
+    shift = scan.clock_offset_ms(reader.read_segment(F.segment_files(d)[0]).header, "another-boot")
     st = recovery.scan(str(d))
     assert abs(int(st.pending.deadlines[0]) - (h.deadline_ms + shift)) <= 1  # ms rounding
     header = reader.read_segment(F.segment_files(d)[0]).header

@@ -1,4 +1,4 @@
-"""The whole-service SIGKILL loop, small: 3 cycles of tests/journal_crash_harness.py (the
+"""The whole-service SIGKILL loop, small: 3 cycles of bench/journal_crash_harness.py (the
 bench, bench/journal_crash.py, runs 50). Each cycle a driver process (the embedding
 process) runs a journaled TimerService, schedules and cancels timers, and is SIGKILLed
 together with every service process; a final clean start on the same journal runs what
@@ -9,8 +9,13 @@ holds every accepted timer, and nothing is left in /dev/shm or running."""
 
 from __future__ import annotations
 
-import journal_crash_harness as H  # tests/ is on sys.path (rootdir conftest, no __init__)
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # the harness
+import journal_crash_harness as H  # (from bench/, put on sys.path above)
 
 pytestmark = pytest.mark.system  # a SIGKILL crash loop: pytest -m 'not system' skips it
 

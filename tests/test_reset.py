@@ -23,8 +23,9 @@ from shmwheel.journal import disk
 from shmwheel.journal import format as F
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
+from shmwheel.segment.contract import now_ms
 from shmwheel.segment.verify import verify
-from shmwheel.service.client import Client, now_ms
+from shmwheel.service.client import Client
 
 UTC = dt.UTC
 

@@ -24,10 +24,11 @@ from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import payload as P
 from shmwheel.segment import states as S
+from shmwheel.segment.contract import now_ms
 from shmwheel.segment.verify import firing_nowhere, verify
 from shmwheel.service import context as ctx
 from shmwheel.service import purgatory as purgatory_mod
-from shmwheel.service.client import Client, now_ms
+from shmwheel.service.client import Client
 from shmwheel.service.executor import recover_rings
 
 CAPACITY = 24

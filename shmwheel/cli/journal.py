@@ -271,8 +271,7 @@ def print_report(insp: Any, verbose: bool) -> None:
 
 def execute_repair(args: argparse.Namespace) -> int:
     """Repair a journal (or with --dry-run say how); 0 done or nothing to do."""
-    from ..errors import UntrustedPath
-    from ..journal.directory import JournalInUse
+    from ..errors import JournalInUse, UntrustedPath
     from ..journal.repair import repair
 
     why = _journal(args.directory)

@@ -11,7 +11,8 @@
 one decoder (``reader``) that recovery, the tests and the audit pipeline read through.
 """
 
-from .directory import JournalInUse, JournalOptions
+from ..errors import JournalInUse
+from .directory import JournalOptions
 from .format import FIELDS, KIND_NAMES, OUTCOMES, as_dict, segment_files
 from .reader import Reject, Segment, parse_segment, read, read_segment, records
 

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..errors import JournalInUse as JournalInUse  # (defined in errors.py; this path stays)
+from ..errors import JournalInUse
 from ..segment import trust
 from ..segment.layout import ServiceConfig
 from .format import segment_files

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RecoveryError as RecoveryError  # (errors.py; this path stays)
+from ..errors import RecoveryError
 from ..segment import contract as C
 from ..segment import layout as L
 from . import format as F
@@ -48,7 +48,7 @@ from .quarantine import quarantine
 from .recovery_ops import NO_RING, install_ops, store_block
 from .retention import anchor_installed, retire
 from .salvage import salvage
-from .scan import JournalState, clock_offset_ms
+from .scan import JournalState
 from .verdict import DAMAGED_DIR, TORN, Inspection
 from .writer import SegmentWriter
 
@@ -61,9 +61,6 @@ def scan(directory: str) -> JournalState:
     """Every segment of the journal read; the pending timers worked out (check.inspect
     judges the segments, scan.py works out the timers)."""
     return inspect(directory).state
-
-
-_clock_offset_ms = clock_offset_ms  # (its name before scan.py)
 
 
 def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:

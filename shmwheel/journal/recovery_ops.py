@@ -21,6 +21,7 @@ import numpy as np
 from .. import _native as N
 from ..errors import RecoveryError
 from ..segment import contract as C
+from ..segment import payload
 from . import format as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,18 +68,14 @@ class PendingOps:
 
 
 def store_block(mem: L.ServiceMemory, slot: int, data: bytes, what: str) -> tuple[int, int]:
-    """An arena block of the smallest class that holds `data`, owned by `slot` and filled
-    with it: (class, block); for the operations here and the timers (recovery.install).
-    RecoveryError naming `what` when the arena is full."""
-    tables = mem.bind_tables()
-    for c in range(C.ARENA_CLASSES):
-        if len(data) <= C.ARENA_CLASS_BYTES[c] and (b := tables.arena_alloc(c, slot)) >= 0:
-            mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
-            return c, b
-    raise RecoveryError(
-        f"the payload arena cannot hold the journal's pending {what}: start the service "
-        f"with a larger arena_bytes"
-    )
+    """``payload.store`` for recovery (the operations here and the timers,
+    recovery.install): RecoveryError naming `what` when the arena is full."""
+    if (stored := payload.store(mem, mem.bind_tables(), slot, data)) is None:
+        raise RecoveryError(
+            f"the payload arena cannot hold the journal's pending {what}: start the service "
+            f"with a larger arena_bytes"
+        )
+    return stored
 
 
 def install_ops(mem: L.ServiceMemory, pending: PendingOps, taken: np.ndarray) -> np.ndarray:

@@ -20,12 +20,12 @@ import time
 import numpy as np
 import posix_ipc
 
-from ..errors import ShmwheelError, UntrustedPath
+from ..errors import JournalInUse, ShmwheelError, UntrustedPath
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import shm
 from . import format as F
-from .directory import SALVAGE_HOLDER, JournalInUse, JournalOptions, claim
+from .directory import SALVAGE_HOLDER, JournalOptions, claim
 from .writer import SegmentWriter
 
 log = logging.getLogger("shmwheel.journal")

@@ -44,9 +44,7 @@ from ..segment import layout as L
 from ..segment.layout import ServiceMemory
 from . import format as F
 from . import spill
-from .directory import JournalInUse as JournalInUse  # where it was first defined
 from .directory import JournalOptions, options_of
-from .directory import claim as claim
 from .disk import Disk
 from .faults import FW_ERRNO, FW_HELD, FW_SINCE_MS
 

@@ -15,12 +15,16 @@ accepted and failed in the executor.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
+import numpy as np
 
 from .. import _native as N
 from . import contract as C
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .layout import ServiceMemory
 
 _pack = msgpack.Packer().pack  # one reusable packer: packb builds a new one per call
 fast_pack = msgpack.Packer().pack  # the native schedule path's own (it checks the size)
@@ -106,6 +110,18 @@ def size_class(n: int) -> int:
         if n <= size:
             return c
     raise ValueError(f"{n}-byte payload exceeds {C.MAX_PAYLOAD}")
+
+
+def store(mem: ServiceMemory, tables: N.Tables, slot: int, data: bytes) -> tuple[int, int] | None:
+    """`data` written into a free arena block owned by `slot`, of the smallest class that
+    holds it (a larger one when that class is full): (class, block); None when no class
+    that holds it has a free block. The caller holds the segment lock (a client) or is
+    alone on the segment (recovery)."""
+    for c in range(size_class(len(data)), C.ARENA_CLASSES):
+        if (b := tables.arena_alloc(c, slot)) >= 0:
+            mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+            return c, b
+    return None
 
 
 unpack = msgpack.unpackb

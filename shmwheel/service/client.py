@@ -27,10 +27,11 @@ from ..errors import ShmwheelError
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
+from ..segment.contract import now_ms
 from . import calendar as _calendar
 from . import times as _times
 from .batch import BatchCalls
-from .client_base import _live_clients, now_ms
+from .client_base import _live_clients
 from .connection import claim_ring
 from .handles import TimerHandle, _FutureLike
 from .jobs.job import Job
@@ -40,7 +41,7 @@ from .lease import LeaseCalls
 from .purgatory import Operation, PurgatoryCalls
 from .stats import read_stats
 
-__all__ = ["Client", "client_for", "connect", "now_ms"]
+__all__ = ["Client", "client_for", "connect"]
 
 
 def schedule(

@@ -51,11 +51,6 @@ def _mark_forked() -> None:
 os.register_at_fork(after_in_child=_mark_forked)
 
 
-def now_ms() -> int:
-    """Monotonic milliseconds, the service's clock (the same in every process)."""
-    return time.monotonic_ns() // 1_000_000
-
-
 class ClientBase(N.Producer):
     """The lifecycle, checks and callbacks of a ``Client`` (see the module docstring)."""
 
@@ -338,14 +333,9 @@ class ClientBase(N.Producer):
         repeating timer's block starts with its period and run count. The caller holds
         the segment lock."""
         data = C.repeat_header(every) + blob if every else blob
-        tables = self._tables()
-        for c in range(P.size_class(len(data)), C.ARENA_CLASSES):  # a larger block if need be
-            b = tables.arena_alloc(c, slot)
-            if b >= 0:
-                break
-        else:
+        if (stored := P.store(self._mem, self._tables(), slot, data)) is None:
             raise self._arena_full(len(data))
-        self._mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
+        c, b = stored
         return b, c, C.FLAG_ARENA | (C.FLAG_REPEAT if every else 0)
 
     def _arena_full(self, nbytes: int) -> Full:

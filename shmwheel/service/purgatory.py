@@ -14,7 +14,6 @@ a schedule, so a signal that arrives before the coordinator links it is still co
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,14 +25,10 @@ from ..errors import Full
 from ..segment import contract as C
 from ..segment import layout as L
 from ..segment import payload as P
+from ..segment.contract import now_ms
 from . import times as T
 from .client_base import ClientBase
 from .handles import _FutureLike
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
 
 MAX_KEYS = C.OP_MAX_KEYS  # keys of one operation
 MAX_AMOUNT = C.OP_MAX_AMOUNT  # an operation's count saturates here

@@ -27,8 +27,9 @@ from ..journal.directory import JournalOptions
 from ..segment import census, shm
 from ..segment import layout as L
 from ..segment import sizes as Z
+from ..segment.contract import now_ms
 from . import options as O
-from .client import Client, connect, now_ms
+from .client import Client, connect
 from .forkserver import ForkServer, ForkServerError, RoleProcess, fork_role, zygote_env
 from .jobs.executor import Executor
 from .jobs.pool import DEFAULT_GRACE_S, JobPool

@@ -133,9 +133,7 @@ def core_memory(n: int) -> Figures:
     d = _deadlines(m).tolist()
     figures["heapq entry"] = traced(lambda: [[x, i, None] for i, x in enumerate(d)])
     with event_loop() as loop:
-        figures["asyncio call_later"] = traced(
-            lambda: [loop.call_later(x / 1000, noop) for x in d]
-        )
+        figures["asyncio call_later"] = traced(lambda: [loop.call_later(x / 1000, noop) for x in d])
     return figures
 
 

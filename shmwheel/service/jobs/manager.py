@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import ShmwheelError
+from ...segment.contract import now_ms
 from ..forkserver import ForkServer, ForkServerError, RoleProcess, fork_role, zygote_env
 from ..tasks import service_path
 from . import ledger as LG
@@ -27,7 +28,6 @@ from .failures import KILLED
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .remote import Listener, Submit
 from .state import PoolState
-from .timers import now_ms
 from .workers import WINDOW_TARGET_S, Forks, WorkerProc
 
 log = logging.getLogger("shmwheel.jobs")

@@ -5,15 +5,11 @@ Used by the pool's manager thread and, under the pool's lock, by callers that ca
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ...errors import ShmwheelError
+from ...segment.contract import now_ms
 from ...wheel.core import WheelCore
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class Timers:

@@ -3,7 +3,7 @@ cycle after cycle, then restart it cleanly and audit every timer.
 
 Shared by tests/test_journal_crash.py (3 cycles) and bench/journal_crash.py (50 or more).
 This module runs it (``Config``, ``run``) and reports (``summary``); the driver is
-tests/journal_crash_driver.py, the audit tests/journal_crash_audit.py.
+bench/journal_crash_driver.py, the audit bench/journal_crash_audit.py.
 
 Each cycle runs a DRIVER, a child process in a new session: the embedding process, which
 starts a journaled service and schedules and cancels timers. The harness SIGKILLs the
@@ -496,7 +496,7 @@ def summary(res: Result) -> str:
 
 
 if __name__ == "__main__":
-    # the driver's former entry point, kept: `python tests/journal_crash_harness.py driver ...`
+    # the driver's former entry point, kept: `python bench/journal_crash_harness.py driver ...`
     if len(sys.argv) > 1 and sys.argv[1] == "driver":
         sys.exit(driver_main(sys.argv[2:]))
     sys.exit(

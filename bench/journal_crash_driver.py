@@ -1,6 +1,6 @@
-"""The driver of the whole-service crash harness (tests/journal_crash_harness.py): the
+"""The driver of the whole-service crash harness (bench/journal_crash_harness.py): the
 embedding process of one cycle, which the harness spawns as a child in a new session
-(``python tests/journal_crash_driver.py --workdir ... --cycle N ...``).
+(``python bench/journal_crash_driver.py --workdir ... --cycle N ...``).
 
 It starts ``TimerService(journal=DIR, journal_keep_hours=1e6)`` (so the audit can read every
 epoch) and schedules one-shot timers (delays 0-400 ms, some 1-3 s; some tasks sleep 10-40
@@ -11,7 +11,7 @@ schedules nothing, waits for every deadline to pass, cancels the repeating timer
 alive (they would run forever), waits until nothing is left to fire and stops cleanly.
 
 Logs (plain appends, one line each; a process kill leaves the page cache intact), read by
-tests/journal_crash_audit.py:
+bench/journal_crash_audit.py:
 
 ``accepted.log`` (the drivers), one line per event:
     S cycle service t_ns                     the driver is about to start its service
@@ -19,7 +19,7 @@ tests/journal_crash_audit.py:
     A tag id deadline_ms kind every cycle t_ns   schedule() returned
     C id cycle t_ns                          about to cancel
     R id result(0/1) t_ns cycle              cancel() returned
-``executions.log`` (the task, journal_tasks.mark): ``E id attempt start_ns deadline_ms
+``executions.log`` (the task, journal_crash_tasks.mark): ``E id attempt start_ns deadline_ms
 fired_ms cycle pid tag``.
 
 A kill can fall between a call's return and its log line, so the driver logs intents
@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-TASKS = {"mark": "journal_tasks:mark"}
+TASKS = {"mark": "journal_crash_tasks:mark"}
 CAPACITY = 20_000
 KEEP_HOURS = 1e6
 ACCEPTED, EXECUTIONS = "accepted.log", "executions.log"

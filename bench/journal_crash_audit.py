@@ -1,5 +1,5 @@
-"""The audit of the whole-service crash harness (tests/journal_crash_harness.py): read the
-drivers' logs (their format: tests/journal_crash_driver.py) and the journal
+"""The audit of the whole-service crash harness (bench/journal_crash_harness.py): read the
+drivers' logs (their format: bench/journal_crash_driver.py) and the journal
 (``shmwheel.journal.read``), and check the invariants against them (``analyse``):
 
 1. nothing lost: every accepted one-shot not cancelled runs;
