@@ -1,7 +1,7 @@
-"""The Kafka layer has two paths, one interface (msgpack's convention): the native core
-(shmwheel/native/inproc_*.c), the default, and the Python path (shmwheel/kafka/_pure.py),
-chosen with SHMWHEEL_PUREPYTHON=1 at import. This suite runs the Kafka tests on the
-default path in process, and here again on the other path in a child pytest."""
+"""The Kafka layer's native core (shmwheel/native/inproc_*.c) against its oracle
+(tests/kafka_oracle.py, the same interface and semantics in Python over ``WheelCore``):
+one interface, and the Kafka tests pass on both. This suite runs them on the native core
+in process, and here again on the oracle in a child pytest (``-p kafka_oracle_plugin``)."""
 
 from __future__ import annotations
 
@@ -10,69 +10,51 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kafka_oracle as oracle
+
 import shmwheel._native as N
-from shmwheel.kafka import _backend
-from shmwheel.kafka import _pure as P
 
 HERE = Path(__file__).resolve().parent
 KAFKA_TESTS = ["test_timer.py", "test_purgatory.py", "test_kafka_threads.py", "test_kafka_refs.py"]
+PLUGIN = ["-p", "kafka_oracle_plugin"]
 
 
-def _child_env(pure: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    if pure:
-        env[_backend.ENV] = "1"
-    else:
-        env.pop(_backend.ENV, None)
-    return env
+def _child(args: list[str], code: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "pytest", *args]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=600, cwd=HERE.parent, env=env, check=False
+    )
 
 
-def test_the_environment_picks_the_path():
+def test_the_plugin_puts_the_oracle_under_the_kafka_layer():
     code = (
+        "import kafka_oracle_plugin; "
         "from shmwheel.kafka._backend import BACKEND; from shmwheel import TimerTask; "
         "print(BACKEND, TimerTask.__mro__[1].__module__)"
     )
-    for pure, want in ((True, "python shmwheel.kafka._pure"), (False, "native shmwheel._native")):
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            env=_child_env(pure),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        assert out.stdout.split() == want.split()
+    assert _child([], code).stdout.split() == ["oracle", "kafka_oracle"]
+    plain = "from shmwheel.kafka._backend import BACKEND; from shmwheel import TimerTask; "
+    plain += "print(BACKEND, TimerTask.__mro__[1].__module__)"
+    assert _child([], plain).stdout.split() == ["native", "shmwheel._native"]
 
 
-def test_both_paths_offer_one_interface():
-    for native, pure in (
-        (N.Task, P.Task),
-        (N.Operation, P.Operation),
-        (N.TaskWheel, P.TaskWheel),
-        (N.Watchers, P.Watchers),
+def test_both_offer_one_interface():
+    for native, python in (
+        (N.Task, oracle.Task),
+        (N.Operation, oracle.Operation),
+        (N.TaskWheel, oracle.TaskWheel),
+        (N.Watchers, oracle.Watchers),
     ):
         public = {k for k in dir(native) if not k.startswith("__")}
-        missing = public - set(dir(pure))
-        assert not missing, f"{pure.__name__} lacks {sorted(missing)}"
+        missing = public - set(dir(python))
+        assert not missing, f"{python.__name__} lacks {sorted(missing)}"
 
 
-def test_the_kafka_tests_pass_on_the_other_path():
-    other = not _backend.PURE
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *(str(HERE / t) for t in KAFKA_TESTS),
-        ],
-        env=_child_env(other),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=HERE.parent,
-    )
+def test_the_kafka_tests_pass_on_the_oracle():
+    r = _child(["-q", "-p", "no:cacheprovider", *PLUGIN, *(str(HERE / t) for t in KAFKA_TESTS)])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "failed" not in r.stdout

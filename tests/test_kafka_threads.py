@@ -1,5 +1,5 @@
 """Kafka's semantics under threads, on whichever core this process runs (the native one, or
-the Python path with SHMWHEEL_PUREPYTHON=1: test_kafka_paths.py runs this file that way):
+the oracle, tests/kafka_oracle.py: test_kafka_paths.py runs this file that way):
 adds from many threads while another thread advances; cancel racing fire; the purgatory's
 completion under contention (KAFKA-6653's missed wake-up, KAFKA-19312's on_complete racing
 try_complete); watch lists whose keys run Python code. Exactly once, never early."""

@@ -1,21 +1,15 @@
-"""Which core the Kafka layer runs on: the native one (shmwheel/native/inproc_*.c), or
-the Python path (``_pure``) when the environment says ``SHMWHEEL_PUREPYTHON=1`` at import
-(msgpack's MSGPACK_PUREPYTHON convention). Both have one interface and one set of tests.
+"""The core the Kafka layer runs on: the native types (shmwheel/native/inproc_*.c). The
+Kafka modules take them from here and only here, so that the test suite can put its
+oracle (tests/kafka_oracle.py, the same interface in Python) in their place for a run
+(tests/kafka_oracle_plugin.py) and the Kafka tests check both against one set of tests.
 """
 
 from __future__ import annotations
 
-import os
+from .._native import Operation, Task, TaskWheel, Watchers
 
-ENV = "SHMWHEEL_PUREPYTHON"
-PURE = os.environ.get(ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+#: which implementation this process runs the Kafka layer on ("native"; the test
+#: suite's oracle plugin sets "oracle")
+BACKEND = "native"
 
-if not PURE:  # the native types are what the type checker sees
-    from .._native import Operation, Task, TaskWheel, Watchers
-else:
-    from ._pure import Operation, Task, TaskWheel, Watchers  # type: ignore[assignment]
-
-#: "native" or "python": the path this process runs the Kafka layer on
-BACKEND = "python" if PURE else "native"
-
-__all__ = ["BACKEND", "ENV", "PURE", "Operation", "Task", "TaskWheel", "Watchers"]
+__all__ = ["BACKEND", "Operation", "Task", "TaskWheel", "Watchers"]

@@ -6,7 +6,7 @@ A SystemTimer *is* its wheel: a ``TaskWheel`` (the native core, or the Python pa
 protects what; the full argument is in shmwheel/native/inproc.h):
 
 * ``add`` (any thread), ``TimerTask.cancel`` (any thread) and the wheel's own steps are
-  each atomic under the GIL (the Python path: under one lock of ``_pure``); no lock is
+  each atomic under the GIL (the test oracle, tests/kafka_oracle.py: under one lock); no lock is
   taken per task.
 * ``_cond`` serialises clock advance (Kafka's write lock) and is what the advancing thread
   sleeps on; an ``add`` expiring before its wake-up target takes ``_cond`` only to wake it.

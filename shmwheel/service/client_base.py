@@ -13,7 +13,7 @@ lists agree). The Python half is this class and its two capabilities, ``BatchCal
 
 ``SHMWHEEL_CLIENT_SLOW_PATHS=1`` in the environment at import turns the native fast paths
 of ``schedule``, ``reset``, ``watch`` and ``check_and_complete`` off: every call then takes
-its Python path (msgpack's PUREPYTHON convention, for testing that both paths agree).
+its Python path (for testing that both paths agree).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The Python path of the Kafka layer's core: ``Task``, ``Operation`` and ``TaskWheel``
-with the interface and the semantics of the native ones (shmwheel/native/inproc_*.c), the
+"""The Kafka layer's oracle: ``Task``, ``Operation``, ``TaskWheel`` and ``Watchers`` with
+the interface and the semantics of the native ones (shmwheel/native/inproc_*.c), the
 per-timer work done in Python over the same wheel (``WheelCore``, one native call per
-wheel operation). Selected with ``SHMWHEEL_PUREPYTHON=1`` (see ``_backend``); the Kafka
-tests run on both paths.
+wheel operation). A second implementation the native core is checked against, not a
+fallback: it needs the C extension (``WheelCore``), so it lives with the tests.
+``-p kafka_oracle_plugin`` puts it under the Kafka layer for one pytest run
+(tests/test_kafka_paths.py runs the Kafka tests that way).
 
 Ground rules: where the native core relies on the GIL (each of its methods is atomic,
 shmwheel/native/inproc.h), this path takes ``_LOCK``, one lock for every task and wheel of
@@ -19,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..wheel.constants import NEVER as _NEVER
-from ..wheel.core import WheelCore
+from shmwheel.wheel.constants import NEVER as _NEVER
+from shmwheel.wheel.core import WheelCore
 
 _LOCK = threading.Lock()
 _NO_WAIT = -(2**63)  # wait target when no thread sleeps on the wheel
