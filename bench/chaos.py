@@ -5,7 +5,7 @@ random, then prove every timer had exactly one outcome and none ran early.
                           [--roles coordinator,reaper,exec0] [--reset-fraction 0.2]
 
 Timers run
-``workers.tasks.append_line``, which writes one line per run; a cancel that returned True
+``shmwheel.examples.tasks.append_line``, which writes one line per run; a cancel that returned True
 must have no line, every other timer exactly one — except a task whose executor was killed
 while running it (its outcome is "crashed": it may have written its line or not, and it
 never runs again). A share of the timers is reset once, at a random moment before its
@@ -28,14 +28,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
 import shmwheel
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # workers.tasks, here and in
-#                                                                 the executors (same path)
 
 
 def killer(
@@ -103,7 +99,7 @@ def main() -> int:
     options = {"journal": args.journal, "journal_keep_hours": 1e6} if args.journal else {}
     id_batches: list[np.ndarray] = []  # the handle ids of the tags, batch by batch
     with shmwheel.TimerService(
-        tasks={"rec": "workers.tasks:append_line"}, capacity=200_000, **options
+        tasks={"rec": "shmwheel.examples.tasks:append_line"}, capacity=200_000, **options
     ) as svc:
         if roles and set(roles) - set(svc.procs):
             ap.error(f"--roles: unknown {sorted(set(roles) - set(svc.procs))}; the roles are "

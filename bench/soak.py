@@ -27,8 +27,6 @@ import psutil
 import shmwheel
 from shmwheel.service.stats import lateness_summary
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # workers.tasks
-
 
 def rss_mb(svc: shmwheel.TimerService) -> float:
     """Resident memory of the service processes (their shared segment counted once each)."""
@@ -57,7 +55,8 @@ def main() -> int:
     per_step = max(1, round(args.rate * step_s))
     with (
         shmwheel.TimerService(
-            tasks={"noop": "workers.tasks:noop"}, capacity=max(100_000, int(args.rate * 12))
+            tasks={"noop": "shmwheel.examples.tasks:noop"},
+            capacity=max(100_000, int(args.rate * 12)),
         ) as svc,
         svc.client() as client,
     ):

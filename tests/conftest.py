@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-# the service's sample tasks (workers.tasks) must be importable here and, through the
-# path the supervisor hands its children, in executors, however pytest was started
+# the repository's root (workers/, the example programs) is importable here and, through
+# the path the supervisor hands its children, in executors, however pytest was started
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # the suite never writes the audit's JVM class archive to the user's cache, and every run

@@ -12,7 +12,7 @@ from shmwheel.segment import layout as L
 from shmwheel.segment.contract import now_ms
 from shmwheel.service.client import Client
 
-RECORD_TASK = (("record", "workers.tasks:append_line"),)
+RECORD_TASK = (("record", "shmwheel.examples.tasks:append_line"),)
 
 
 class QuietClient(Client):

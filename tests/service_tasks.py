@@ -1,4 +1,4 @@
-"""A producer process for the service tests (the tasks they run are workers.tasks)."""
+"""A producer process for the service tests (the tasks they run are shmwheel.examples.tasks)."""
 
 from __future__ import annotations
 

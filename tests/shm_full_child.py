@@ -28,7 +28,7 @@ import psutil
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
 
-TASKS = {"record": "workers.tasks:append_line", "boom": "workers.tasks:fail"}
+TASKS = {"record": "shmwheel.examples.tasks:append_line", "boom": "shmwheel.examples.tasks:fail"}
 SHM = "/dev/shm"
 FILLER = os.path.join(SHM, "filler")
 WAIT_S = 60.0  # all the outcomes are waited for at most this long, together

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # COLUMNS / LINES (set in xdist's workers) would override the pty's size in `top`
 ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 ENV.update(PYTHONPATH=str(ROOT), TERM="xterm-256color")
-TASKS = ["record=workers.tasks:append_line", "boom=workers.tasks:fail"]
+TASKS = ["record=shmwheel.examples.tasks:append_line", "boom=shmwheel.examples.tasks:fail"]
 ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-Za-z]|[=>78])")
 
 
@@ -153,8 +153,8 @@ def test_status_text_and_json(served):
     )
     assert st["journal"]["segments"] >= 1 and st["journal"]["disk_bytes"] > 0
     assert st["config"]["tasks"] == {
-        "record": "workers.tasks:append_line",
-        "boom": "workers.tasks:fail",
+        "record": "shmwheel.examples.tasks:append_line",
+        "boom": "shmwheel.examples.tasks:fail",
     }
 
 
@@ -240,7 +240,7 @@ def test_run_with_a_config_file_then_sigterm_leaves_nothing(tmp_path):
         journal_fsync = "none"
         log-level = "WARNING"
         [tasks]
-        record = "workers.tasks:append_line"
+        record = "shmwheel.examples.tasks:append_line"
     """)
     )
     log_path = tmp_path / "run.log"
@@ -253,7 +253,7 @@ def test_run_with_a_config_file_then_sigterm_leaves_nothing(tmp_path):
             "--log-level",
             "INFO",
             "--tasks",
-            "boom=workers.tasks:fail",
+            "boom=shmwheel.examples.tasks:fail",
         ],
         log_path,
     )
@@ -262,8 +262,8 @@ def test_run_with_a_config_file_then_sigterm_leaves_nothing(tmp_path):
         st = json.loads(shmwheel_cmd("status", name, "--json", "--sample", "0").stdout)
         assert st["config"]["capacity"] == 600  # the flag overrides the file
         assert st["config"]["tasks"] == {
-            "record": "workers.tasks:append_line",
-            "boom": "workers.tasks:fail",
+            "record": "shmwheel.examples.tasks:append_line",
+            "boom": "shmwheel.examples.tasks:fail",
         }
         assert st["config"]["journal"] == str(tmp_path / "j")  # beside the config file
         assert st["journal"]["fsync"] == "none"
@@ -281,7 +281,7 @@ def test_wrong_arguments_exit_2_with_usage(cli, tmp_path):
         ["top"],
         ["run", "--tasks", "no-equals-sign"],
         ["run", "--capacity", "x"],
-        ["run", "--tasks", "a=workers.tasks:noop", "--log-level", "LOUD"],
+        ["run", "--tasks", "a=shmwheel.examples.tasks:noop", "--log-level", "LOUD"],
         ["ls", "--extra"],
         ["clean", "--what"],
     ):
@@ -291,10 +291,12 @@ def test_wrong_arguments_exit_2_with_usage(cli, tmp_path):
     code, _, err = cli("run")  # no tasks anywhere
     assert code == 2 and "usage: shmwheel run" in err and "no tasks" in err
     bad = tmp_path / "bad.toml"
-    bad.write_text('capcity = 5\n[tasks]\na = "workers.tasks:noop"\n')
+    bad.write_text('capcity = 5\n[tasks]\na = "shmwheel.examples.tasks:noop"\n')
     code, _, err = cli("run", "--config", str(bad))
     assert code == 2 and "unknown option 'capcity'" in err
-    code, _, err = cli("run", "--tasks", "a=workers.tasks:no_such_function", "--name", "x1")
+    code, _, err = cli(
+        "run", "--tasks", "a=shmwheel.examples.tasks:no_such_function", "--name", "x1"
+    )
     assert code == 2 and "cannot import" in err
     r = shmwheel_cmd("status")  # the real exit status of the real program
     assert r.returncode == 2 and r.stderr.startswith("usage: shmwheel status")
@@ -318,7 +320,7 @@ def _stale_service(name: str) -> None:
     group: nobody is left to unlink the segment."""
     code = textwrap.dedent(f"""
         import time, shmwheel
-        svc = shmwheel.TimerService({name!r}, tasks={{"boom": "workers.tasks:fail"}},
+        svc = shmwheel.TimerService({name!r}, tasks={{"boom": "shmwheel.examples.tasks:fail"}},
                                     capacity=100, executors=1).start()
         print(svc.name, flush=True)
         time.sleep(120)

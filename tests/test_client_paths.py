@@ -24,7 +24,7 @@ from shmwheel.segment import contract as C
 from shmwheel.service import client_base
 from shmwheel.service.client import Client
 
-TASKS = {"record": "workers.tasks:append_line", "noop": "shmwheel.examples.tasks:noop"}
+TASKS = {"record": "shmwheel.examples.tasks:append_line", "noop": "shmwheel.examples.tasks:noop"}
 SLOW_HOOKS = ("_schedule_slow", "_schedule_checked", "_reset_slow", "_watch_slow")
 
 

@@ -4,9 +4,8 @@ fails here, not in a new user's hands.
 Each block is run as a program of its own, saved as a file as the quick start tells a reader
 to (``python example.py``: a block that starts processes by spawning them needs its
 ``if __name__ == "__main__":`` guard then, and ``python -c`` would not show it), from the
-repository root, with the root on PYTHONPATH so that ``workers.tasks`` resolves, with a
-timeout, several at a
-time (most of their time is spent waiting on a service's timers). A block runs when it
+repository root, with the root on PYTHONPATH, with a timeout, several at a time (most of
+their time is spent waiting on a service's timers). A block runs when it
 exits 0; one that starts a timer or a service must print something (a demo that shows
 nothing shows nothing works), and none may leave a segment of its own behind in /dev/shm.
 

@@ -24,12 +24,12 @@ from test_service import wait_for
 
 from shmwheel import Full, TimerService
 
-TASKS = {"record": "workers.tasks:append_line"}
+TASKS = {"record": "shmwheel.examples.tasks:append_line"}
 FOREIGN = "was made by"  # the refusal's message (handles.check_owner)
 
 
 def tags(path: Path) -> list[str]:
-    """The tags workers.tasks:append_line wrote, in order."""
+    """The tags shmwheel.examples.tasks:append_line wrote, in order."""
     if not path.exists():
         return []
     return [line.split(" ")[4] for line in path.read_text().splitlines()]

@@ -13,7 +13,7 @@ import shmwheel
 def test_timers_run_while_every_job_worker_is_busy(tmp_path):
     flag, log = tmp_path / "release", tmp_path / "timers.log"
     with shmwheel.TimerService(
-        tasks={"append_line": "workers.tasks:append_line"}, executors=1, job_workers=2
+        tasks={"append_line": "shmwheel.examples.tasks:append_line"}, executors=1, job_workers=2
     ) as svc:
         ex = svc.executor()
         busy = [ex.submit(job_fns.wait_for_file, str(flag), 60.0) for _ in range(2)]

@@ -18,7 +18,7 @@ from shmwheel import JobTimeout, Retry, TaskError
 TASKS = {
     "double": "job_fns:task_double",
     "unencodable": "job_fns:task_unencodable",
-    "noop": "workers.tasks:noop",
+    "noop": "shmwheel.examples.tasks:noop",
 }
 
 

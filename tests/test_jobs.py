@@ -227,7 +227,7 @@ def test_a_service_with_job_workers_serves_executors_and_fails_running_jobs_at_s
         assert svc.job_pool().size == 2
     with pytest.raises(shmwheel.ShmwheelError, match="service stopped"):
         long.result(10)
-    with shmwheel.TimerService(tasks={"noop": "workers.tasks:noop"}) as svc:
+    with shmwheel.TimerService(tasks={"noop": "shmwheel.examples.tasks:noop"}) as svc:
         with pytest.raises(shmwheel.ShmwheelError, match="job_workers"):
             svc.executor()
 

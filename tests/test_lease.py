@@ -26,7 +26,7 @@ from shmwheel import Lease, TaskError, TimerService
 from shmwheel.segment import layout as L
 
 HERE = Path(__file__).resolve().parent
-TASKS = {"expired": "lease_tasks:expired", "boom": "workers.tasks:fail"}
+TASKS = {"expired": "lease_tasks:expired", "boom": "shmwheel.examples.tasks:fail"}
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_bad_arguments_raise_at_the_call(svc):
         assert lease.beat(ttl_ms=30_000) and lease.beat(None)
         assert lease.release()
     with pytest.raises(ValueError, match="reserved"):
-        TimerService(tasks={L.NO_TASK: "workers.tasks:noop"})
+        TimerService(tasks={L.NO_TASK: "shmwheel.examples.tasks:noop"})
 
 
 def test_a_lease_pickles_with_its_holder_and_ttl(svc):

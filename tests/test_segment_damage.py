@@ -24,7 +24,7 @@ from shmwheel.segment import census, shm
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 
-TASKS = {"record": "workers.tasks:append_line"}
+TASKS = {"record": "shmwheel.examples.tasks:append_line"}
 SHM = Path("/dev/shm")
 META = L.HEADER_WORDS * 8  # where the config blob starts
 

@@ -27,8 +27,8 @@ from shmwheel.segment.verify import verify
 from shmwheel.service import client as client_mod
 
 TASKS = {
-    "record": "workers.tasks:append_line",
-    "boom": "workers.tasks:fail",
+    "record": "shmwheel.examples.tasks:append_line",
+    "boom": "shmwheel.examples.tasks:fail",
     "slow": "shmwheel.examples.tasks:sleep_ms",
 }
 
@@ -45,7 +45,7 @@ def wait_for(pred, timeout=20.0, what="condition"):
 
 
 def read_log(path: Path) -> list[tuple[str, int, int, int, int, str]]:
-    """Rows (tag, id, deadline_ms, run_ns, attempt, key) of workers.tasks.append_line."""
+    """Rows (tag, id, deadline_ms, run_ns, attempt, key) of shmwheel.examples.tasks.append_line."""
     if not path.exists():
         return []
     rows = []
@@ -551,7 +551,7 @@ def _embedding_process(new_session: bool) -> tuple[subprocess.Popen[str], str]:
     """A process that embeds a service and sleeps; returns it and the service's name."""
     code = textwrap.dedent("""
         import time, shmwheel
-        svc = shmwheel.TimerService(tasks={"boom": "workers.tasks:fail"}, capacity=1000,
+        svc = shmwheel.TimerService(tasks={"boom": "shmwheel.examples.tasks:fail"}, capacity=1000,
                                     executors=1).start()
         print(svc.name, flush=True)
         time.sleep(120)
@@ -648,10 +648,12 @@ def test_client_calls_after_stop_raise():
 
 
 def test_load_producer_drives_the_service_through_the_public_api():
-    from workers import producer
+    from shmwheel.examples import producer_load as producer
 
     with (
-        TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10_000, executors=1) as svc,
+        TimerService(
+            tasks={"noop": "shmwheel.examples.tasks:noop"}, capacity=10_000, executors=1
+        ) as svc,
         svc.client() as c,
     ):
         f = producer.run(

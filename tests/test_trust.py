@@ -27,7 +27,7 @@ from shmwheel.journal.salvage import salvage_stale
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
 
-TASKS = {"record": "workers.tasks:append_line", "boom": "workers.tasks:fail"}
+TASKS = {"record": "shmwheel.examples.tasks:append_line", "boom": "shmwheel.examples.tasks:fail"}
 NOBODY = 65534
 HOLDER = r"user nobody \(uid 65534\)"
 SHM = Path("/dev/shm")

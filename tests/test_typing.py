@@ -19,8 +19,8 @@ BAD = textwrap.dedent("""\
     import shmwheel
     from shmwheel import TimerService
 
-    svc = TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10, colour="red")
-    other = shmwheel.TimerService(tasks={"noop": "workers.tasks:noop"}, capcity=10)
+    svc = TimerService(tasks={"noop": "shmwheel.examples.tasks:noop"}, capacity=10, colour="red")
+    other = shmwheel.TimerService(tasks={"noop": "shmwheel.examples.tasks:noop"}, capcity=10)
 """)
 
 GOOD = textwrap.dedent("""\
@@ -29,7 +29,7 @@ GOOD = textwrap.dedent("""\
 
 
     def make(journal: str | None = None) -> TimerService:
-        return TimerService("typed", tasks={"noop": "workers.tasks:noop"}, capacity=10,
+        return TimerService("typed", tasks={"noop": "shmwheel.examples.tasks:noop"}, capacity=10,
                             executors=1, tick_ms=1, wheel_size=64, journal=journal,
                             max_clients=4, ring_capacity=1024, dispatch_capacity=1024,
                             arena_bytes=1 << 20, journal_fsync="always", journal_fsync_ms=10,
@@ -43,7 +43,7 @@ GOOD = textwrap.dedent("""\
             return h.id
 
 
-    svc = shmwheel.TimerService(tasks={"noop": "workers.tasks:noop"}, capacity=10)
+    svc = shmwheel.TimerService(tasks={"noop": "shmwheel.examples.tasks:noop"}, capacity=10)
 """)
 
 

@@ -25,7 +25,7 @@ from shmwheel.segment import layout as L
 from shmwheel.segment import shm
 
 OTHER = 4242
-TASKS = {"record": "workers.tasks:append_line"}
+TASKS = {"record": "shmwheel.examples.tasks:append_line"}
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to chown what it forges)")

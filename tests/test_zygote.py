@@ -130,7 +130,7 @@ def test_embedding_process_killed_while_its_fork_holds_the_socket():
     tests, while the fork lives on."""
     code = textwrap.dedent("""
         import os, sys, time, shmwheel
-        svc = shmwheel.TimerService(tasks={"boom": "workers.tasks:fail"}, capacity=1000,
+        svc = shmwheel.TimerService(tasks={"boom": "shmwheel.examples.tasks:fail"}, capacity=1000,
                                     executors=1).start()
         pid = os.fork()
         if pid == 0:

@@ -2,7 +2,8 @@
 rate with random delays and payloads of a chosen size and cancels a share of them,
 ``wait_settled(svc, ...)`` waits until a service has run or cancelled them all, and the
 helpers that draw the delays and payloads and check the arguments. Uses only the public
-client API; the command line around it is ``producer_cli``.
+client API; the command line around it is ``producer`` (``python -m
+shmwheel.examples.producer``).
 """
 
 from __future__ import annotations
