@@ -55,7 +55,7 @@ class JournalState:
     epoch: int = 0  # the latest epoch found (0: an empty journal)
     next_gen: int = 0  # every slot's generation starts here in the next epoch
     pending: Pending = field(default_factory=Pending)
-    ops: PendingOps = field(default_factory=PendingOps)  # the purgatory's (operations.py)
+    ops: PendingOps = field(default_factory=PendingOps)  # the purgatory's (recovery_ops.py)
     rejects: list[Reject] = field(default_factory=list)
     records: int = 0
     timers: int = 0  # distinct ids scheduled

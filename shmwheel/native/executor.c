@@ -211,7 +211,7 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
         /* stopping: the runs done are reported, the records from this one on stay on the
          * ring, never started (a start on the journal re-arms them). The fence orders the
          * store above before the load: a reaper that saw the stop and then `started` at -1
-         * (reaper.py, _await_executors) knows no run of this batch will start. */
+         * (service/reaper.py, _await_executors) knows no run of this batch will start. */
         if (e->stop) {
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
             if (relaxed_load(e->stop)) { n = i; break; }

@@ -5,7 +5,7 @@
  *
  * and its body is a msgpack array of fixed arity whose first element is the kind code
  * (J_*). Integers are packed in msgpack's smallest form, as msgpack-python packs them, so
- * a record encoded here is byte-for-byte what the Python side (format.py) would write.
+ * a record encoded here is byte-for-byte what the Python side (journal/format.py) would write.
  *
  * A JBuf is a process-local, growable byte buffer that a writer process (coordinator,
  * reaper) fills during a batch and then writes to its segment file with one write(2).

@@ -20,7 +20,7 @@
  * Threads: nothing here releases the GIL, so one Client may be shared by the threads of
  * its process; the Python callbacks (_restock, _bell, ...) are made between, never inside,
  * updates of the caches or the ring. With the fast paths off (Producer.fast = 0, service/
- * client_base.py's SHMWHEEL_CLIENT_SLOW_PATHS) every schedule goes to Python as given.
+ * service/client_base.py's SHMWHEEL_CLIENT_SLOW_PATHS) every schedule goes to Python as given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -149,7 +149,7 @@ static PyObject *prod_schedule(Producer *p, PyObject *const *args, Py_ssize_t na
         }
         if (len <= INLINE_MAX) {
             u64 v = 0;
-            memcpy(&v, bytes, (size_t)len);   /* little-endian, as contract.py packs it */
+            memcpy(&v, bytes, (size_t)len);   /* little-endian, as segment/contract.py packs it */
             meta = META_MAKE(tid, 0, 0, len, p->ring_index);
             word = (i64)v;
         } else if (len <= ARENA_CLASS_BYTES(0)) {

@@ -23,10 +23,10 @@ typedef struct {
     Py_ssize_t nheader;
     i64 w_sleeping, w_stopping;
     i64 w_refuse;           /* header word: nonzero while the journal cannot keep new
-                               timers durable (layout.py W_JREFUSE): schedule and watch
+                               timers durable (segment/layout.py W_JREFUSE): schedule and watch
                                take the slow path, which raises JournalError */
     i64 ring_index, max_delay_ms, batch;
-    i64 instance;           /* the segment's instance word (layout.py, W_INSTANCE), copied
+    i64 instance;           /* the segment's instance word (segment/layout.py, W_INSTANCE), copied
                                at bind: a handle of a client whose word differs belongs to
                                another service, or another run of this one (producer.c) */
     i64 scheduled, cancelled;
@@ -54,7 +54,7 @@ typedef struct {
     PyObject *client;
     i64 id;
     i64 deadline_ms;
-    PyObject *future;   /* its outcome's future, once someone asked (outcomes.py), or NULL */
+    PyObject *future;   /* its outcome's future, once someone asked (service/outcomes.py), or NULL */
     PyObject *ttl;      /* a lease's ttl in ms (service/lease.py: what beat() resets to), or
                            NULL for any other handle */
 } Handle;

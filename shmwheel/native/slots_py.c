@@ -246,7 +246,7 @@ static PyObject *tables_set_journal(Tables *self, PyObject *arg) {
 
 /* journal_fired(handles) -> records written: the FIRED record of each FIRING handle (an
  * operation's COMPLETED or EXPIRED), as advance writes it. For the timers a dead reaper won
- * and did not record (reaper.py, recover); the caller holds the segment lock, as advance. */
+ * and did not record (service/reaper.py, recover); the caller holds the segment lock, as advance. */
 static PyObject *tables_journal_fired(Tables *self, PyObject *arg) {
     I64Buf hs;
     OPEN(self);

@@ -9,8 +9,8 @@
  * timer. Anything else, and every refusal, goes to the Python methods _watch_slow /
  * _check_and_complete_slow (service/purgatory.py) with the arguments as given: they
  * validate and raise what the API promises, so the native path never decides an error.
- * Keys have one encoder, key_encode below: Python's operations.key_id is this file's
- * key_id.
+ * Keys have one encoder, key_encode below: Python's key_id (service/purgatory.py) is
+ * this file's key_id.
  *
  * The segment lock from C. Its halves are shm.Locked's: the process's thread lock (the
  * threads of one process share the flock, so it cannot exclude them), then flock on the
@@ -351,7 +351,7 @@ PyObject *producer_check_and_complete(Producer *p, PyObject *const *args, Py_ssi
     if (done) {
         relaxed_store(&p->counters[C_OPS_COMPLETED],
                       relaxed_load(&p->counters[C_OPS_COMPLETED]) + done);
-        /* they are due now: wake the reaper if it sleeps past its hot step (reaper.py) */
+        /* they are due now: wake the reaper if it sleeps past its hot step (service/reaper.py) */
         if (relaxed_load(&p->header[p->w_reaper_wake_at]) > producer_now_ns() / 1000000 + 1 &&
                 producer_hook0(p, HOOK_WAKE_REAPER) < 0)
             return NULL;

@@ -1,7 +1,7 @@
 """The shared-memory encodings, as Python sees them.
 
 The one definition is ``shmwheel/native/contract.h``: every constant there is exported by
-the native core and taken here in one loop (``constants.py``, typed by its generated
+the native core and taken here in one loop (``wheel/constants.py``, typed by its generated
 stub), with the accessors of the packed words (handle, state word, side-record meta, an
 operation's header, a block reference, an outcome word) and the builders of the block
 headers, so that no Python code re-derives a shift or a mask. Read contract.h for what

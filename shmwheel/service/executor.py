@@ -48,7 +48,7 @@ class Executor(ServiceProcess):
                 tasks.append(
                     _failed_import(ImportError(f"task {name!r} ({spec}) failed to import: {e!r}"))
                 )
-        tasks.append(_no_task)  # L.NO_TASK, the last task id (layout.py)
+        tasks.append(_no_task)  # L.NO_TASK, the last task id (segment/layout.py)
         self.native = N.Executor(
             mem.wheel,
             mem.side,

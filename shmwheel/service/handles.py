@@ -2,7 +2,7 @@
 deadline and cancels by compare-and-swap) and ``TimerHandles`` (a batch, over arrays).
 
 A handle is bound to the service instance that made it: its client's ``_instance``, the
-random word the supervisor wrote into the segment header at create (layout.py,
+random word the supervisor wrote into the segment header at create (segment/layout.py,
 ``W_INSTANCE``). A client refuses a handle of another instance with ValueError
 (``check_owner``; the native cancel checks the same, producer.c ``handle_id``), even one
 of a service of the same name that was stopped and started again: the same id there is

@@ -131,7 +131,7 @@ class Reaper(ServiceProcess):
         # nothing is won while the backlog holds timers (the executors' rings are full: the
         # timers wait in the wheel, where a cancel can still win them), so at a death with
         # W_REAPER_JOPEN set every FIRING slot in no place is of the last advance (recover)
-        if not blocked and not len(self.backlog):  # blocked: journal.py holds all it may
+        if not blocked and not len(self.backlog):  # blocked: the journal's writer holds all it may
             if journal is not None:
                 mem.header[L.W_REAPER_JOPEN] = 1
             with mem.locked():

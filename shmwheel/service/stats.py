@@ -135,7 +135,7 @@ def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
         "disk_bytes": disk,
         "segments": segments,
         "recovered": int(mem.header[L.W_RECOVERED]),
-        # the writers that cannot write now, by role (writer.py, "Faults"); {} when none
+        # the writers that cannot write now, by role (journal/writer.py, "Faults"); {} when none
         "faults": read_faults(mem),
     }
 

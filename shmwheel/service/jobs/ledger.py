@@ -61,7 +61,7 @@ def directory_of(journal: str) -> str:
 
 
 def ledger_files(directory: str) -> list[str]:
-    """The ledger's files in `directory`, oldest run first; each checked by trust.py."""
+    """The ledger's files in `directory`, oldest run first; each checked by segment/trust.py."""
     if not os.path.isdir(directory):
         return []
     trust.check(directory, trust.DIRECTORY, "the jobs' ledger directory")
