@@ -40,7 +40,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
         "(or pip install 'prometheus_client>=0.20')"
     ) from e
 
-from .segment import contract as C
+from .segment import contract
 from .service.jobs.link import StatsReader
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,7 +55,7 @@ log = logging.getLogger("shmwheel.metrics")
 # (about 36 min). The segment's histogram has 8 buckets per doubling, bucket i < 2**(i/8)
 # us, so every 8th edge is exact: the cumulative count through bucket 8k is the count
 # below 2**k us.
-_OCTAVES = (C.HIST_BUCKETS - 1) // C.HIST_PER_OCTAVE + 1  # 32
+_OCTAVES = (contract.HIST_BUCKETS - 1) // contract.HIST_PER_OCTAVE + 1  # 32
 LATENESS_BUCKETS_S: tuple[float, ...] = tuple(2.0**k / 1e6 for k in range(_OCTAVES))
 
 # stats() counters exported as shmwheel_<key>_total, with their help text
@@ -107,9 +107,9 @@ def lateness_buckets(hist: list[int]) -> list[tuple[str, float]]:
     cumulative = list(accumulate(int(n) for n in hist))
     total = cumulative[-1] if cumulative else 0
     out = [
-        (str(le), float(cumulative[k * C.HIST_PER_OCTAVE]))
+        (str(le), float(cumulative[k * contract.HIST_PER_OCTAVE]))
         for k, le in enumerate(LATENESS_BUCKETS_S)
-        if k * C.HIST_PER_OCTAVE < len(cumulative)
+        if k * contract.HIST_PER_OCTAVE < len(cumulative)
     ]
     out.append(("+Inf", float(total)))
     return out
@@ -351,13 +351,13 @@ class ServiceCollector:
         import posix_ipc
 
         from .errors import LayoutError
-        from .segment import layout as L
+        from .segment import layout
 
         if self._mem is not None and not _running(self._mem):
             self._detach()
         if self._mem is None:
             try:
-                mem = L.ServiceMemory.attach(self.name)
+                mem = layout.ServiceMemory.attach(self.name)
             except (LayoutError, posix_ipc.Error, OSError) as e:
                 log.debug("no metrics of service %s: %s", self.name, e)
                 return None
@@ -365,16 +365,15 @@ class ServiceCollector:
                 mem.close()
                 return None
             self._mem = mem
-            self._jobs = StatsReader(self.name, int(mem.header[L.W_OWNER]))
+            self._jobs = StatsReader(self.name, int(mem.header[layout.W_OWNER]))
         return self._mem
 
 
 def _running(mem: ServiceMemory) -> bool:
     """Whether the service of an attached segment still runs (owner alive, not stopping)."""
-    from .segment import layout as L
-    from .segment import shm
+    from .segment import layout, shm
 
-    return not mem.header[L.W_STOPPING] and shm.pid_alive(int(mem.header[L.W_OWNER]))
+    return not mem.header[layout.W_STOPPING] and shm.pid_alive(int(mem.header[layout.W_OWNER]))
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -23,7 +23,7 @@ import sys
 import time
 
 from .baselines import RedisDelayQueue, redis_status
-from .journal import workloads as JW
+from .journal import workloads as journal_workloads
 from .options import parser
 from .report import (
     HOW_TO_READ,
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     timer_n = args.timer_n or (20_000 if args.quick else 100_000)
     svc_n = args.svc_n or (20_000 if args.quick else 100_000)
     lateness_n = args.lateness_n or (20_000 if args.quick else 200_000)
-    recovery_n = args.recovery_n or (100_000 if args.quick else JW.RECOVERY_N)
+    recovery_n = args.recovery_n or (100_000 if args.quick else journal_workloads.RECOVERY_N)
     reps = args.reps or (1 if args.quick else 2)
     sizes = {
         "core": n,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .journal import workloads as JW
+from .journal import workloads as journal_workloads
 from .table.registry import GROUPS
 
 
@@ -34,7 +34,9 @@ def parser(names: list[str], description: str | None) -> argparse.ArgumentParser
         "schedule_many schedules 5x this)",
     )
     ap.add_argument(
-        "--recovery-n", type=int, help=f"pending timers W9 recovers (default {JW.RECOVERY_N:,})"
+        "--recovery-n",
+        type=int,
+        help=f"pending timers W9 recovers (default {journal_workloads.RECOVERY_N:,})",
     )
     ap.add_argument(
         "--ops-n", type=int, help="operations per purgatory workload W10 (default 20,000)"

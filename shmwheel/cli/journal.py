@@ -103,10 +103,10 @@ def _journal(directory: str) -> str | None:
             if os.path.exists(directory)
             else (f"no such journal directory: {directory}")
         )
-    from ..journal import format as F
+    from ..journal import format as journal_format
 
     try:
-        files = F.segment_files(directory)
+        files = journal_format.segment_files(directory)
     except OSError as e:
         return f"cannot read the journal directory {directory}: {e.strerror or e}"
     if not files:

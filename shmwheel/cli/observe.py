@@ -99,12 +99,11 @@ def attach(name: str) -> ServiceMemory:
     import posix_ipc
 
     from ..errors import LayoutError
-    from ..segment import layout as L
-    from ..segment import shm
+    from ..segment import layout, shm
 
     path = shm.SHM_DIR / (shm.PREFIX + name)
     try:
-        mem = L.ServiceMemory.attach(name)
+        mem = layout.ServiceMemory.attach(name)
     except LayoutError as e:
         if not path.exists():
             raise CommandError(
@@ -114,14 +113,14 @@ def attach(name: str) -> ServiceMemory:
         raise CommandError(f"cannot read service {name!r}: {e}") from None
     except (posix_ipc.Error, OSError) as e:
         raise CommandError(f"cannot open service {name!r} ({path}): {e}") from None
-    owner = int(mem.header[L.W_OWNER])
+    owner = int(mem.header[layout.W_OWNER])
     if not shm.pid_alive(owner):
         mem.close()
         raise CommandError(
             f"service {name!r} is not running: its owner process (pid {owner}) "
             f"is gone; `shmwheel clean` removes what it left in {shm.SHM_DIR}"
         )
-    if mem.header[L.W_STOPPING]:
+    if mem.header[layout.W_STOPPING]:
         mem.close()
         raise CommandError(f"service {name!r} is stopping")
     return mem
@@ -129,11 +128,10 @@ def attach(name: str) -> ServiceMemory:
 
 def gone_reason(mem: ServiceMemory) -> str | None:
     """Why an attached service is no longer running (None while it runs)."""
-    from ..segment import layout as L
-    from ..segment import shm
+    from ..segment import layout, shm
 
-    owner = int(mem.header[L.W_OWNER])
-    if mem.header[L.W_STOPPING]:
+    owner = int(mem.header[layout.W_OWNER])
+    if mem.header[layout.W_STOPPING]:
         return f"service {mem.service!r} stopped"
     if not shm.pid_alive(owner):
         return f"service {mem.service!r}: its owner process (pid {owner}) is gone"
@@ -187,22 +185,22 @@ class ProcessHealth:
 
 def process_pids(mem: ServiceMemory) -> list[int]:
     """The supervisor's pid and every service process's recorded pid."""
-    from ..segment import layout as L
+    from ..segment import layout
 
     return [
-        int(mem.header[L.W_OWNER]),
-        int(mem.header[L.W_PID_COORDINATOR]),
-        int(mem.header[L.W_PID_REAPER]),
-        *(int(p) for p in mem.exec_table[:, L.X_PID]),
+        int(mem.header[layout.W_OWNER]),
+        int(mem.header[layout.W_PID_COORDINATOR]),
+        int(mem.header[layout.W_PID_REAPER]),
+        *(int(p) for p in mem.exec_table[:, layout.X_PID]),
     ]
 
 
 def job_reader(mem: ServiceMemory) -> StatsReader:
     """The reader of the job pool's figures of the attached service (over its job link)."""
-    from ..segment import layout as L
+    from ..segment import layout
     from ..service.jobs.link import StatsReader
 
-    return StatsReader(mem.service, int(mem.header[L.W_OWNER]))
+    return StatsReader(mem.service, int(mem.header[layout.W_OWNER]))
 
 
 def read_jobs(jobs: StatsReader) -> dict[str, Any] | None:
@@ -248,12 +246,11 @@ def snapshot(
     ``jobs``, read by `jobs`, when the service has job workers."""
     import numpy as np
 
-    from ..segment import layout as L
-    from ..segment import shm
+    from ..segment import layout, shm
     from ..service.stats import read_stats
 
     st = read_stats(mem)
-    owner = int(mem.header[L.W_OWNER])
+    owner = int(mem.header[layout.W_OWNER])
     processes: dict[str, dict[str, Any]] = {
         "supervisor": {"pid": owner, "alive": shm.pid_alive(owner)}
     }
@@ -264,11 +261,11 @@ def snapshot(
             health.sample(row["pid"]) if row["alive"] else {"cpu_percent": None, "rss_bytes": None}
         )
         row["restarts"] = restarts.get(role, 0) if role != "supervisor" else None
-    claimed = np.flatnonzero(mem.ring_table[:, L.RT_STATE] != L.RING_FREE)
+    claimed = np.flatnonzero(mem.ring_table[:, layout.RT_STATE] != layout.RING_FREE)
     producer = [
         {
             "ring": int(i),
-            "pid": int(mem.ring_table[i, L.RT_PID]),
+            "pid": int(mem.ring_table[i, layout.RT_PID]),
             "pending": mem.producer[i].pending(),
             "capacity": mem.producer[i].capacity,
         }

@@ -77,9 +77,9 @@ def write_demo_journal(
                  operations * (e + 1) // epochs - operations * e // epochs)  # fmt: skip
         _one_epoch(directory, name, n, rng, share[0], repeating, share[1], spread_ms,
                    segment_bytes)  # fmt: skip
-    from .. import journal as J
+    from .. import journal
 
-    n.records = sum(len(seg.rows) for seg in J.read(directory))
+    n.records = sum(len(seg.rows) for seg in journal.read(directory))
     n.repeating_runs = _count_repeating_runs(directory)
     log.info("demo journal in %s: %s", directory, n.as_dict())
     return n
@@ -171,8 +171,8 @@ def _one_epoch(
 
 def _count_repeating_runs(directory: str) -> int:
     """Outcomes of the repeating timers' runs, as the journal has them."""
-    from .. import journal as J
+    from .. import journal
 
-    recs = list(J.records(directory))
+    recs = list(journal.records(directory))
     ids = {r["id"] for r in recs if r["kind"] == "scheduled" and r["period_ms"] > 0}
     return sum(1 for r in recs if r["kind"] == "outcome" and r["id"] in ids)

@@ -27,8 +27,7 @@ from pathlib import Path
 import posix_ipc
 
 from ..errors import LayoutError
-from . import layout as L
-from . import shm, trust
+from . import layout, shm, trust
 
 log = logging.getLogger("shmwheel.segment")
 
@@ -46,7 +45,7 @@ class Entry:
     size: int
     inode: int
     owner_pid: int = 0  # the supervisor's, for a service
-    config: L.ServiceConfig | None = None
+    config: layout.ServiceConfig | None = None
     problem: str | None = None  # why it is foreign or damaged
 
     @property
@@ -85,8 +84,8 @@ def _has_processes(service: str, hints: list[int]) -> bool:
 def owner_pid(seg: shm.Segment) -> int:
     """The owner (supervisor) pid recorded in a service segment; LayoutError for a header
     this code cannot read or a pid no process can have."""
-    L.read_config(seg)
-    pid = int(seg.words[L.W_OWNER])
+    layout.read_config(seg)
+    pid = int(seg.words[layout.W_OWNER])
     if not 0 < pid <= shm.PID_MAX:
         raise LayoutError(f"segment {seg.name} has a corrupt header (owner pid {pid})")
     return pid
@@ -119,10 +118,10 @@ def classify(path: Path) -> Entry | None:
     except (LayoutError, posix_ipc.Error, OSError) as e:
         return damaged(str(e)) if os.path.lexists(path) else None
     try:
-        cfg = L.read_config(seg)
+        cfg = layout.read_config(seg)
         owner = owner_pid(seg)
-        stopping = bool(seg.words[L.W_STOPPING])
-        roles = [int(seg.words[w]) for w in (L.W_PID_COORDINATOR, L.W_PID_REAPER)]
+        stopping = bool(seg.words[layout.W_STOPPING])
+        roles = [int(seg.words[w]) for w in (layout.W_PID_COORDINATOR, layout.W_PID_REAPER)]
     except LayoutError as e:
         return damaged(str(e))
     finally:
@@ -153,11 +152,13 @@ def describe(service: str) -> str:
     return f"{e.state}: {e.problem} (`shmwheel ls --all` shows it)"
 
 
-def create(service: str, cfg: L.ServiceConfig, owner_pid: int, start_ms: int) -> L.ServiceMemory:
+def create(
+    service: str, cfg: layout.ServiceConfig, owner_pid: int, start_ms: int
+) -> layout.ServiceMemory:
     """``layout.ServiceMemory.create``, where a name already taken says what holds it:
     running, stopping or stale, another user's or damaged (``describe``)."""
     try:
-        return L.ServiceMemory.create(service, cfg, owner_pid, start_ms)
+        return layout.ServiceMemory.create(service, cfg, owner_pid, start_ms)
     except shm.NameTaken as e:
         raise shm.NameTaken(f"{e}: {describe(service)}") from e
 

@@ -19,10 +19,16 @@ import numpy as np
 
 from ..errors import LayoutError
 from ..wheel import core as wheel_core
-from . import contract as C
+from . import contract
 
 # the class-table words create fixes (the others, A_FREE, change as blocks come and go)
-ARENA_FIXED = (C.A_NBLOCKS, C.A_OFF_NEXT, C.A_OFF_OWNER, C.A_DATA, C.A_BLOCK_WORDS)
+ARENA_FIXED = (
+    contract.A_NBLOCKS,
+    contract.A_OFF_NEXT,
+    contract.A_OFF_OWNER,
+    contract.A_DATA,
+    contract.A_BLOCK_WORDS,
+)
 
 
 def check_sizes(config: dict[str, object]) -> None:
@@ -38,16 +44,16 @@ def arena_classes(blocks: Sequence[int]) -> np.ndarray:
     """The arena's class table for `blocks` blocks of each class, as create writes it:
     (ARENA_CLASSES, A_CLASS_WORDS) words, each class's next and owner arrays after the
     table and its blocks after the previous class's."""
-    table = np.zeros((C.ARENA_CLASSES, C.A_CLASS_WORDS), np.int64)
-    at, data = C.ARENA_CLASSES * C.A_CLASS_WORDS, 0
+    table = np.zeros((contract.ARENA_CLASSES, contract.A_CLASS_WORDS), np.int64)
+    at, data = contract.ARENA_CLASSES * contract.A_CLASS_WORDS, 0
     for c, n in enumerate(blocks):
         row = table[c]
-        row[C.A_NBLOCKS] = n
-        row[C.A_OFF_NEXT] = at
-        row[C.A_OFF_OWNER] = at + n
-        row[C.A_DATA] = data // 8
-        row[C.A_BLOCK_WORDS] = C.ARENA_CLASS_BYTES[c] // 8
-        data += n * C.ARENA_CLASS_BYTES[c]
+        row[contract.A_NBLOCKS] = n
+        row[contract.A_OFF_NEXT] = at
+        row[contract.A_OFF_OWNER] = at + n
+        row[contract.A_DATA] = data // 8
+        row[contract.A_BLOCK_WORDS] = contract.ARENA_CLASS_BYTES[c] // 8
+        data += n * contract.ARENA_CLASS_BYTES[c]
         at += 2 * n
     return table
 
@@ -67,8 +73,9 @@ def check(
     the wheel header for `geometry`, the arena class table for `blocks`, the watch table's
     (buckets, capacity) `watch_sizes` and the waiter table's `waiter_buckets`."""
     g = geometry
-    if len(wheel) < C.WHEEL_HEADER_WORDS or [
-        int(wheel[h]) for h in (C.H_TICK, C.H_WHEEL, C.H_LEVELS, C.H_CAPACITY)
+    if len(wheel) < contract.WHEEL_HEADER_WORDS or [
+        int(wheel[h])
+        for h in (contract.H_TICK, contract.H_WHEEL, contract.H_LEVELS, contract.H_CAPACITY)
     ] != [g.tick, g.wheel_size, g.levels, g.capacity]:
         raise LayoutError(
             f"segment {name} is damaged: its wheel header's sizes are not its config's {g}"
@@ -77,24 +84,24 @@ def check(
         wheel_core.read_geometry(wheel)
     except LayoutError as e:
         raise LayoutError(f"segment {name} is damaged: {e}") from e
-    n = C.ARENA_CLASSES * C.A_CLASS_WORDS
+    n = contract.ARENA_CLASSES * contract.A_CLASS_WORDS
     if len(arena) < n:
         raise LayoutError(f"segment {name} is damaged: its arena table is cut short")
-    have = arena[:n].reshape(C.ARENA_CLASSES, C.A_CLASS_WORDS)[:, ARENA_FIXED]
+    have = arena[:n].reshape(contract.ARENA_CLASSES, contract.A_CLASS_WORDS)[:, ARENA_FIXED]
     want = arena_classes(blocks)[:, ARENA_FIXED]
     if not np.array_equal(have, want):
         raise LayoutError(
             f"segment {name} is damaged: its arena class table is {have.tolist()}, its "
             f"config makes it {want.tolist()}"
         )
-    sizes = (int(watch[C.WT_NBUCKETS]), int(watch[C.WT_CAPACITY]))
+    sizes = (int(watch[contract.WT_NBUCKETS]), int(watch[contract.WT_CAPACITY]))
     if sizes != tuple(watch_sizes):
         raise LayoutError(
             f"segment {name} is damaged: its watch table has (buckets, capacity) {sizes}, "
             f"its config makes them {tuple(watch_sizes)}"
         )
-    if int(waiters[C.WA_NBUCKETS]) != waiter_buckets:
+    if int(waiters[contract.WA_NBUCKETS]) != waiter_buckets:
         raise LayoutError(
-            f"segment {name} is damaged: its waiter table has {int(waiters[C.WA_NBUCKETS])} "
+            f"segment {name} is damaged: its waiter table has {int(waiters[contract.WA_NBUCKETS])} "
             f"buckets, its config makes it {waiter_buckets}"
         )

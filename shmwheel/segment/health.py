@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import layout as L
+from . import layout
 
 ENV = "SHMWHEEL_WATCHDOG"  # "0" in the embedding process's environment turns it off
 LATE_S = 2.0  # timers due this long ago and not yet run: degraded
@@ -36,7 +36,7 @@ BIT = {name: 1 << i for i, (name, _, _) in enumerate(REASONS)}
 
 def read_health(header: np.ndarray) -> dict[str, Any]:
     """``{"state": "ok" | "degraded" | "failed", "reasons": [names]}`` from the header."""
-    state, bits = int(header[L.W_HEALTH]), int(header[L.W_HEALTH_REASONS])
+    state, bits = int(header[layout.W_HEALTH]), int(header[layout.W_HEALTH_REASONS])
     return {
         "state": STATES[state] if 0 <= state < len(STATES) else "failed",
         "reasons": [name for name, _, _ in REASONS if bits & BIT[name]],

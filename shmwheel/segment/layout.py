@@ -33,11 +33,10 @@ import msgpack
 import numpy as np
 import posix_ipc
 
-from .. import _native as N
+from .. import _native as native
 from ..errors import LayoutError
 from ..wheel import core as wheel_core
-from . import contract as C
-from . import fixed, shm
+from . import contract, fixed, shm
 from .ring import Ring
 from .sizes import (
     DEFAULT_TABLE_CAPACITY,
@@ -108,7 +107,7 @@ W_HEALTH_REASONS = 33
 READY_COORDINATOR = 1
 READY_REAPER = 2
 
-# counter rows: one row of C.COUNTER_WORDS per writer, so every word has a single writer
+# counter rows: one row of contract.COUNTER_WORDS per writer, so every word has a single writer
 ROW_COORDINATOR = 0
 ROW_REAPER = 1
 ROW_LOCKED = 2  # written only under the segment lock, by whoever holds it
@@ -194,27 +193,37 @@ class ServiceConfig:
 def segment_layout(cfg: ServiceConfig) -> dict[str, int]:
     """Word offset of each region of a service segment, and 'total' (words)."""
     arena_data = (
-        sum(n * size for n, size in zip(cfg.arena_blocks, C.ARENA_CLASS_BYTES, strict=True)) // 8
+        sum(n * size for n, size in zip(cfg.arena_blocks, contract.ARENA_CLASS_BYTES, strict=True))
+        // 8
     )
     sizes = [
         ("meta", META_BYTES // 8),
-        ("counters", (FIXED_ROWS + cfg.executors + cfg.max_clients) * C.COUNTER_WORDS),
-        ("hist", cfg.executors * C.HIST_BUCKETS),
+        ("counters", (FIXED_ROWS + cfg.executors + cfg.max_clients) * contract.COUNTER_WORDS),
+        ("hist", cfg.executors * contract.HIST_BUCKETS),
         ("ring_table", cfg.max_clients * RING_ROW),
         ("exec_table", cfg.executors * EXEC_ROW),
-        ("producer", cfg.max_clients * C.ring_words(cfg.ring_capacity, C.PRODUCER_RECORD)),
-        ("dispatch", cfg.executors * C.ring_words(cfg.dispatch_capacity, C.DISPATCH_RECORD)),
-        ("results", cfg.executors * C.ring_words(cfg.dispatch_capacity, C.RESULT_RECORD)),
+        (
+            "producer",
+            cfg.max_clients * contract.ring_words(cfg.ring_capacity, contract.PRODUCER_RECORD),
+        ),
+        (
+            "dispatch",
+            cfg.executors * contract.ring_words(cfg.dispatch_capacity, contract.DISPATCH_RECORD),
+        ),
+        (
+            "results",
+            cfg.executors * contract.ring_words(cfg.dispatch_capacity, contract.RESULT_RECORD),
+        ),
         ("wheel", wheel_core.words_needed(cfg.geometry())),
-        ("side", cfg.capacity * C.SIDE_WORDS),
+        ("side", cfg.capacity * contract.SIDE_WORDS),
         ("arena_meta", arena_meta_words(cfg)),
         ("arena_data", arena_data),
         # the journal's retention (shmwheel/native/slots.h): int32 anchors, live counts
         ("anchors", (cfg.capacity + 1) // 2 if cfg.journal_dir else 0),
-        ("live", C.JOURNAL_WINDOW if cfg.journal_dir else 0),
+        ("live", contract.JOURNAL_WINDOW if cfg.journal_dir else 0),
         # the purgatory and the outcomes (shmwheel/native/purgatory.c)
         ("watch", watch_words(cfg)),
-        ("outq", cfg.max_clients * C.ring_words(OUTQ_CAPACITY, C.OUTQ_RECORD)),
+        ("outq", cfg.max_clients * contract.ring_words(OUTQ_CAPACITY, contract.OUTQ_RECORD)),
         ("waiters", waiter_words(cfg)),
         # failed tasks' exceptions: a log per executor (errlog.c)
         ("errors", error_words(cfg)),
@@ -248,14 +257,16 @@ class ServiceMemory:
         v = seg.view
         self.header = v(0, HEADER_WORDS)
         self.counters = v(
-            off["counters"], (FIXED_ROWS + cfg.executors + cfg.max_clients) * C.COUNTER_WORDS
-        ).reshape(-1, C.COUNTER_WORDS)
-        self.hist = v(off["hist"], cfg.executors * C.HIST_BUCKETS).reshape(-1, C.HIST_BUCKETS)
+            off["counters"], (FIXED_ROWS + cfg.executors + cfg.max_clients) * contract.COUNTER_WORDS
+        ).reshape(-1, contract.COUNTER_WORDS)
+        self.hist = v(off["hist"], cfg.executors * contract.HIST_BUCKETS).reshape(
+            -1, contract.HIST_BUCKETS
+        )
         self.ring_table = v(off["ring_table"], cfg.max_clients * RING_ROW).reshape(-1, RING_ROW)
         self.exec_table = v(off["exec_table"], cfg.executors * EXEC_ROW).reshape(-1, EXEC_ROW)
         g = cfg.geometry()
         self.wheel = v(off["wheel"], wheel_core.words_needed(g))
-        self.side = v(off["side"], cfg.capacity * C.SIDE_WORDS)
+        self.side = v(off["side"], cfg.capacity * contract.SIDE_WORDS)
         self.arena = v(off["arena_meta"], arena_meta_words(cfg))
         self.arena_words = v(off["arena_data"], off["anchors"] - off["arena_data"])
         self.anchors = v(off["anchors"], off["live"] - off["anchors"])  # int32 pairs
@@ -264,26 +275,26 @@ class ServiceMemory:
         self.outq_words = v(off["outq"], off["waiters"] - off["outq"])
         self.waiters = v(off["waiters"], waiter_words(cfg))
         self.errors = v(off["errors"], error_words(cfg))
-        self.outq = self._rings(off["outq"], cfg.max_clients, OUTQ_CAPACITY, C.OUTQ_RECORD)
+        self.outq = self._rings(off["outq"], cfg.max_clients, OUTQ_CAPACITY, contract.OUTQ_RECORD)
         self.producer = self._rings(
-            off["producer"], cfg.max_clients, cfg.ring_capacity, C.PRODUCER_RECORD
+            off["producer"], cfg.max_clients, cfg.ring_capacity, contract.PRODUCER_RECORD
         )
         self.dispatch = self._rings(
-            off["dispatch"], cfg.executors, cfg.dispatch_capacity, C.DISPATCH_RECORD
+            off["dispatch"], cfg.executors, cfg.dispatch_capacity, contract.DISPATCH_RECORD
         )
         self.results = self._rings(
-            off["results"], cfg.executors, cfg.dispatch_capacity, C.RESULT_RECORD
+            off["results"], cfg.executors, cfg.dispatch_capacity, contract.RESULT_RECORD
         )
         self.task_names = [t[0] for t in cfg.tasks] + [NO_TASK]  # (NO_TASK: its note)
         self.task_ids = {name: i for i, name in enumerate(self.task_names)}
         self._sems: dict[str, posix_ipc.Semaphore] = {}
-        self.tables: N.Tables | None = None
+        self.tables: native.Tables | None = None
         self._lock = seg.locked(W_DIRTY, self._repair)
 
-    def bind_tables(self) -> N.Tables:
+    def bind_tables(self) -> native.Tables:
         """The native tables over this attachment (made once; a formatted wheel needed)."""
         if self.tables is None:
-            self.tables = N.Tables(self.wheel, self.side, self.arena, self.arena_words)
+            self.tables = native.Tables(self.wheel, self.side, self.arena, self.arena_words)
             if len(self.live):  # every attachment keeps the journal's live counts: any
                 self.tables.set_anchors(self.anchors, self.live)  # may free a slot
             self.tables.set_purgatory(
@@ -293,13 +304,16 @@ class ServiceMemory:
 
     def nodes(self) -> np.ndarray:
         """The entry records as a (capacity, NODE_WORDS) view."""
-        start = int(self.wheel[C.H_OFF_NODES]) + int(self.wheel[C.H_SENTINELS]) * C.NODE_WORDS
-        return self.wheel[start : start + self.config.capacity * C.NODE_WORDS].reshape(
-            -1, C.NODE_WORDS
+        start = (
+            int(self.wheel[contract.H_OFF_NODES])
+            + int(self.wheel[contract.H_SENTINELS]) * contract.NODE_WORDS
+        )
+        return self.wheel[start : start + self.config.capacity * contract.NODE_WORDS].reshape(
+            -1, contract.NODE_WORDS
         )
 
     def _rings(self, start: int, count: int, capacity: int, record: int) -> list[Ring]:
-        n = C.ring_words(capacity, record)
+        n = contract.ring_words(capacity, record)
         return [Ring(self.seg.view(start + i * n, n), capacity, record) for i in range(count)]
 
     # -- construction ---------------------------------------------------------------
@@ -331,7 +345,7 @@ class ServiceMemory:
             # as damaged and leaves it alone; after, it finds the owner pid and the config
             # (with the owner written after the magic, a sweep starting meanwhile read a
             # service with owner 0 as stale and unlinked it)
-            h[W_MAGIC] = C.as_int64(MAGIC)
+            h[W_MAGIC] = contract.as_int64(MAGIC)
             mem = cls(service, seg, cfg)
             wheel_core.WheelCore.format(mem.wheel, cfg.geometry(), start_ms)
             table = fixed.arena_classes(cfg.arena_blocks).reshape(-1)
@@ -387,7 +401,7 @@ class ServiceMemory:
     def _repair(self) -> None:
         tables = self.bind_tables()
         relinked = tables.rebuild()
-        self.counters[ROW_LOCKED, C.C_RETIRED] += tables.take_retired()
+        self.counters[ROW_LOCKED, contract.C_RETIRED] += tables.take_retired()
         self.header[W_REPAIRS] += 1
         log.warning(
             "service %s: a lock holder died mid-update; rebuilt the wheel from the "
@@ -439,8 +453,8 @@ class ServiceMemory:
     def arena_block(self, cls_: int, block: int) -> np.ndarray:
         """The bytes of one arena block (the caller checked cls_ and block); where a class
         starts is read from the arena header, the same word the native core uses."""
-        size = C.ARENA_CLASS_BYTES[cls_]
-        start = int(self.arena[cls_ * C.A_CLASS_WORDS + C.A_DATA]) * 8 + block * size
+        size = contract.ARENA_CLASS_BYTES[cls_]
+        start = int(self.arena[cls_ * contract.A_CLASS_WORDS + contract.A_DATA]) * 8 + block * size
         return self.arena_words.view(np.uint8)[start : start + size]
 
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import numpy as np
 
-from .. import _native as N
-from . import contract as C
+from .. import _native as native
+from . import contract
 
 if TYPE_CHECKING:  # pragma: no cover
     from .layout import ServiceMemory
@@ -40,7 +40,7 @@ def _refuse(e: Exception) -> TypeError:
 def decodable(blob: bytes) -> bytes:
     """`blob` if the executor can decode it, else the API's TypeError (a map key that is
     not a str or bytes)."""
-    why = N.payload_problem(blob)
+    why = native.payload_problem(blob)
     if why is not None:
         raise TypeError(
             f"payload holds {why}: dict keys must be str or bytes, at any depth (the "
@@ -50,10 +50,10 @@ def decodable(blob: bytes) -> bytes:
 
 
 def _check_size(blob: bytes) -> bytes:
-    if len(blob) > C.MAX_PAYLOAD:
+    if len(blob) > contract.MAX_PAYLOAD:
         raise ValueError(
             f"payload encodes to {len(blob)} bytes; the maximum is "
-            f"{C.MAX_PAYLOAD}: store large data elsewhere and pass a reference"
+            f"{contract.MAX_PAYLOAD}: store large data elsewhere and pass a reference"
         )
     return blob
 
@@ -78,7 +78,7 @@ def encode(payload: Any, key: Any = None) -> tuple[bytes, int]:
         blob = _pack([key, payload])
     except (TypeError, ValueError, OverflowError) as e:
         raise _refuse(e) from None
-    return _check_size(decodable(blob)), C.FLAG_KEY
+    return _check_size(decodable(blob)), contract.FLAG_KEY
 
 
 def encode_lease(payload: Any, holder: str | None) -> tuple[bytes, int]:
@@ -91,7 +91,7 @@ def encode_lease(payload: Any, holder: str | None) -> tuple[bytes, int]:
         blob = _pack([[holder], payload])
     except (TypeError, ValueError, OverflowError) as e:
         raise _refuse(e) from None
-    return _check_size(decodable(blob)), C.FLAG_KEY
+    return _check_size(decodable(blob)), contract.FLAG_KEY
 
 
 def encode_calendar(payload: Any, spec: dict[str, Any]) -> tuple[bytes, int]:
@@ -101,23 +101,25 @@ def encode_calendar(payload: Any, spec: dict[str, Any]) -> tuple[bytes, int]:
         blob = _pack([spec, payload])
     except (TypeError, ValueError, OverflowError) as e:
         raise _refuse(e) from None
-    return _check_size(decodable(blob)), C.FLAG_KEY
+    return _check_size(decodable(blob)), contract.FLAG_KEY
 
 
 def size_class(n: int) -> int:
     """The smallest arena class that holds n bytes."""
-    for c, size in enumerate(C.ARENA_CLASS_BYTES):
+    for c, size in enumerate(contract.ARENA_CLASS_BYTES):
         if n <= size:
             return c
-    raise ValueError(f"{n}-byte payload exceeds {C.MAX_PAYLOAD}")
+    raise ValueError(f"{n}-byte payload exceeds {contract.MAX_PAYLOAD}")
 
 
-def store(mem: ServiceMemory, tables: N.Tables, slot: int, data: bytes) -> tuple[int, int] | None:
+def store(
+    mem: ServiceMemory, tables: native.Tables, slot: int, data: bytes
+) -> tuple[int, int] | None:
     """`data` written into a free arena block owned by `slot`, of the smallest class that
     holds it (a larger one when that class is full): (class, block); None when no class
     that holds it has a free block. The caller holds the segment lock (a client) or is
     alone on the segment (recovery)."""
-    for c in range(size_class(len(data)), C.ARENA_CLASSES):
+    for c in range(size_class(len(data)), contract.ARENA_CLASSES):
         if (b := tables.arena_alloc(c, slot)) >= 0:
             mem.arena_block(c, b)[: len(data)] = np.frombuffer(data, np.uint8)
             return c, b

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _native as N
-from . import contract as C
+from .. import _native as native
+from . import contract
 
 
 class Ring:
@@ -22,30 +22,30 @@ class Ring:
     __slots__ = ("capacity", "data", "mask", "record", "words")
 
     def __init__(self, words: np.ndarray, capacity: int, record: int) -> None:
-        if len(words) != C.ring_words(capacity, record):
+        if len(words) != contract.ring_words(capacity, record):
             raise ValueError(f"{len(words)} words is not a ring of {capacity} x {record}")
         self.words = words
         self.capacity = capacity
         self.mask = capacity - 1
         self.record = record
-        self.data = words[C.RING_HEADER_WORDS :].reshape(capacity, record)
+        self.data = words[contract.RING_HEADER_WORDS :].reshape(capacity, record)
 
     @property
     def head(self) -> int:
-        return int(self.words[C.RING_HEAD])
+        return int(self.words[contract.RING_HEAD])
 
     @property
     def tail(self) -> int:
-        return int(self.words[C.RING_TAIL])
+        return int(self.words[contract.RING_TAIL])
 
     def pending(self) -> int:
         """Records published and not consumed, clamped to [0, capacity]."""
-        n = N.ring_pending(self.words, self.record)
+        n = native.ring_pending(self.words, self.record)
         return self.capacity if n < 0 else n
 
     def corrupt(self) -> bool:
         """The producer wrote garbage over head (it is not within tail + [0, capacity])."""
-        return bool(N.ring_pending(self.words, self.record) < 0)
+        return bool(native.ring_pending(self.words, self.record) < 0)
 
     def free(self) -> int:
         return self.capacity - self.pending()
@@ -53,18 +53,18 @@ class Ring:
     def push(self, recs: np.ndarray) -> int:
         """Publish as many rows of recs (n x record, int64) as fit; returns the count."""
         recs = np.ascontiguousarray(recs, dtype=np.int64)
-        return int(N.ring_push(self.words, self.record, recs, len(recs)))
+        return int(native.ring_push(self.words, self.record, recs, len(recs)))
 
     def peek(self, out: np.ndarray, limit: int | None = None) -> tuple[int, int]:
         """Copy up to `limit` unconsumed records into out (rows); (first seq, count), count
         -1 when head is corrupt. Nothing is consumed."""
         lim = len(out) if limit is None else limit
-        seq0, n = N.ring_peek(self.words, self.record, out, lim)
+        seq0, n = native.ring_peek(self.words, self.record, out, lim)
         return int(seq0), int(n)
 
     def consume(self, n: int) -> None:
         """Done with n records; with a corrupt head (n == -1 from peek: pass 0), skip to it."""
-        N.ring_consume(self.words, self.record, n)
+        native.ring_consume(self.words, self.record, n)
 
     def record_at(self, seq: int) -> np.ndarray:
         """The record at sequence number `seq` (a view; for recovery and tests)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from . import contract as C
+from . import contract
 
 
 class ConfigShape(Protocol):
@@ -58,7 +58,7 @@ def default_arena_bytes(capacity: int) -> int:
 
 def arena_meta_words(cfg: ConfigShape) -> int:
     """Class headers, then each class's next-free and owner tables."""
-    return C.ARENA_CLASSES * C.A_CLASS_WORDS + 2 * sum(cfg.arena_blocks)
+    return contract.ARENA_CLASSES * contract.A_CLASS_WORDS + 2 * sum(cfg.arena_blocks)
 
 
 def watch_buckets(cfg: ConfigShape) -> int:
@@ -67,7 +67,7 @@ def watch_buckets(cfg: ConfigShape) -> int:
 
 
 def watch_words(cfg: ConfigShape) -> int:
-    return C.WT_HEADER + watch_buckets(cfg) + cfg.watch_capacity * C.WE_WORDS
+    return contract.WT_HEADER + watch_buckets(cfg) + cfg.watch_capacity * contract.WE_WORDS
 
 
 def waiter_buckets(cfg: ConfigShape) -> int:
@@ -76,22 +76,25 @@ def waiter_buckets(cfg: ConfigShape) -> int:
     an ask is refused when both are full: with random handles the first refusal comes
     once about three quarters of the table is in use, 70% at the least in 20 trials of
     16384 entries)."""
-    return 1 << max(1, (-(-max(cfg.waiter_capacity, 1) // C.WAIT_WAYS) - 1).bit_length())
+    return 1 << max(1, (-(-max(cfg.waiter_capacity, 1) // contract.WAIT_WAYS) - 1).bit_length())
 
 
 def waiter_words(cfg: ConfigShape) -> int:
-    return C.WAIT_HEADER + waiter_buckets(cfg) * C.WAIT_BUCKET_WORDS
+    return contract.WAIT_HEADER + waiter_buckets(cfg) * contract.WAIT_BUCKET_WORDS
 
 
 def error_words(cfg: ConfigShape) -> int:
     """The failed tasks' records (errlog.h, "task error records"): a header, then a log
-    of C.ERR_RECORDS records per executor."""
-    return int(C.ERR_REGION_HEADER + cfg.executors * C.ERR_LOG_WORDS)
+    of contract.ERR_RECORDS records per executor."""
+    return int(contract.ERR_REGION_HEADER + cfg.executors * contract.ERR_LOG_WORDS)
 
 
 def arena_blocks(arena_bytes: int) -> tuple[int, int, int, int]:
     """Blocks per size class for an arena of about `arena_bytes`: half the bytes for the
     smallest class, where most payloads land, then a quarter, an eighth, an eighth."""
     shares = (0.5, 0.25, 0.125, 0.125)
-    n = [int(arena_bytes * f) // size for f, size in zip(shares, C.ARENA_CLASS_BYTES, strict=True)]
+    n = [
+        int(arena_bytes * f) // size
+        for f, size in zip(shares, contract.ARENA_CLASS_BYTES, strict=True)
+    ]
     return (n[0], n[1], n[2], n[3])

@@ -12,21 +12,21 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from .. import _native as N
-from ..wheel import constants as K
+from .. import _native as native
+from ..wheel import constants
 
 #: state value -> name, and name -> value
-NAMES: dict[int, str] = {value: name for name, value, _ in N.SLOT_STATES}
+NAMES: dict[int, str] = {value: name for name, value, _ in native.SLOT_STATES}
 VALUES: dict[str, int] = {name: value for value, name in NAMES.items()}
-MEANINGS: dict[str, str] = {name: doc for name, _, doc in N.SLOT_STATES}
+MEANINGS: dict[str, str] = {name: doc for name, _, doc in native.SLOT_STATES}
 BAD = "(torn)"  # a word whose state is no state (SM_BAD)
 
-_GEN = {K.TR_GEN_KEEP: "kept", K.TR_GEN_BUMP: "+1", K.TR_GEN_SET: "set"}
+_GEN = {constants.TR_GEN_KEEP: "kept", constants.TR_GEN_BUMP: "+1", constants.TR_GEN_SET: "set"}
 
 
 def _states(mask: int) -> tuple[str, ...]:
     names = tuple(NAMES[v] for v in sorted(NAMES) if mask & (1 << v))
-    return names + ((BAD,) if mask & K.SM_BAD else ())
+    return names + ((BAD,) if mask & constants.SM_BAD else ())
 
 
 @dataclass(frozen=True)
@@ -52,11 +52,11 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
         _states(to),
         _GEN[gen],
         actor,
-        lock == K.TR_LOCKED,
-        atomic == K.TR_CAS,
+        lock == constants.TR_LOCKED,
+        atomic == constants.TR_CAS,
         doc,
     )
-    for i, (name, frm, to, gen, actor, lock, atomic, doc) in enumerate(N.SLOT_TRANSITIONS)
+    for i, (name, frm, to, gen, actor, lock, atomic, doc) in enumerate(native.SLOT_TRANSITIONS)
 )
 BY_NAME: dict[str, Transition] = {t.name: t for t in TRANSITIONS}
 
@@ -64,7 +64,7 @@ BY_NAME: dict[str, Transition] = {t.name: t for t in TRANSITIONS}
 def allows(tr: int, seen: int, want: int) -> bool:
     """Whether transition `tr` may move a state word from `seen` to `want` (states and
     generation): the native core's own check, on the same table."""
-    return bool(N.rule_allows(tr, seen, want))
+    return bool(native.rule_allows(tr, seen, want))
 
 
 def markdown() -> str:

@@ -11,7 +11,7 @@ because the wheel core, the Kafka layer and everything above them read it.
 
 from __future__ import annotations
 
-from .. import _native as N
+from .. import _native as native
 
-globals().update(N.CONTRACT)
-LISTS: tuple[tuple[str, tuple[str, ...]], ...] = N.CONTRACT_LISTS  # (list, its names)
+globals().update(native.CONTRACT)
+LISTS: tuple[tuple[str, tuple[str, ...]], ...] = native.CONTRACT_LISTS  # (list, its names)

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _native as N
+from .. import _native as native
 from ..errors import Full, LayoutError
-from . import constants as K
+from . import constants
 
-MAGIC = K.WHEEL_MAGIC  # "SHMWHEL2"
-LAYOUT_VERSION = K.WHEEL_LAYOUT_VERSION
+MAGIC = constants.WHEEL_MAGIC  # "SHMWHEL2"
+LAYOUT_VERSION = constants.WHEEL_LAYOUT_VERSION
 DEFAULT_RANGE = 2**41  # ~70 years of milliseconds
 _MAX_SPAN = 2**61
 
@@ -80,9 +80,9 @@ def wheel_layout(g: WheelGeometry) -> dict[str, int]:
         ("ticks", g.levels),
         ("bexp", g.sentinels),
         ("bits", g.levels * g.words),
-        ("nodes", (g.sentinels + g.capacity) * K.NODE_WORDS),
+        ("nodes", (g.sentinels + g.capacity) * constants.NODE_WORDS),
     ]
-    offsets, at = {}, K.WHEEL_HEADER_WORDS
+    offsets, at = {}, constants.WHEEL_HEADER_WORDS
     for name, n in sizes:
         offsets[name] = at
         at += n
@@ -96,21 +96,21 @@ def words_needed(g: WheelGeometry) -> int:
 
 def _write_header(mem: np.ndarray, g: WheelGeometry) -> None:
     off = wheel_layout(g)
-    mem[: K.WHEEL_HEADER_WORDS] = 0
-    mem[K.H_MAGIC] = MAGIC  # "SHMWHEL2" < 2**63: an int64 as it is
-    mem[K.H_VERSION] = LAYOUT_VERSION
-    mem[K.H_CAPACITY] = g.capacity
-    mem[K.H_LEVELS] = g.levels
-    mem[K.H_WHEEL] = g.wheel_size
-    mem[K.H_BUCKETS] = g.buckets
-    mem[K.H_WORDS] = g.words
-    mem[K.H_TICK] = g.tick
-    mem[K.H_OFF_TICKS] = off["ticks"]
-    mem[K.H_OFF_BEXP] = off["bexp"]
-    mem[K.H_OFF_BITS] = off["bits"]
-    mem[K.H_OFF_NODES] = off["nodes"]
-    mem[K.H_TOTAL] = off["total"]
-    mem[K.H_SENTINELS] = g.sentinels
+    mem[: constants.WHEEL_HEADER_WORDS] = 0
+    mem[constants.H_MAGIC] = MAGIC  # "SHMWHEL2" < 2**63: an int64 as it is
+    mem[constants.H_VERSION] = LAYOUT_VERSION
+    mem[constants.H_CAPACITY] = g.capacity
+    mem[constants.H_LEVELS] = g.levels
+    mem[constants.H_WHEEL] = g.wheel_size
+    mem[constants.H_BUCKETS] = g.buckets
+    mem[constants.H_WORDS] = g.words
+    mem[constants.H_TICK] = g.tick
+    mem[constants.H_OFF_TICKS] = off["ticks"]
+    mem[constants.H_OFF_BEXP] = off["bexp"]
+    mem[constants.H_OFF_BITS] = off["bits"]
+    mem[constants.H_OFF_NODES] = off["nodes"]
+    mem[constants.H_TOTAL] = off["total"]
+    mem[constants.H_SENTINELS] = g.sentinels
     ot = off["ticks"]
     mem[ot : ot + g.levels] = _ticks(g)
 
@@ -120,37 +120,41 @@ def _ticks(g: WheelGeometry) -> list[int]:
 
 
 _OFFSETS = (
-    (K.H_OFF_TICKS, "ticks"),
-    (K.H_OFF_BEXP, "bexp"),
-    (K.H_OFF_BITS, "bits"),
-    (K.H_OFF_NODES, "nodes"),
+    (constants.H_OFF_TICKS, "ticks"),
+    (constants.H_OFF_BEXP, "bexp"),
+    (constants.H_OFF_BITS, "bits"),
+    (constants.H_OFF_NODES, "nodes"),
 )
 
 
 def read_geometry(mem: np.ndarray) -> WheelGeometry:
     """The geometry a formatted wheel array's header records; LayoutError for a header that
     is not one, or whose sizes and offsets disagree with one another or with the array."""
-    if mem.dtype != np.int64 or mem.ndim != 1 or len(mem) < K.WHEEL_HEADER_WORDS:
+    if mem.dtype != np.int64 or mem.ndim != 1 or len(mem) < constants.WHEEL_HEADER_WORDS:
         raise LayoutError("a wheel array is a 1-d int64 array with at least a header")
-    magic = int(np.int64(mem[K.H_MAGIC]).view(np.uint64))
+    magic = int(np.int64(mem[constants.H_MAGIC]).view(np.uint64))
     if magic != MAGIC:
         raise LayoutError(f"not a shmwheel wheel: magic {magic:#x}, expected {MAGIC:#x}")
-    if mem[K.H_VERSION] != LAYOUT_VERSION:
+    if mem[constants.H_VERSION] != LAYOUT_VERSION:
         raise LayoutError(
-            f"wheel layout version {int(mem[K.H_VERSION])}, this code reads {LAYOUT_VERSION}"
+            f"wheel layout version {int(mem[constants.H_VERSION])}, "
+            f"this code reads {LAYOUT_VERSION}"
         )
     g = WheelGeometry(
-        int(mem[K.H_TICK]), int(mem[K.H_WHEEL]), int(mem[K.H_LEVELS]), int(mem[K.H_CAPACITY])
+        int(mem[constants.H_TICK]),
+        int(mem[constants.H_WHEEL]),
+        int(mem[constants.H_LEVELS]),
+        int(mem[constants.H_CAPACITY]),
     )
     if g.tick < 1 or g.wheel_size < 2 or g.levels < 1 or g.capacity < 0:
         raise LayoutError(f"wheel header sizes are inconsistent ({g}, {len(mem)} words)")
     off = wheel_layout(g)
     if (
-        mem[K.H_TOTAL] != off["total"]
+        mem[constants.H_TOTAL] != off["total"]
         or len(mem) < off["total"]
-        or mem[K.H_BUCKETS] != g.buckets
-        or mem[K.H_SENTINELS] != g.sentinels
-        or mem[K.H_WORDS] != g.words
+        or mem[constants.H_BUCKETS] != g.buckets
+        or mem[constants.H_SENTINELS] != g.sentinels
+        or mem[constants.H_WORDS] != g.words
         or any(mem[h] != off[name] for h, name in _OFFSETS)
         or mem[off["ticks"] : off["ticks"] + g.levels].tolist() != _ticks(g)
     ):
@@ -170,19 +174,19 @@ def formatted_wheel(
 
 
 # the native calls of the hot paths, bound once
-_insert_many = N.wheel_insert_many
-_cancel_many = N.wheel_cancel_many
-_advance = N.wheel_advance
-_cascade_step = N.wheel_cascade_step
-_next_wakeup = N.wheel_next_wakeup
-_release = N.wheel_release
-_NO_SLOT = K.INS_NO_SLOT
-_NEVER = K.NEVER
-_SLOT_MASK = K.HANDLE_SLOT_MASK
-_GEN_BITS = K.GS_GEN_MASK << K.GS_GEN_SHIFT
+_insert_many = native.wheel_insert_many
+_cancel_many = native.wheel_cancel_many
+_advance = native.wheel_advance
+_cascade_step = native.wheel_cascade_step
+_next_wakeup = native.wheel_next_wakeup
+_release = native.wheel_release
+_NO_SLOT = constants.INS_NO_SLOT
+_NEVER = constants.NEVER
+_SLOT_MASK = constants.HANDLE_SLOT_MASK
+_GEN_BITS = constants.GS_GEN_MASK << constants.GS_GEN_SHIFT
 
 
-class WheelCore(N.BoundWheel):
+class WheelCore(native.BoundWheel):
     """A hierarchical timing wheel over one int64 array; see ``shmwheel/native/wheel.c`` for
     the theory. Its per-call ``insert`` and ``cancel`` are the native base's
     (``shmwheel/native/wheel_bound.c``), which borrows the array once, when it is bound.
@@ -217,8 +221,8 @@ class WheelCore(N.BoundWheel):
                 f"span {g.span} must fit on either side of it in int64"
             )
         _write_header(mem, g)
-        mem[K.H_NOW] = now
-        N.wheel_reset(mem)
+        mem[constants.H_NOW] = now
+        native.wheel_reset(mem)
 
     @classmethod
     def attach(cls, mem: np.ndarray, growable: bool = False) -> WheelCore:
@@ -243,16 +247,16 @@ class WheelCore(N.BoundWheel):
 
     @property
     def current_time(self) -> int:
-        return int(self.mem[K.H_NOW])
+        return int(self.mem[constants.H_NOW])
 
     @property
     def size(self) -> int:
         """Entries linked in the wheel (pending)."""
-        return int(self.mem[K.H_PENDING])
+        return int(self.mem[constants.H_PENDING])
 
     @property
     def capacity(self) -> int:
-        return int(self.mem[K.H_CAPACITY])
+        return int(self.mem[constants.H_CAPACITY])
 
     def max_deadline(self) -> int:
         """The first deadline the wheel refuses as out of range at the current time."""
@@ -322,16 +326,18 @@ class WheelCore(N.BoundWheel):
     def entries(self) -> np.ndarray:
         """The entry records as a (capacity, 4) view: next, prev, deadline, gen|state."""
         g = self.geometry
-        start = int(self.mem[K.H_OFF_NODES]) + g.sentinels * K.NODE_WORDS
-        return self.mem[start : start + g.capacity * K.NODE_WORDS].reshape(-1, K.NODE_WORDS)
+        start = int(self.mem[constants.H_OFF_NODES]) + g.sentinels * constants.NODE_WORDS
+        return self.mem[start : start + g.capacity * constants.NODE_WORDS].reshape(
+            -1, constants.NODE_WORDS
+        )
 
     def deadline_of(self, slot: int) -> int:
         """The exact deadline recorded in `slot`."""
-        return int(self.entries()[slot, K.F_DEADLINE])
+        return int(self.entries()[slot, constants.F_DEADLINE])
 
     def handle_of(self, slot: int) -> int:
         """The handle that currently names `slot` (its generation and index)."""
-        return (int(self.entries()[slot, K.F_GS]) & _GEN_BITS) | slot
+        return (int(self.entries()[slot, constants.F_GS]) & _GEN_BITS) | slot
 
     @staticmethod
     def slot_of(handle: int) -> int:
@@ -343,8 +349,10 @@ class WheelCore(N.BoundWheel):
         slot = handle & _SLOT_MASK
         if handle < 0 or slot >= self.capacity:
             return False
-        gs = int(self.entries()[slot, K.F_GS])
-        return (gs & _GEN_BITS) == (handle & _GEN_BITS) and (gs & K.GS_STATE_MASK) == K.ST_PENDING
+        gs = int(self.entries()[slot, constants.F_GS])
+        return (gs & _GEN_BITS) == (handle & _GEN_BITS) and (
+            gs & constants.GS_STATE_MASK
+        ) == constants.ST_PENDING
 
     # -- capacity -----------------------------------------------------------------
     def _make_room(self, wanted: int) -> None:
@@ -363,17 +371,17 @@ class WheelCore(N.BoundWheel):
         ng = WheelGeometry(g.tick, g.wheel_size, g.levels, capacity)
         mem = np.zeros(words_needed(ng), dtype=np.int64)
         _write_header(mem, ng)
-        mem[K.H_NOW] = old[K.H_NOW]
-        mem[K.H_FREE] = old[K.H_FREE]
-        mem[K.H_PENDING] = old[K.H_PENDING]
+        mem[constants.H_NOW] = old[constants.H_NOW]
+        mem[constants.H_FREE] = old[constants.H_FREE]
+        mem[constants.H_PENDING] = old[constants.H_PENDING]
         o, n = wheel_layout(g), wheel_layout(ng)
         for name, length in (
             ("bexp", g.sentinels),
             ("bits", g.levels * g.words),
-            ("nodes", (g.sentinels + g.capacity) * K.NODE_WORDS),
+            ("nodes", (g.sentinels + g.capacity) * constants.NODE_WORDS),
         ):
             mem[n[name] : n[name] + length] = old[o[name] : o[name] + length]
-        N.wheel_add_free_slots(mem, g.capacity)
+        native.wheel_add_free_slots(mem, g.capacity)
         self._bind(mem, ng, self.growable)
 
     # -- checking -----------------------------------------------------------------
@@ -385,17 +393,22 @@ class WheelCore(N.BoundWheel):
         RESETTING, or its record not yet drained): they may sit in any bucket."""
         mem, g = self.mem, self.geometry
         off = wheel_layout(g)
-        nodes = mem[off["nodes"] : off["nodes"] + (g.sentinels + g.capacity) * K.NODE_WORDS]
-        nodes = nodes.reshape(-1, K.NODE_WORDS)
-        st = nodes[g.sentinels :, K.F_GS] & K.GS_STATE_MASK
-        epv, enx = nodes[g.sentinels :, K.F_PREV], nodes[g.sentinels :, K.F_NEXT]
+        nodes = mem[off["nodes"] : off["nodes"] + (g.sentinels + g.capacity) * constants.NODE_WORDS]
+        nodes = nodes.reshape(-1, constants.NODE_WORDS)
+        st = nodes[g.sentinels :, constants.F_GS] & constants.GS_STATE_MASK
+        epv, enx = nodes[g.sentinels :, constants.F_PREV], nodes[g.sentinels :, constants.F_NEXT]
         # the walks read Python lists: indexing numpy one scalar at a time is ~5x slower
-        nx, pv = nodes[:, K.F_NEXT].tolist(), nodes[:, K.F_PREV].tolist()
-        stl, dl = st.tolist(), nodes[g.sentinels :, K.F_DEADLINE].tolist()
+        nx, pv = nodes[:, constants.F_NEXT].tolist(), nodes[:, constants.F_PREV].tolist()
+        stl, dl = st.tolist(), nodes[g.sentinels :, constants.F_DEADLINE].tolist()
         bexp = mem[off["bexp"] : off["bexp"] + g.sentinels].tolist()
         bits = mem[off["bits"] : off["bits"] + g.levels * g.words].view(np.uint64).tolist()
         now, linked = self.current_time, 0
-        linkable = (K.ST_PENDING, K.ST_CANCELLED, K.ST_COMPLETED, K.ST_RESETTING)
+        linkable = (
+            constants.ST_PENDING,
+            constants.ST_CANCELLED,
+            constants.ST_COMPLETED,
+            constants.ST_RESETTING,
+        )
         moved = set(moved)
         for k in range(g.levels):
             tk = g.tick * g.wheel_size**k
@@ -423,7 +436,7 @@ class WheelCore(N.BoundWheel):
                             assert v > now // tk, f"level {k} bucket {i} is the current one"
                     prev, node, n = node, nx[node], n + 1
                     assert n <= g.capacity, "cycle in a bucket list"
-                assert bit == (n > 0) == (bexp[b] != K.NO_TIME), (
+                assert bit == (n > 0) == (bexp[b] != constants.NO_TIME), (
                     f"level {k} bucket {i}: bit {bit}, {n} entries, expiration {bexp[b]}"
                 )
                 linked += n
@@ -431,21 +444,25 @@ class WheelCore(N.BoundWheel):
         assert int(np.count_nonzero(epv != -1)) == linked, (
             "an unlinked entry has prev != -1 (linked iff prev != -1)"
         )
-        assert not (((st == K.ST_PENDING) & (epv == -1)).any()), "a pending slot is not linked"
-        stack, s = [], int(mem[K.H_FREE])
+        assert not (((st == constants.ST_PENDING) & (epv == -1)).any()), (
+            "a pending slot is not linked"
+        )
+        stack, s = [], int(mem[constants.H_FREE])
         while s != -1:
             assert 0 <= s < g.capacity, f"free list holds slot {s} out of range"
             stack.append(s)
             assert len(stack) <= g.capacity, "cycle in the free list"
             s = nx[g.sentinels + s]
         on_stack = np.array(stack, dtype=np.int64)
-        bad = on_stack[st[on_stack] != K.ST_FREE]
+        bad = on_stack[st[on_stack] != constants.ST_FREE]
         assert len(bad) == 0, f"free list holds slot {int(bad[0]) if len(bad) else 0} not free"
         bad = on_stack[epv[on_stack] != -1]
         assert len(bad) == 0, f"free slot {int(bad[0]) if len(bad) else 0} has prev != -1"
         free = len(stack)
-        assert int(np.count_nonzero(st == K.ST_FREE)) == free, "a FREE slot is off the stack"
-        held_mask = (st != K.ST_FREE) & (epv == -1)  # FIRING (or reserved, in the service)
+        assert int(np.count_nonzero(st == constants.ST_FREE)) == free, (
+            "a FREE slot is off the stack"
+        )
+        held_mask = (st != constants.ST_FREE) & (epv == -1)  # FIRING (or reserved, in the service)
         assert (enx[held_mask] == -1).all(), "a held slot has next != -1 (in a list)"
         held = int(np.count_nonzero(held_mask))
         assert free + linked + held == g.capacity, (

@@ -32,23 +32,27 @@ def single_process(journals: Sequence[str], grace_ms: int | None = None) -> dict
     import pyarrow as pa
 
     from ...journal import read_segment, segment_files
-    from ...pipeline.read import events as E
+    from ...pipeline.read import events as pipeline_events
     from ...pipeline.read import fleet
-    from ...pipeline.tables import audit as A
-    from ...pipeline.tables import pertimer as P
+    from ...pipeline.tables import audit as pipeline_audit
+    from ...pipeline.tables import pertimer as pipeline_pertimer
     from ...pipeline.tables.figures import TimerFigures
     from ...pipeline.tables.seconds import COLUMNS as SECONDS_COLUMNS
     from ...pipeline.tables.seconds import Seconds
 
-    grace = A.DEFAULT_GRACE_MS if grace_ms is None else grace_ms
+    grace = pipeline_audit.DEFAULT_GRACE_MS if grace_ms is None else grace_ms
     t0 = time.perf_counter()
-    cols = [c for c in E.NAMES if c in {*P.EVENT_COLUMNS, *SECONDS_COLUMNS, "service"}]
+    cols = [
+        c
+        for c in pipeline_events.NAMES
+        if c in {*pipeline_pertimer.EVENT_COLUMNS, *SECONDS_COLUMNS, "service"}
+    ]
     reports, secs, events = [], {}, {}
     for d in journals:
         for path in segment_files(d):
             seg = read_segment(path)
             reports.append(fleet.segment_report(seg))
-            batch = E.segment_batch(seg, cols, dictionary=True)
+            batch = pipeline_events.segment_batch(seg, cols, dictionary=True)
             svc = (seg.header or {}).get("service")
             secs.setdefault(svc, []).append(Seconds.of_events(batch))
             events.setdefault(svc, []).append(batch)
@@ -60,15 +64,15 @@ def single_process(journals: Sequence[str], grace_ms: int | None = None) -> dict
     for svc, batches in events.items():
         if svc is None:
             continue
-        b = P.Bounds.of(by_service[svc], grace)
-        table = P.per_timer_of(pa.Table.from_batches(batches).combine_chunks(), b)
+        b = pipeline_pertimer.Bounds.of(by_service[svc], grace)
+        table = pipeline_pertimer.per_timer_of(pa.Table.from_batches(batches).combine_chunks(), b)
         figures.append(TimerFigures.of_table(table, b))
-        for rule, n in A.count_violations(table, b).items():
+        for rule, n in pipeline_audit.count_violations(table, b).items():
             violations[rule] = violations.get(rule, 0) + n
     kinds = whole.kinds()
     overall = whole.overall()
     return {
-        "records": sum(n for k, n in kinds.items() if k != E.REJECT),
+        "records": sum(n for k, n in kinds.items() if k != pipeline_events.REJECT),
         "rejects": whole.rejects + len(gaps),
         "timers": TimerFigures.merge(figures).tally,
         "violations_by_rule": violations,

@@ -26,8 +26,8 @@ import numpy as np
 
 from ...service.supervisor import TimerService
 from ..measure import Figures
-from ..service import common as SC
-from ..service import ops as SO
+from ..service import common as service_common
+from ..service import ops as service_ops
 
 log = logging.getLogger("shmwheel.bench")
 
@@ -74,13 +74,20 @@ def _producer_side(
     after warm-up until the coordinator has linked every timer timed."""
     total = n if call else sum(map(len, chunks))
     options = {} if journal is None else {"journal": journal}
-    with SC._service(SC._capacity_for(total), **options) as svc, svc.client() as c:
-        SC.warm(c)
+    with (
+        service_common._service(service_common._capacity_for(total), **options) as svc,
+        svc.client() as c,
+    ):
+        service_common.warm(c)
         before = 0
         if journal is not None:
             wait_linked(svc, 0, 30.0)  # the warm-up's records are not counted
             before = _journal_bytes(svc)
-        rate = SO.schedule_call_rate(c, delays) if call else SO.schedule_many_rate(c, chunks)
+        rate = (
+            service_ops.schedule_call_rate(c, delays)
+            if call
+            else service_ops.schedule_many_rate(c, chunks)
+        )
         if journal is None:
             return rate, 0.0
         pending = wait_linked(svc, total, 30.0 + total / 20_000)
@@ -96,8 +103,8 @@ def svc_journal(n: int) -> Figures:
     (delays 30-60 s, never due while measured), each with the journal off and on (fsync
     'interval', a fresh temporary directory per service), in that order; the on / off
     ratios and the journal's bytes per timer."""
-    delays = SC._far_delays(n).tolist()
-    _, chunks = SO.batch_delays(n)
+    delays = service_common._far_delays(n).tolist()
+    _, chunks = service_ops.batch_delays(n)
     fig: Figures = {}
     for call, what, how in (
         (True, "Client.schedule", "per call"),
@@ -128,14 +135,14 @@ def svc_recovery(n: int) -> Figures:
     beside its own ``recovery['seconds']`` (claim, read, re-arm, compact), and checked:
     stats()['pending'] must come back to n. Peer: start() of the same service without a
     journal."""
-    cap = SC._capacity_for(n)
+    cap = service_common._capacity_for(n)
     fill = np.random.default_rng(9).uniform(RECOVERY_LO_MS, RECOVERY_HI_MS, n)
     fig: Figures = {}
     with _journal_dir() as d:
-        with SC._service(cap, journal=d) as svc:
+        with service_common._service(cap, journal=d) as svc:
             with svc.client() as c:
-                for i in range(0, n, SC.BATCH):
-                    c.schedule_many("noop", fill[i : i + SC.BATCH])
+                for i in range(0, n, service_common.BATCH):
+                    c.schedule_many("noop", fill[i : i + service_common.BATCH])
             pending = wait_linked(svc, n, 60.0 + n / 20_000)
             if pending != n:
                 raise RuntimeError(f"recovery: {pending} of {n} timers pending before stop()")
@@ -143,7 +150,9 @@ def svc_recovery(n: int) -> Figures:
             t = time.perf_counter()
             svc.stop()
             fig[f"{S} stop() with the timers pending"] = (time.perf_counter() - t) * 1000
-        with SC.owned(TimerService(tasks=SC.TASKS, capacity=cap, journal=d)) as svc:
+        with service_common.owned(
+            TimerService(tasks=service_common.TASKS, capacity=cap, journal=d)
+        ) as svc:
             fig[f"{S} start(), recovering the pending timers"] = _timed_start(svc)
             rec = dict(svc.recovery)
             end = time.monotonic() + 5.0
@@ -160,6 +169,6 @@ def svc_recovery(n: int) -> Figures:
     fig["pending after recovery"] = float(pending)
     fig["journal disk bytes before recovery"] = float(disk)
     fig["journal segments read"] = float(rec["segments_read"])
-    with SC.owned(TimerService(tasks=SC.TASKS, capacity=cap)) as svc:
+    with service_common.owned(TimerService(tasks=service_common.TASKS, capacity=cap)) as svc:
         fig[f"{S} start(), no journal"] = _timed_start(svc)
     return fig

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...segment import layout as L
-from ...segment import shm
+from ...segment import layout, shm
 from ...service.supervisor import TimerService
 from ..baselines import HeapTimer, RedisDelayQueue, event_loop, sched_scheduler
 from ..measure import Figures, bytes_per_object, noop
@@ -49,11 +48,11 @@ def svc_memory(n: int) -> Figures:
     with _service(n) as svc:
         cap = svc.config.capacity
         size = os.path.getsize(shm.SHM_DIR / (shm.PREFIX + svc.name))
-        off = L.segment_layout(svc.config)
+        off = layout.segment_layout(svc.config)
         words = dict(zip(list(off)[:-1], np.diff(list(off.values())).tolist(), strict=True))
         fig[f"{S} segment / capacity"] = size / cap
         fig[f"{S} wheel+side / capacity"] = (words["wheel"] + words["side"]) * 8 / cap
-        more = L.segment_layout(dataclasses.replace(svc.config, capacity=cap + 1024))["total"]
+        more = layout.segment_layout(dataclasses.replace(svc.config, capacity=cap + 1024))["total"]
         fig[f"{S} segment bytes per added timer"] = (more - off["total"]) * 8 / 1024
         fig[f"{S} payload arena / capacity"] = (off["anchors"] - off["arena_meta"]) * 8 / cap
         fig[f"{S} fixed regions / capacity"] = size / cap - (more - off["total"]) * 8 / 1024

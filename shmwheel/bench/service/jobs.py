@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from ...examples import jobs as J
+from ...examples import jobs
 from ...service.jobs.executor import Executor
 from ..measure import Figures, ops_per_s
 from .common import _service
@@ -62,21 +62,21 @@ def svc_jobs(n: int) -> Figures:
     count = jobs_size(n)
     fig: Figures = {}
     with Executor(WORKERS, time_limit=LIMIT_S) as ex:
-        _drain([ex.submit(J.noop) for _ in range(200)])  # warm: every worker has imported
-        fig[SW] = ops_per_s(count, lambda: _drain([ex.submit(J.noop) for _ in range(count)]))
+        _drain([ex.submit(jobs.noop) for _ in range(200)])  # warm: every worker has imported
+        fig[SW] = ops_per_s(count, lambda: _drain([ex.submit(jobs.noop) for _ in range(count)]))
         fig[SW_STOP] = statistics.median(_overrun(ex.submit) for _ in range(STOPS))
     with cf.ProcessPoolExecutor(WORKERS) as ppe:
-        _drain([ppe.submit(J.noop) for _ in range(200)])
-        fig[PPE] = ops_per_s(count, lambda: _drain([ppe.submit(J.noop) for _ in range(count)]))
+        _drain([ppe.submit(jobs.noop) for _ in range(200)])
+        fig[PPE] = ops_per_s(count, lambda: _drain([ppe.submit(jobs.noop) for _ in range(count)]))
     fig[R_PPE] = fig[SW] / fig[PPE]
     pebble = _pebble()
     if pebble is not None:
         pool = pebble.ProcessPool(max_workers=WORKERS)  # type: ignore[attr-defined]
         try:
-            _drain([pool.schedule(J.noop, timeout=LIMIT_S) for _ in range(200)])
+            _drain([pool.schedule(jobs.noop, timeout=LIMIT_S) for _ in range(200)])
             fig[PEBBLE] = ops_per_s(
                 count,
-                lambda: _drain([pool.schedule(J.noop, timeout=LIMIT_S) for _ in range(count)]),
+                lambda: _drain([pool.schedule(jobs.noop, timeout=LIMIT_S) for _ in range(count)]),
             )
             fig[PEBBLE_STOP] = statistics.median(
                 _overrun(lambda f, s: pool.schedule(f, args=(s,), timeout=HANG_LIMIT_S))
@@ -105,9 +105,9 @@ def _overrun(submit: object) -> float:
 def _overrun_once(submit: object) -> float:
     t = time.perf_counter()
     if submit.__name__ == "submit":  # type: ignore[attr-defined]
-        job = submit(J.hang, 60.0, time_limit=HANG_LIMIT_S)  # type: ignore[operator]
+        job = submit(jobs.hang, 60.0, time_limit=HANG_LIMIT_S)  # type: ignore[operator]
     else:
-        job = submit(J.hang, 60.0)  # type: ignore[operator]
+        job = submit(jobs.hang, 60.0)  # type: ignore[operator]
     try:
         job.result(30)
     except BaseException:
@@ -119,7 +119,7 @@ def _lanes() -> tuple[float, float]:
     """Timers' lateness p50 / p99 (ms) while both job workers sleep."""
     with _service(executors=1, job_workers=WORKERS) as svc, svc.client() as c:
         ex = svc.executor()
-        busy = [ex.submit(J.hang, 60.0) for _ in range(WORKERS)]
+        busy = [ex.submit(jobs.hang, 60.0) for _ in range(WORKERS)]
         end = time.monotonic() + 10
         while not all(j.running() for j in busy) and time.monotonic() < end:
             time.sleep(0.001)

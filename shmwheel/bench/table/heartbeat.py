@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-from ..service import heartbeat as HB
-from ..service import lease as LS
+from ..service import heartbeat, lease
 from ..service.common import S
 from ..workload import Goal, Workload
 from .row import Row, Terms
 
-LATE = [f"{LS.EXPIRE} {q}" for q in LS.QS]
+LATE = [f"{lease.EXPIRE} {q}" for q in lease.QS]
 
 
 def heartbeat_spec(row: Row, t: Terms) -> Workload:
@@ -19,12 +18,18 @@ def heartbeat_spec(row: Row, t: Terms) -> Workload:
         "heartbeat: reset vs cancel + schedule",
         row.run,
         "service",
-        [(HB.RESET, peer) for peer in (HB.PAIR, HB.ASYNCIO, HB.HEAP)],
-        notes=[HB.TIMERS, HB.R_PAIR, HB.R_ASYNCIO, HB.RESET + HB.CPU, HB.PAIR + HB.CPU],
+        [(heartbeat.RESET, peer) for peer in (heartbeat.PAIR, heartbeat.ASYNCIO, heartbeat.HEAP)],
+        notes=[
+            heartbeat.TIMERS,
+            heartbeat.R_PAIR,
+            heartbeat.R_ASYNCIO,
+            heartbeat.RESET + heartbeat.CPU,
+            heartbeat.PAIR + heartbeat.CPU,
+        ],
         goals=[
             Goal(
                 "reset / shmwheel cancel + schedule",
-                HB.R_PAIR,
+                heartbeat.R_PAIR,
                 ">=",
                 2.0,
                 "issue 22: a heartbeat deadline moves in one step (one ring record, "
@@ -36,7 +41,7 @@ def heartbeat_spec(row: Row, t: Terms) -> Workload:
             ),
             Goal(
                 "reset / asyncio cancel + call_later",
-                HB.R_ASYNCIO,
+                heartbeat.R_ASYNCIO,
                 ">=",
                 3.0,
                 "issue 22: moving a deadline across processes beats the in-process "
@@ -47,14 +52,14 @@ def heartbeat_spec(row: Row, t: Terms) -> Workload:
         ],
         wid=row.id,
         about=f"N = n/10 timers with 30-60 s heartbeat timeouts, each moved once per "
-        f"round for {HB.ROUNDS} rounds, none firing: shmwheel's TimerHandle.reset, "
+        f"round for {heartbeat.ROUNDS} rounds, none firing: shmwheel's TimerHandle.reset, "
         f"then its cancel + schedule (alternating which goes first), beside asyncio's "
         f"cancel + call_later in a running loop and the heapq+thread timer's",
         explain={
-            HB.ASYNCIO: f"in one running loop that turns every {HB.YIELD_EVERY} "
+            heartbeat.ASYNCIO: f"in one running loop that turns every {heartbeat.YIELD_EVERY} "
             "heartbeats (as a server's loop runs between the events it handles), so "
             "it drops its cancelled handles from its heap as in production.",
-            HB.HEAP: "the heapq docs' lazy deletion: the cancelled entry stays in the "
+            heartbeat.HEAP: "the heapq docs' lazy deletion: the cancelled entry stays in the "
             "heap, marked, until its deadline would have come.",
         },
     )
@@ -66,12 +71,12 @@ def lease_spec(row: Row, t: Terms) -> Workload:
         "lease: beats",
         row.run,
         "service",
-        [(LS.BEAT, LS.ASYNCIO), (LS.BEAT_K, LS.ASYNCIO), (LS.RESET, LS.ASYNCIO)],
-        notes=[LS.LEASES, LS.R_RESET],
+        [(lease.BEAT, lease.ASYNCIO), (lease.BEAT_K, lease.ASYNCIO), (lease.RESET, lease.ASYNCIO)],
+        notes=[lease.LEASES, lease.R_RESET],
         goals=[
             Goal(
                 "Lease.beat / TimerHandle.reset",
-                LS.R_RESET,
+                lease.R_RESET,
                 ">=",
                 0.9,
                 "issue 35: a lease's beat is a reset (one slot per lease, O(1) per "
@@ -80,9 +85,9 @@ def lease_spec(row: Row, t: Terms) -> Workload:
             ),
         ],
         wid=row.id,
-        about=f"N = n/10 leases with 30-60 s ttls, each beaten {LS.ROUNDS} times, none "
+        about=f"N = n/10 leases with 30-60 s ttls, each beaten {lease.ROUNDS} times, none "
         f"expiring: Lease.beat in this process beside TimerHandle.reset on as many "
-        f"timers (alternating which goes first), then from {LS.K} spawned holder "
+        f"timers (alternating which goes first), then from {lease.K} spawned holder "
         f"processes the leases were handed to (pickled); asyncio's Timeout.reschedule "
         f"on N asyncio.timeout contexts in one loop",
     )
@@ -99,7 +104,7 @@ def lease_expiry_spec(row: Row, t: Terms) -> Workload:
         goals=[
             Goal(
                 "expiry p99 after the last beat's ttl",
-                f"{LS.EXPIRE} p99: {S}",
+                f"{lease.EXPIRE} p99: {S}",
                 "<=",
                 2.0,
                 "issue 35: a holder that stops beating is declared dead within its ttl "
@@ -109,9 +114,9 @@ def lease_expiry_spec(row: Row, t: Terms) -> Workload:
             ),
         ],
         wid=row.id,
-        about=f"n/50 leases (at least 100) held by {LS.K} spawned processes, beaten "
-        f"{LS.BEATS} times with a far ttl and then once with a ttl of {LS.AHEAD_MS} ms "
-        f"+ up to {LS.SPREAD_MS} ms (spread): ms from the deadline that last beat set "
+        about=f"n/50 leases (at least 100) held by {lease.K} spawned processes, beaten "
+        f"{lease.BEATS} times with a far ttl and then once with a ttl of {lease.AHEAD_MS} ms "
+        f"+ up to {lease.SPREAD_MS} ms (spread): ms from the deadline that last beat set "
         f"to its expiry task's start; asyncio timeouts rescheduled alike in one loop, "
         f"from when() to the except block",
     )
@@ -119,7 +124,7 @@ def lease_expiry_spec(row: Row, t: Terms) -> Workload:
 
 ROWS = [
     # id,       name,               measured by,         spec: peers, notes, goals
-    Row("W11", "svc_heartbeat",    HB.svc_heartbeat,    heartbeat_spec),
-    Row("W12", "svc_lease",        LS.svc_lease,        lease_spec),
-    Row("W12", "svc_lease_expiry", LS.svc_lease_expiry, lease_expiry_spec),
+    Row("W11", "svc_heartbeat",    heartbeat.svc_heartbeat,    heartbeat_spec),
+    Row("W12", "svc_lease",        lease.svc_lease,        lease_spec),
+    Row("W12", "svc_lease_expiry", lease.svc_lease_expiry, lease_expiry_spec),
 ]  # fmt: skip

@@ -4,7 +4,7 @@ goals; ``ROWS``, at the end, is the table.
 
 from __future__ import annotations
 
-from ..service import jobs as JB
+from ..service import jobs
 from ..workload import Goal, Workload
 from .row import Row, Terms
 
@@ -15,12 +15,12 @@ def jobs_spec(row: Row, t: Terms) -> Workload:
         "jobs with a time limit",
         row.run,
         "service",
-        [(JB.SW, JB.PPE), (JB.SW, JB.PEBBLE)],
-        notes=[JB.SW_STOP, JB.PEBBLE_STOP, JB.LANE_P50, JB.LANE_P99],
+        [(jobs.SW, jobs.PPE), (jobs.SW, jobs.PEBBLE)],
+        notes=[jobs.SW_STOP, jobs.PEBBLE_STOP, jobs.LANE_P50, jobs.LANE_P99],
         goals=[
             Goal(
                 "jobs/s / ProcessPoolExecutor",
-                JB.R_PPE,
+                jobs.R_PPE,
                 ">=",
                 10.0,
                 "issue 34: a batch scheduler's pool runs many short jobs; shmwheel "
@@ -31,7 +31,7 @@ def jobs_spec(row: Row, t: Terms) -> Workload:
             ),
             Goal(
                 "jobs/s / pebble ProcessPool",
-                JB.R_PEBBLE,
+                jobs.R_PEBBLE,
                 ">=",
                 10.0,
                 "issue 34: pebble is the time-limited pool a Python user reaches for",
@@ -39,7 +39,7 @@ def jobs_spec(row: Row, t: Terms) -> Workload:
             ),
             Goal(
                 "hung job stopped past its limit (ms)",
-                JB.SW_STOP,
+                jobs.SW_STOP,
                 "<=",
                 20.0,
                 "issue 34: a time limit stops the job at the limit (pebble checks its "
@@ -49,7 +49,7 @@ def jobs_spec(row: Row, t: Terms) -> Workload:
             ),
             Goal(
                 "timers' lateness p99 with job workers busy (ms)",
-                JB.LANE_P99,
+                jobs.LANE_P99,
                 "<=",
                 1.0,
                 "issue 34: lanes: timers keep their goals while every job worker is busy",
@@ -58,13 +58,13 @@ def jobs_spec(row: Row, t: Terms) -> Workload:
             ),
         ],
         wid=row.id,
-        about=f"J = n/10 no-op jobs with a {JB.LIMIT_S:g} s time limit (none for "
+        about=f"J = n/10 no-op jobs with a {jobs.LIMIT_S:g} s time limit (none for "
         f"ProcessPoolExecutor, which has no such option), all submitted then every result "
-        f"taken, {JB.WORKERS} workers each; a job sleeping 60 s with a "
-        f"{JB.HANG_LIMIT_S:g} s limit, how long past the limit its wait ends; timers' "
+        f"taken, {jobs.WORKERS} workers each; a job sleeping 60 s with a "
+        f"{jobs.HANG_LIMIT_S:g} s limit, how long past the limit its wait ends; timers' "
         f"lateness while both job workers sleep",
         explain={
-            JB.PEBBLE: "pebble is an optional peer (pip install pebble, or the bench "
+            jobs.PEBBLE: "pebble is an optional peer (pip install pebble, or the bench "
             "extra): without it its rows are left out.",
         },
     )
@@ -72,5 +72,5 @@ def jobs_spec(row: Row, t: Terms) -> Workload:
 
 ROWS = [
     # id,       name,       measured by, spec: peers, notes, goals
-    Row("W13", "svc_jobs", JB.svc_jobs, jobs_spec),
+    Row("W13", "svc_jobs", jobs.svc_jobs, jobs_spec),
 ]  # fmt: skip

@@ -5,14 +5,14 @@ end, is the table.
 
 from __future__ import annotations
 
-from ..journal import workloads as JW
+from ..journal import workloads as journal_workloads
 from ..service import ops as OPS
-from ..service import purgatory as PW
+from ..service import purgatory
 from ..workload import Goal, Workload
 from .row import Row, Terms
 
 S = "shmwheel"
-SHAPES = ("per call", f"batched ({PW.BATCH} per key)")
+SHAPES = ("per call", f"batched ({purgatory.BATCH} per key)")
 RATES = [
     (f"{S} {what}, journal on", f"{S} {what}, journal off")
     for what in ("Client.schedule", "Client.schedule_many")
@@ -145,8 +145,8 @@ def recovery_spec(row: Row, t: Terms) -> Workload:
 
 ROWS = [
     # id,       name,                   measured by,             spec: peers, notes, goals
-    Row("W10", "svc_purgatory",        PW.svc_purgatory,        purgatory_spec),
-    Row("W10", "svc_purgatory_expire", PW.svc_purgatory_expire, purgatory_expire_spec),
-    Row("W9",  "svc_journal",          JW.svc_journal,          journal_spec),
-    Row("W9",  "svc_recovery",         JW.svc_recovery,         recovery_spec),
+    Row("W10", "svc_purgatory",        purgatory.svc_purgatory,        purgatory_spec),
+    Row("W10", "svc_purgatory_expire", purgatory.svc_purgatory_expire, purgatory_expire_spec),
+    Row("W9",  "svc_journal",          journal_workloads.svc_journal,          journal_spec),
+    Row("W9",  "svc_recovery",         journal_workloads.svc_recovery,         recovery_spec),
 ]  # fmt: skip

@@ -6,10 +6,10 @@ ones (wheel core, Kafka layer), which ``ROWS`` here lists; and the groups
 
 from __future__ import annotations
 
-from ..inprocess import core as W
-from ..journal import workloads as JW
-from ..service import producers as PR
-from ..service import purgatory as PW
+from ..inprocess import core as inprocess
+from ..journal import workloads as journal_workloads
+from ..service import producers as service_producers
+from ..service import purgatory
 from ..workload import Goal, Workload
 from . import heartbeat, jobs, journal_purgatory, service
 from .row import Row, Terms
@@ -239,15 +239,15 @@ def purgatory_call_spec(row: Row, t: Terms) -> Workload:
 
 ROWS = [
     # id,    name,             measured by,             spec: peers, notes, goals
-    Row("", "schedule_batch", W.core_schedule_batch,   schedule_batch_spec),
-    Row("", "schedule_call",  W.core_schedule_call,    schedule_call_spec),
-    Row("", "cancel",         W.core_cancel,           cancel_spec),
-    Row("", "expire",         W.core_expire,           expire_spec),
-    Row("", "stall",          W.cascade_stall,         stall_spec),
-    Row("", "memory",         W.core_memory,           memory_spec),
-    Row("", "timer_ops",      W.timer_schedule_cancel, timer_ops_spec),
-    Row("", "timer_fire",     W.timer_fire,            timer_fire_spec),
-    Row("", "purgatory_call", PW.purgatory_call,       purgatory_call_spec),
+    Row("", "schedule_batch", inprocess.core_schedule_batch,   schedule_batch_spec),
+    Row("", "schedule_call",  inprocess.core_schedule_call,    schedule_call_spec),
+    Row("", "cancel",         inprocess.core_cancel,           cancel_spec),
+    Row("", "expire",         inprocess.core_expire,           expire_spec),
+    Row("", "stall",          inprocess.cascade_stall,         stall_spec),
+    Row("", "memory",         inprocess.core_memory,           memory_spec),
+    Row("", "timer_ops",      inprocess.timer_schedule_cancel, timer_ops_spec),
+    Row("", "timer_fire",     inprocess.timer_fire,            timer_fire_spec),
+    Row("", "purgatory_call", purgatory.purgatory_call,       purgatory_call_spec),
 ]  # fmt: skip
 
 GROUPS = {"service": "every svc_* workload (W1-W13)", "inprocess": "every other workload"}
@@ -270,7 +270,7 @@ def workloads(
     producers: list[int] | None = None,
     levels: list[int] | None = None,
     redis: bool = False,
-    recovery_n: int = JW.RECOVERY_N,
+    recovery_n: int = journal_workloads.RECOVERY_N,
 ) -> list[Workload]:
     """W1-W13 first (each multiprocess-service workload against its peers, with the Redis
     peer's rows if `redis`), then the further in-process workloads (wheel core, Kafka
@@ -278,7 +278,7 @@ def workloads(
     the workloads measure it; `recovery_n` only names W9's recovery goal: the workload
     recovers sizes["recovery"] timers."""
     terms = Terms(
-        producers or PR.producer_counts(),
+        producers or service_producers.producer_counts(),
         sorted(levels or service.DEFAULT_LEVELS),
         redis,
         recovery_n,

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from ..service import footprint as FP
+from ..service import footprint, producers, timing
 from ..service import ops as OPS
-from ..service import producers as PR
-from ..service import timing as TM
 from ..workload import Goal, Workload
 from .row import Row, Terms
 
@@ -213,7 +211,10 @@ def memory_spec(row: Row, t: Terms) -> Workload:
             (f"{S} segment bytes per added timer", "heapq+thread entry"),
             (f"{S} segment bytes per added timer", "asyncio call_later"),
             (f"{S} segment bytes per added timer", "sched event"),
-            *[(f"{S} segment bytes per added timer", f"{peer} RSS delta") for peer in FP.RSS_PEERS],
+            *[
+                (f"{S} segment bytes per added timer", f"{peer} RSS delta")
+                for peer in footprint.RSS_PEERS
+            ],
             *t.rd(
                 (f"{S} segment / capacity", f"{R} used_memory / member"),
                 (f"{S} segment bytes per added timer", f"{R} used_memory / member"),
@@ -452,11 +453,11 @@ ROWS = [
     Row("W1", "svc_schedule_call", OPS.svc_schedule_call, schedule_call_spec),
     Row("W1", "svc_schedule_many", OPS.svc_schedule_many, schedule_many_spec),
     Row("W2", "svc_cancel",        OPS.svc_cancel,        cancel_spec),
-    Row("W3", "svc_memory",        FP.svc_memory,         memory_spec),
-    Row("W4", "svc_lateness",      TM.svc_lateness,       lateness_spec),
-    Row("W5", "svc_producers",     PR.svc_producers,      producers_spec),
-    Row("W6", "svc_fire",          TM.svc_fire,           fire_spec),
-    Row("W8", "svc_startup",       FP.svc_startup,        startup_spec),
+    Row("W3", "svc_memory",        footprint.svc_memory,         memory_spec),
+    Row("W4", "svc_lateness",      timing.svc_lateness,       lateness_spec),
+    Row("W5", "svc_producers",     producers.svc_producers,      producers_spec),
+    Row("W6", "svc_fire",          timing.svc_fire,           fire_spec),
+    Row("W8", "svc_startup",       footprint.svc_startup,        startup_spec),
     Row("W7", "svc_scale",         OPS.svc_scale,         scale_spec),
 ]  # fmt: skip
 

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from . import events as E
-from . import filters as FL
+from . import events
+from . import filters as filter_rules
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -99,12 +99,14 @@ def local_dirs(paths: Sequence[str]) -> list[str]:
     return journal_dirs(paths)
 
 
-def plan(paths: str | Sequence[str], preds: Sequence[FL.Pred] = ()) -> Plan:
+def plan(paths: str | Sequence[str], preds: Sequence[filter_rules.Pred] = ()) -> Plan:
     """The segments of the journals at `paths` a read with the predicates `preds` opens
     (``filters.SegmentFacts``: a segment is skipped when its header, or its successor's,
     proves no row can match). Headers are read only when a predicate can use them."""
-    files = E.segment_paths(local_dirs([paths] if isinstance(paths, str) else list(paths)))
-    useful = [p for p in preds if set(FL.columns_of([p])) & {*_PER_FILE, *FL.TIMES}]
+    files = events.segment_paths(local_dirs([paths] if isinstance(paths, str) else list(paths)))
+    useful = [
+        p for p in preds if set(filter_rules.columns_of([p])) & {*_PER_FILE, *filter_rules.TIMES}
+    ]
     if not useful:
         return Plan(files, len(files))
     from ...journal.reader import read_header, read_segment
@@ -119,7 +121,9 @@ def plan(paths: str | Sequence[str], preds: Sequence[FL.Pred] = ()) -> Plan:
     out = Plan([], len(files))
     for p in files:
         succ = after.get(p, [])
-        facts = FL.SegmentFacts.of(p, headers[p], headers[succ[0]] if len(succ) == 1 else None)
+        facts = filter_rules.SegmentFacts.of(
+            p, headers[p], headers[succ[0]] if len(succ) == 1 else None
+        )
         why = facts.excludes(useful)
         if why is None:
             out.segments.append(p)
@@ -143,13 +147,13 @@ class JournalDataSource(DataSource):
 
     def schema(self) -> str:
         cols = self._columns()
-        return ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in cols)
+        return ", ".join(f"{c[0]} {c[2]}" for c in events.COLUMNS if c[0] in cols)
 
     def _columns(self) -> list[str]:
         raw = self.options.get("columns")
         if not raw:
-            return list(E.NAMES)
-        return E.check_columns([c.strip() for c in raw.split(",") if c.strip()])
+            return list(events.NAMES)
+        return events.check_columns([c.strip() for c in raw.split(",") if c.strip()])
 
     def reader(self, schema: StructType) -> DataSourceReader:
         for gone in ("writeTo", "buckets"):
@@ -178,7 +182,7 @@ class JournalDataSource(DataSource):
                 raise ValueError(
                     f"{NAME}: partitionBytes must be a positive int, got {group!r}"
                 ) from None
-        columns = E.check_columns(schema.fieldNames())
+        columns = events.check_columns(schema.fieldNames())
         cls = _PushingReader if _planning_with_pushdown() else _JournalReader
         return cls(paths, columns, target)
 
@@ -201,45 +205,45 @@ def _planning_with_pushdown() -> bool:
 class _JournalReader(DataSourceReader):
     def __init__(self, paths: list[str], columns: list[str], target_bytes: int | None) -> None:
         self.paths, self.columns, self.target = paths, columns, target_bytes
-        self.preds: list[FL.Pred] = []
+        self.preds: list[filter_rules.Pred] = []
 
     def partitions(self) -> Sequence[InputPartition]:
         kept = plan(self.paths, self.preds)
-        log.info("%s: %s; filters %s", NAME, kept, FL.describe(self.preds))
+        log.info("%s: %s; filters %s", NAME, kept, filter_rules.describe(self.preds))
         if not kept.segments:  # Spark needs a partition: one that reads nothing
             return [_Files([])]
         if self.target is None:
             return [_Files([p]) for p in kept.segments]
-        return [_Files(g) for g in E.plan_partitions(kept.segments, self.target)]
+        return [_Files(g) for g in events.plan_partitions(kept.segments, self.target)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from ...journal.reader import read_segment
 
         if not partition.value:
-            yield E.segment_batch(_no_segment(), self.columns)
+            yield events.segment_batch(_no_segment(), self.columns)
         for path in partition.value:
             seg = read_segment(path)
             if self.preds:
                 seg = filtered(seg, self.preds)
-            yield from _chunks(E.segment_batch(seg, self.columns))
+            yield from _chunks(events.segment_batch(seg, self.columns))
 
 
 class _PushingReader(_JournalReader):
     def pushFilters(self, filters: list[Any]) -> list[Any]:
         """Take every filter on a column of the table (``filters.accept``); the rest are
         Spark's."""
-        taken, left = FL.accept(filters)
+        taken, left = filter_rules.accept(filters)
         self.preds = taken
         return left
 
 
-def filtered(seg: Segment, preds: Sequence[FL.Pred]) -> Segment:
+def filtered(seg: Segment, preds: Sequence[filter_rules.Pred]) -> Segment:
     """`seg` with only the records and rejects for which every predicate is true."""
     import dataclasses
 
     import numpy as np
 
-    keep = FL.mask(E.segment_batch(seg, FL.columns_of(preds)), preds)
+    keep = filter_rules.mask(events.segment_batch(seg, filter_rules.columns_of(preds)), preds)
     n = len(seg.rows)
     rejects = [r for r, k in zip(seg.rejects, keep[n:].tolist(), strict=True) if k]
     rows = seg.rows if keep[:n].all() else seg.rows[np.flatnonzero(keep[:n])]
@@ -266,17 +270,17 @@ def register(spark: SparkSession) -> None:
 
 
 def binaryfile_events(
-    spark: SparkSession, paths: str | Sequence[str], columns: Sequence[str] = E.NAMES
+    spark: SparkSession, paths: str | Sequence[str], columns: Sequence[str] = events.NAMES
 ) -> DataFrame:
     """The same table through Spark's binaryFile source and mapInArrow (for storage the
     driver cannot list with os.listdir: HDFS, S3-style URIs; ``file://`` too). `paths`:
     a directory, URI or Hadoop glob, or a list of them: all their ``*.shwj`` files are
     read, one file per row of the binaryFile table, so a partition holds whole segments."""
-    cols = E.check_columns(columns)
-    schema = ", ".join(f"{c[0]} {c[2]}" for c in E.COLUMNS if c[0] in cols)
+    cols = events.check_columns(columns)
+    schema = ", ".join(f"{c[0]} {c[2]}" for c in events.COLUMNS if c[0] in cols)
     return segment_files(spark, paths).mapInArrow(
         lambda batches: (
-            b for seg in decode_contents(batches) for b in _chunks(E.segment_batch(seg, cols))
+            b for seg in decode_contents(batches) for b in _chunks(events.segment_batch(seg, cols))
         ),
         schema,
     )

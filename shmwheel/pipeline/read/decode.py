@@ -32,8 +32,7 @@ import pyarrow as pa
 
 from ..tables.seconds import COLUMNS as SECONDS_COLUMNS
 from ..tables.seconds import Seconds
-from . import buckets
-from . import events as E
+from . import buckets, events
 from .datasource import decode_contents, local_dirs, segment_files
 from .fleet import segment_report
 
@@ -62,13 +61,13 @@ def write_events(
     directory: str,
     buckets_n: int,
     reader: str = "datasource",
-    columns: Sequence[str] = E.NAMES,
+    columns: Sequence[str] = events.NAMES,
 ) -> DataFrame:
     """The decoding job (lazy: it runs when the DataFrame is collected): the segments of
     the journals at `paths`, read the `reader` way, their `columns` (``id`` among them)
     written under `directory` (created if missing; a segment's file replaced whole) in
     `buckets_n` buckets by id; a row of ``WRITTEN`` per segment."""
-    cols = E.check_columns(columns)
+    cols = events.check_columns(columns)
     if "id" not in cols:
         raise ValueError("the events written must include id (the bucket key)")
     if buckets_n < 1:
@@ -76,8 +75,8 @@ def write_events(
     target = (directory, buckets_n)
     listed = [paths] if isinstance(paths, str) else list(paths)
     if reader == "datasource":
-        files = E.segment_paths(local_dirs(listed))
-        groups = E.plan_partitions(files, TASK_BYTES)
+        files = events.segment_paths(local_dirs(listed))
+        groups = events.plan_partitions(files, TASK_BYTES)
         task = functools.partial(_path_task, groups=groups, columns=cols, target=target)
         return spark.range(0, len(groups), 1, len(groups)).mapInArrow(task, WRITTEN)
     if reader == "binaryfile":
@@ -110,14 +109,14 @@ def written(seg: Segment, columns: list[str], target: tuple[str, int]) -> Iterat
     directory, n = target
     report = pickle.dumps(segment_report(seg))
     # segment_batch puts the rejects after the records: they are the tail
-    perm, sizes = buckets.order(E.record_ids(seg), n, tail=len(seg.rejects))
+    perm, sizes = buckets.order(events.record_ids(seg), n, tail=len(seg.rejects))
     # the columns are built in bucket order (each one gathered once, no copy of the rows)
-    batch = E.segment_batch(seg, columns, dictionary=True, order=perm)
+    batch = events.segment_batch(seg, columns, dictionary=True, order=perm)
     table = pa.Table.from_batches([batch])
     buckets.write(table, directory, f"{posixpath.basename(seg.path)}.parquet", n, sizes)
     more = [c for c in SECONDS_COLUMNS if c not in columns]
     if more:  # counted, not written
-        extra = E.segment_batch(seg, more, dictionary=True, order=perm)
+        extra = events.segment_batch(seg, more, dictionary=True, order=perm)
         for c in more:
             table = table.append_column(c, extra.column(c))
     yield pa.RecordBatch.from_pydict(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...journal import format as F
+from ...journal import format as journal_format
 from ...journal.reader import Segment
 from ...wheel.constants import TASK_NONE
 
@@ -79,9 +79,11 @@ DDL = ", ".join(f"{c[0]} {c[2]}" for c in COLUMNS)
 REJECT = "reject"
 
 _KINDS = np.array(
-    [F.KIND_NAMES.get(k, "") for k in range(max(F.KIND_NAMES) + 1)] + [REJECT], dtype=object
+    [journal_format.KIND_NAMES.get(k, "") for k in range(max(journal_format.KIND_NAMES) + 1)]
+    + [REJECT],
+    dtype=object,
 )
-_OUTCOMES = [F.OUTCOMES.get(k, "") for k in range(max(F.OUTCOMES) + 1)]
+_OUTCOMES = [journal_format.OUTCOMES.get(k, "") for k in range(max(journal_format.OUTCOMES) + 1)]
 
 # where field k of a record is in a reader row (reader.Segment.rows): column 3 + k
 _BLOB_LEN = 12
@@ -89,7 +91,7 @@ _ID_WORD = 3
 
 
 def _field(kind: int, name: str) -> int:
-    return 3 + F.FIELDS[kind].index(name)
+    return 3 + journal_format.FIELDS[kind].index(name)
 
 
 def _names(index: np.ndarray, valid: np.ndarray, names: Sequence[str]) -> pa.Array:
@@ -110,7 +112,7 @@ def _repeat(value: object, n: int, typ: pa.DataType) -> pa.Array:
 
 
 #: kind codes a lookup table by kind covers (a record of another code has no field)
-_KIND_SPAN = max(F.KIND_NAMES) + 1
+_KIND_SPAN = max(journal_format.KIND_NAMES) + 1
 
 
 class _Words:
@@ -208,18 +210,34 @@ def segment_batch(
                 return pa.nulls(n, pa.int64())
             return pa.array(w.word(4) - mono0 + wall0)
         if name == "task":
-            return _names(w.word(_field(F.SCHEDULED, "task")), w.of([F.SCHEDULED]), tasks)
+            return _names(
+                w.word(_field(journal_format.SCHEDULED, "task")),
+                w.of([journal_format.SCHEDULED]),
+                tasks,
+            )
         if name in ("on_complete", "on_expire"):
-            idx = w.word(_field(F.WATCHED, name))
-            return _names(idx, w.of([F.WATCHED]) & (idx != TASK_NONE), tasks)
+            idx = w.word(_field(journal_format.WATCHED, name))
+            return _names(idx, w.of([journal_format.WATCHED]) & (idx != TASK_NONE), tasks)
         if name == "outcome":
-            return _names(w.word(_field(F.OUTCOME, "outcome")), w.of([F.OUTCOME]), _OUTCOMES)
+            return _names(
+                w.word(_field(journal_format.OUTCOME, "outcome")),
+                w.of([journal_format.OUTCOME]),
+                _OUTCOMES,
+            )
         if name == "reason":
             return pa.nulls(n, pa.string())
         if name == "payload_bytes":
-            return _int_column(w, {F.SCHEDULED: _BLOB_LEN, F.WATCHED: _BLOB_LEN}, pa.int32())
+            return _int_column(
+                w,
+                {journal_format.SCHEDULED: _BLOB_LEN, journal_format.WATCHED: _BLOB_LEN},
+                pa.int32(),
+            )
         typ = ARROW_SCHEMA.field(name).type
-        sources = {k: 3 + f.index(name) for k, f in F.FIELDS.items() if name in f and k != F.HEADER}
+        sources = {
+            k: 3 + f.index(name)
+            for k, f in journal_format.FIELDS.items()
+            if name in f and k != journal_format.HEADER
+        }
         return _int_column(w, sources, typ)
 
     arrays = []
@@ -254,7 +272,7 @@ def per_file(path: str, header: dict[str, Any] | None) -> dict[str, object]:
     return {
         "file": path,
         "epoch": hdr.get("epoch"),
-        "role": F.ROLES.get(hdr.get("role", 0)),
+        "role": journal_format.ROLES.get(hdr.get("role", 0)),
         "writer_pid": hdr.get("pid"),
         "service": hdr.get("service"),
         "boot_id": hdr.get("boot_id"),
@@ -302,7 +320,7 @@ def segment_paths(directory: str | Sequence[str]) -> list[str]:
         return [p for d in directory for p in segment_paths(d)]
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"no journal directory at {directory!r}")
-    paths = F.segment_files(directory)
+    paths = journal_format.segment_files(directory)
     if not paths:
         raise FileNotFoundError(f"{directory!r} holds no journal segments (*.shwj)")
     return paths

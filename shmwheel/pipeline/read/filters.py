@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import events as E
+from . import events
 
 #: a predicate: (op, column, value); ("not", child) negates one
 Pred = tuple[Any, ...]
@@ -58,7 +58,7 @@ _BINARY = {
 }
 _UNARY = {"IsNull": "null", "IsNotNull": "notnull"}
 _STRING_OPS = ("starts", "ends", "contains")
-_TYPES = {c[0]: c[1] for c in E.COLUMNS}
+_TYPES = {c[0]: c[1] for c in events.COLUMNS}
 #: the columns that bound a segment's records from above by its successor's header
 TIMES = ("t_us", "wall_us")
 #: the writers whose segments' times are bounded so (a recovery copies older records)
@@ -116,7 +116,7 @@ def columns_of(preds: Sequence[Pred]) -> list[str]:
         while p[0] == "not":
             p = p[1]
         used.add(p[1])
-    return [c for c in E.NAMES if c in used]
+    return [c for c in events.NAMES if c in used]
 
 
 def evaluate(table: pa.Table | pa.RecordBatch, p: Pred) -> pa.Array:
@@ -171,7 +171,7 @@ class SegmentFacts:
     ) -> SegmentFacts:
         """The facts of the segment at `path` with `header`, given the header of its one
         successor (None: it has none, or several, or its header is unreadable)."""
-        per_file = E.per_file(path, header)
+        per_file = events.per_file(path, header)
         if header is None or successor is None:
             return cls(per_file)
         if per_file["role"] not in _TIMED_ROLES or successor.get("boot_id") != header.get(

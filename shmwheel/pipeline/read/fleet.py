@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...journal import check, verdict
-from ...journal import format as F
+from ...journal import format as journal_format
 from ...journal.chains import analyse
 from ...journal.reader import Segment
 
@@ -72,7 +72,7 @@ def journal_dirs(args: Sequence[str]) -> list[str]:
     for d in local:
         if not os.path.isdir(d):
             raise FileNotFoundError(f"no journal directory at {d!r}")
-        files = F.segment_files(d)
+        files = journal_format.segment_files(d)
         if not files:
             raise FileNotFoundError(f"{d!r} holds no journal segments (*.shwj)")
         for p in files:
@@ -213,4 +213,4 @@ def local_reports(dirs: Sequence[str]) -> list[check.SegmentReport]:
     read here in this process (the audit has its Spark tasks make them)."""
     from ...journal.reader import read_segment
 
-    return [segment_report(read_segment(p)) for d in dirs for p in F.segment_files(d)]
+    return [segment_report(read_segment(p)) for d in dirs for p in journal_format.segment_files(d)]

@@ -32,12 +32,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql import functions as f
 
-from ..read import decode, fleet, parts
-from ..read import events as E
+from ..read import decode, events, fleet, parts
 from ..read.datasource import NAME, binaryfile_events
-from ..tables import audit as A
-from ..tables import pertimer as P
-from ..tables import timers as T
+from ..tables import audit, pertimer
+from ..tables import timers as timer_tables
 from ..tables.figures import TimerFigures
 from ..tables.seconds import Seconds
 
@@ -56,13 +54,13 @@ def read_journal(
     spark: SparkSession,
     journal: str | Sequence[str],
     reader: str = "datasource",
-    columns: tuple[str, ...] = A.COLUMNS,
+    columns: tuple[str, ...] = audit.COLUMNS,
 ) -> DataFrame:
     """The journal's events (rejects included), `columns` only, through the entry point
     `reader`: the ``shmwheel-journal`` data source, or binaryFile + mapInArrow."""
     dirs = [journal] if isinstance(journal, str) else list(journal)
     if reader == "datasource":
-        cols = E.check_columns(columns)
+        cols = events.check_columns(columns)
         source = spark.read.format(NAME).option("columns", ",".join(cols))
         if len(dirs) > 1:  # the data source takes one path, or a JSON list of them
             return source.option("paths", json.dumps(dirs)).load()
@@ -98,8 +96,8 @@ def decode_journal(
 ) -> tuple[list[Any], int]:
     """Run the decoding job (``decode.write_events``) into `directory` (emptied first):
     its rows (a row per segment, ``decode.WRITTEN``) and the number of buckets."""
-    n = T.buckets_for(spark, journal_bytes(spark, journal))
-    df = decode.write_events(spark, journal, parts.location(directory), n, reader, A.COLUMNS)
+    n = timer_tables.buckets_for(spark, journal_bytes(spark, journal))
+    df = decode.write_events(spark, journal, parts.location(directory), n, reader, audit.COLUMNS)
     parts.prepare(directory)  # only once the journal is known to be there
     return df.collect(), n
 
@@ -116,7 +114,7 @@ def journal_bytes(spark: SparkSession, journal: str | Sequence[str]) -> int:
     """The size of the journal's segments (listed by Hadoop's filesystems for a URI)."""
     dirs = [journal] if isinstance(journal, str) else list(journal)
     if not any("://" in d for d in dirs):
-        return sum(os.path.getsize(p) for p in E.segment_paths(dirs))
+        return sum(os.path.getsize(p) for p in events.segment_paths(dirs))
     files = spark.read.format("binaryFile").option("pathGlobFilter", "*.shwj").load(dirs)
     return int(files.agg(f.sum("length")).collect()[0][0] or 0)
 
@@ -126,7 +124,7 @@ def run(
     journal: str | Sequence[str],
     out: str,
     reader: str = "datasource",
-    grace_ms: int = A.DEFAULT_GRACE_MS,
+    grace_ms: int = audit.DEFAULT_GRACE_MS,
     progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     """Audit `journal` (one directory, or several: ``fleet.py``) into `out` (see the
@@ -156,19 +154,19 @@ def run(
     groups = fleet.services([pickle.loads(r["report"]) for r in rows])
     gaps, gap_warnings = fleet.completeness(groups)
     kinds = secs.kinds()
-    records = sum(n for k, n in kinds.items() if k != E.REJECT)
+    records = sum(n for k, n in kinds.items() if k != events.REJECT)
     # each service is judged against its own journal's end and last epoch (its clocks
     # are its host's)
-    bounds = {svc: P.Bounds.of(x, grace_ms) for svc, x in secs_of.items() if svc is not None}
+    bounds = {svc: pertimer.Bounds.of(x, grace_ms) for svc, x in secs_of.items() if svc is not None}
     rejects_dir = os.path.join(out, "rejects")
     rej_columns = ["service", "file", "offset", "epoch", "reason"]
     rejects: DataFrame | None = None
     if secs.rejects:
         table = spark.read.parquet(events_dir)
-        rejects = table.filter(f.col("kind") == E.REJECT).select(*rej_columns)
+        rejects = table.filter(f.col("kind") == events.REJECT).select(*rej_columns)
         rejects.write.mode(mode).parquet(rejects_dir)
     else:  # the decoding tasks counted none: Spark reads nothing back, runs no job
-        empty = E.ARROW_SCHEMA.empty_table().select(rej_columns)
+        empty = events.ARROW_SCHEMA.empty_table().select(rej_columns)
         parts.write(empty, parts.prepare(rejects_dir), "part-00000.parquet")
     if gaps:  # the chains' rejects, beside the decoder's
         gap_rows = pa.table(
@@ -191,7 +189,7 @@ def run(
     overall = secs.overall()
     drawing = _start_plots(out, groups, secs_of, small, overall)
 
-    timers_dir, figs_of, counted = T.per_timer(
+    timers_dir, figs_of, counted = timer_tables.per_timer(
         spark, events_dir, bounds, os.path.join(out, "timers")
     )
     figs = TimerFigures.merge(figs_of.values())
@@ -205,12 +203,12 @@ def run(
     sample: list[dict[str, Any]] = []
     if by_service_rule:
         timers = spark.read.parquet(timers_dir)
-        A.fleet_violations(timers, bounds).write.mode(mode).parquet(viol_dir)
+        audit.fleet_violations(timers, bounds).write.mode(mode).parquet(viol_dir)
         viol = spark.read.parquet(viol_dir)
         sample = [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
     else:
         parts.write(
-            A.VIOLATIONS_SCHEMA.empty_table(), parts.prepare(viol_dir), "part-00000.parquet"
+            audit.VIOLATIONS_SCHEMA.empty_table(), parts.prepare(viol_dir), "part-00000.parquet"
         )
     by_rule: dict[str, int] = {}
     for _, rule, n in by_service_rule:
@@ -241,7 +239,7 @@ def run(
         "journals": dirs,
         "reader": reader,
         "records": records,
-        "records_by_kind": {k: n for k, n in kinds.items() if k != E.REJECT and n},
+        "records_by_kind": {k: n for k, n in kinds.items() if k != events.REJECT and n},
         "rejects": secs.rejects + len(gaps),
         "reject_sample": rej_list,
         "gaps": [str(g) for g in gaps],
@@ -324,7 +322,7 @@ def _services(
                 "segments": len(g.segments) if g else 0,
                 "epochs": x.final_epoch if x else 0,
                 "epoch_starts_us": _epoch_starts(g) if g else {},
-                "records": sum(n for k, n in x.kinds().items() if k != E.REJECT) if x else 0,
+                "records": sum(n for k, n in x.kinds().items() if k != events.REJECT) if x else 0,
                 "rejects": x.rejects if x else 0,
                 "gaps": [g.what for g in gaps if g.service == svc],
                 "timers": figs_of[svc].tally if svc in figs_of else {},

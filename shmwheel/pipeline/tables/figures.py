@@ -27,9 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import asnumpy as A
-from . import histogram as H
-from . import pertimer as P
+from . import asnumpy, histogram, pertimer
 from .seconds import QNAMES, QUANTILES
 
 #: what ``tally`` counts, per type of timer
@@ -65,12 +63,12 @@ class TimerFigures:
     ttc_max_us: int | None = None
 
     @classmethod
-    def of_table(cls, table: pa.Table, bounds: P.Bounds) -> TimerFigures:
+    def of_table(cls, table: pa.Table, bounds: pertimer.Bounds) -> TimerFigures:
         """The figures of per-timer rows (``pertimer.OUTPUT``)."""
         out = cls(tally=tally(table, bounds))
         # the columns used, then the rows: a filter copies every column it is given
         mine = table.select(_PRODUCER_COLUMNS).filter(
-            pa.array(A.among(table.column("type"), "one-shot", "repeating"))
+            pa.array(asnumpy.among(table.column("type"), "one-shot", "repeating"))
         )
         out.producers = {
             int(k): row
@@ -92,11 +90,18 @@ class TimerFigures:
                 ran.column("duration_max_us"),
             ).items()
         }
-        op = A.among(table.column("type"), "operation")
-        done = op & A.valid(table.column("completed_us")) & A.valid(table.column("created_us"))
-        ttc = A.ints(table.column("completed_us"))[done] - A.ints(table.column("created_us"))[done]
+        op = asnumpy.among(table.column("type"), "operation")
+        done = (
+            op
+            & asnumpy.valid(table.column("completed_us"))
+            & asnumpy.valid(table.column("created_us"))
+        )
+        ttc = (
+            asnumpy.ints(table.column("completed_us"))[done]
+            - asnumpy.ints(table.column("created_us"))[done]
+        )
         if len(ttc):
-            code, n = np.unique(H.code(ttc), return_counts=True)
+            code, n = np.unique(histogram.code(ttc), return_counts=True)
             out.ttc = {int(c): int(k) for c, k in zip(code, n, strict=True)}
             out.ttc_min_us, out.ttc_max_us = int(ttc.min()), int(ttc.max())
         return out
@@ -131,14 +136,14 @@ class TimerFigures:
         return _table(("producer", pa.int64()), self.producers, PRODUCER_SUMS,
                       ("timers", "repeating", "runs", "cancelled"),
                       {"mean_late_ms": lambda r: _ratio(r["late_sum_us"], r["late_n"], 1000),
-                       "max_late_ms": lambda r: A.ms(r["top"])})  # fmt: skip
+                       "max_late_ms": lambda r: asnumpy.ms(r["top"])})  # fmt: skip
 
     def per_task(self) -> pa.Table:
         """per_task/: by task name, ascending."""
         return _table(("task", pa.string()), self.tasks, TASK_SUMS,
                       ("runs", "ok", "error", "crashed"),
                       {"mean_duration_ms": lambda r: _ratio(r["duration_sum_us"], r["runs"], 1000),
-                       "max_duration_ms": lambda r: A.ms(r["top"]),
+                       "max_duration_ms": lambda r: asnumpy.ms(r["top"]),
                        "error_rate": lambda r: _ratio(r["error"], r["runs"]),
                        "crash_rate": lambda r: _ratio(r["crashed"], r["runs"])})  # fmt: skip
 
@@ -148,7 +153,7 @@ class TimerFigures:
         codes = np.array(sorted(self.ttc), np.int64)
         counts = np.array([self.ttc[int(c)] for c in codes], np.int64)
         if len(codes):
-            qs = H.quantiles(codes, counts, list(QUANTILES), self.ttc_min_us or 0,
+            qs = histogram.quantiles(codes, counts, list(QUANTILES), self.ttc_min_us or 0,
                              self.ttc_max_us or 0)  # fmt: skip
             q: list[float | None] = [v / 1000 for v in qs]
         else:
@@ -159,7 +164,7 @@ class TimerFigures:
             "pending": o["n"] - sum(o[e] for e in _ENDS),
             "time_to_complete_ms": {
                 **dict(zip(QNAMES, q, strict=True)),
-                "max": A.ms(self.ttc_max_us),
+                "max": asnumpy.ms(self.ttc_max_us),
             },
         }
 
@@ -200,7 +205,7 @@ def _grouped(
 
 def _flag(table: pa.Table, c: str, value: str) -> pa.Array:
     """1 where the string column `c` is `value`, else 0."""
-    return pa.array(A.among(table.column(c), value).astype(np.int64))
+    return pa.array(asnumpy.among(table.column(c), value).astype(np.int64))
 
 
 def _add(into: dict[Any, list[int | None]], more: dict[Any, list[int | None]]) -> None:
@@ -220,7 +225,7 @@ def _ratio(num: int | None, den: int | None, scale: float = 1.0) -> float | None
     return None if not den else (num or 0) / den / scale
 
 
-def tally(table: pa.Table, b: P.Bounds) -> dict[str, dict[str, int]]:
+def tally(table: pa.Table, b: pertimer.Bounds) -> dict[str, dict[str, int]]:
     """How the timers of a per-timer table ended, by type (the types present): how many,
     how many ran / were cancelled / completed / expired, the one-shots and operations
     still pending (no decision, and due no more than the grace before the journal's
@@ -228,18 +233,18 @@ def tally(table: pa.Table, b: P.Bounds) -> dict[str, dict[str, int]]:
     Tallies of disjoint tables add up (``add_tallies``)."""
 
     def ints(c: str) -> np.ndarray:
-        return A.ints(table.column(c))
+        return asnumpy.ints(table.column(c))
 
-    has_deadline = A.valid(table.column("deadline_ms"))
+    has_deadline = asnumpy.valid(table.column("deadline_ms"))
     undecided = (ints("decisions") == 0) & has_deadline & ~b.overdue(ints("deadline_ms"))
     end_names = ("ran", "cancelled", "completed", "expired")
-    end = A.index_in(table.column("end"), end_names)  # each string column looked up once
+    end = asnumpy.index_in(table.column("end"), end_names)  # each string column looked up once
     ends = {e: end == i for i, e in enumerate(end_names)}
     sums = {"runs": ints("runs_fired"), "repeats_in_window": ints("repeats"),
             "in_flight": ints("in_flight_runs")}  # fmt: skip
-    types = A.index_in(table.column("type"), P.TYPES)
+    types = asnumpy.index_in(table.column("type"), pertimer.TYPES)
     out: dict[str, dict[str, int]] = {}
-    for i, typ in enumerate(P.TYPES):
+    for i, typ in enumerate(pertimer.TYPES):
         m = types == i
         if not m.any():
             continue

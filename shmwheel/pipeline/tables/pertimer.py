@@ -29,14 +29,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...journal import format as J
-from . import asnumpy as A
+from ...journal import format as journal_format
+from . import asnumpy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .seconds import Seconds
 
-KIND = {name: code for code, name in J.KIND_NAMES.items()}
-OUTCOME = {name: code for code, name in J.OUTCOMES.items()}
+KIND = {name: code for code, name in journal_format.KIND_NAMES.items()}
+OUTCOME = {name: code for code, name in journal_format.OUTCOMES.items()}
 
 #: the coded record columns the kernel reads, in this order
 INPUT = (
@@ -272,7 +272,7 @@ def per_timer_table(records: pa.Table, bounds: Bounds) -> pa.Table:
     """The per-timer table (``OUTPUT``) of `records` (``INPUT`` columns; every record of
     an id must be among them)."""
     # int64 throughout (numpy keeps an int32 array's type against a Python int)
-    r = {c: A.ints(records.column(c), -1 if c in ("kc", "oc") else 0) for c in INPUT}
+    r = {c: asnumpy.ints(records.column(c), -1 if c in ("kc", "oc") else 0) for c in INPUT}
     if len(r["id"]) == 0:
         return empty()
     # the rows stay in their order: each figure gathers by group (_Groups)
@@ -375,7 +375,7 @@ def coded(events: pa.Table, tasks: Sequence[str]) -> pa.Table:
     indexes into `tasks` (0: none, or a name not among them), the fields of some kinds
     0 where a record has none. Rows of no known kind (rejects) are left out."""
     kind_names = list(KIND)
-    kind_at = A.index_in(events.column("kind"), kind_names)
+    kind_at = asnumpy.index_in(events.column("kind"), kind_names)
     known = kind_at >= 0
     if not known.all():
         events, kind_at = events.filter(pa.array(known)), kind_at[known]
@@ -386,9 +386,9 @@ def coded(events: pa.Table, tasks: Sequence[str]) -> pa.Table:
     cols["kc"] = pa.array(codes[kind_at])
     oc_names = list(OUTCOME)
     oc_codes = np.array([*[OUTCOME[o] for o in oc_names], -1], np.int64)  # [-1]: none
-    cols["oc"] = pa.array(oc_codes[A.index_in(events.column("outcome"), oc_names)])
+    cols["oc"] = pa.array(oc_codes[asnumpy.index_in(events.column("outcome"), oc_names)])
     for name, col in _NAMED.items():
-        cols[col] = pa.array(A.index_in(events.column(name), tasks) + 1)
+        cols[col] = pa.array(asnumpy.index_in(events.column(name), tasks) + 1)
     for c in _FIELDS_OF_SOME:
         cols[c] = pc.fill_null(events.column(c).cast(pa.int64()), 0)
     return pa.table({c: cols[c] for c in INPUT})

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import asnumpy as A
-from . import histogram as H
+from . import asnumpy, histogram
 
 #: the kinds of record counted per second, in this order
 KINDS = ("scheduled", "fired", "outcome", "cancelled", "watched", "completed", "expired")
@@ -66,17 +65,17 @@ class Seconds:
     def of_events(cls, events: pa.Table | pa.RecordBatch) -> Seconds:
         """The figures of a table of events (``COLUMNS`` at least; kinds and names plain
         or dictionary-encoded strings; rows of kind "reject" counted as rejects)."""
-        kind = A.index_in(events.column("kind"), (*KINDS, "reject"))
+        kind = asnumpy.index_in(events.column("kind"), (*KINDS, "reject"))
         rec = (kind >= 0) & (kind < len(KINDS))
         rejects = int((kind == len(KINDS)).sum())
-        t_us = A.ints(events.column("t_us"))
+        t_us = asnumpy.ints(events.column("t_us"))
         wall = events.column("wall_us")
-        has_wall = A.valid(wall)
-        sec = np.where(has_wall, np.floor_divide(A.ints(wall), _US), NO_WALL)
+        has_wall = asnumpy.valid(wall)
+        sec = np.where(has_wall, np.floor_divide(asnumpy.ints(wall), _US), NO_WALL)
         failed = rec & (kind == KINDS.index("outcome"))
-        failed &= ~A.among(events.column("outcome"), "ok")
-        fired = rec & (kind == KINDS.index("fired")) & A.valid(events.column("deadline_ms"))
-        late = t_us[fired] - A.ints(events.column("deadline_ms"))[fired] * 1000
+        failed &= ~asnumpy.among(events.column("outcome"), "ok")
+        fired = rec & (kind == KINDS.index("fired")) & asnumpy.valid(events.column("deadline_ms"))
+        late = t_us[fired] - asnumpy.ints(events.column("deadline_ms"))[fired] * 1000
         second, idx = _index(sec[rec])
         width = len(KINDS) + 1
         cells = np.concatenate([idx * width + kind[rec], idx[failed[rec]] * width + _FAILED])
@@ -84,8 +83,8 @@ class Seconds:
         f_idx = idx[fired[rec]]
         late_max = np.full(len(second), _LO, np.int64)
         np.maximum.at(late_max, f_idx, late)
-        hs, hc, hn = _cells(f_idx, H.code(late))
-        epochs = A.ints(events.column("epoch"))[rec]
+        hs, hc, hn = _cells(f_idx, histogram.code(late))
+        epochs = asnumpy.ints(events.column("epoch"))[rec]
         return cls(
             second=second, counts=counts.astype(np.int64), late_max=late_max,
             hist_second=second[hs], hist_code=hc, hist_n=hn,
@@ -93,7 +92,7 @@ class Seconds:
             start_us=int(t_us[rec].min()) if rec.any() else 0,
             end_us=int(t_us[rec].max()) if rec.any() else 0,
             final_epoch=int(epochs.max()) if len(epochs) else 0, rejects=rejects,
-            tasks=tuple(sorted(set().union(*(A.strings(events.column(c)) for c in
+            tasks=tuple(sorted(set().union(*(asnumpy.strings(events.column(c)) for c in
                                               ("task", "on_complete", "on_expire"))))),
         )  # fmt: skip
 
@@ -171,8 +170,8 @@ class Seconds:
         fired = self.counts[:, KINDS.index("fired")]
         keep = np.flatnonzero((self.second != NO_WALL) & (self.late_max != _LO))
         starts = np.searchsorted(self.hist_second, self.second[keep], side="left")
-        least = H.bounds(self.hist_code[starts])[0]  # each second's least fire's bin
-        qs = H.grouped_quantiles(self.hist_code, self.hist_n, starts, list(QUANTILES),
+        least = histogram.bounds(self.hist_code[starts])[0]  # each second's least fire's bin
+        qs = histogram.grouped_quantiles(self.hist_code, self.hist_n, starts, list(QUANTILES),
                                  least, self.late_max[keep])  # fmt: skip
         cols: dict[str, Any] = {"window": _windows(self.second[keep]),
                                 "fired": pa.array(fired[keep])}  # fmt: skip
@@ -190,11 +189,11 @@ class Seconds:
         order = np.argsort(self.hist_code, kind="stable")
         code, start = np.unique(self.hist_code[order], return_index=True)
         n = np.add.reduceat(self.hist_n[order], start) if len(order) else self.hist_n
-        values = H.quantiles(code, n, grid, self.late_min, hi) if fires else []
+        values = histogram.quantiles(code, n, grid, self.late_min, hi) if fires else []
         at = dict(zip(grid, values, strict=False))
         return {
             "fires": fires,
-            **{f"{nm}_ms": A.ms(at.get(q)) for q, nm in zip(QUANTILES, QNAMES, strict=True)},
+            **{f"{nm}_ms": asnumpy.ms(at.get(q)) for q, nm in zip(QUANTILES, QNAMES, strict=True)},
             "max_ms": hi / 1000 if fires else None,
             "min_ms": self.late_min / 1000 if fires else None,
             "cdf": [[q, v / 1000] for q, v in zip(grid, values, strict=False)],

@@ -35,9 +35,7 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from ..read import buckets, parts
-from . import asnumpy as AN
-from . import audit as A
-from . import pertimer as P
+from . import asnumpy, audit, pertimer
 from .figures import TimerFigures
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +66,7 @@ def buckets_for(spark: SparkSession, journal_bytes: int) -> int:
 def per_timer(
     spark: SparkSession,
     events_dir: str,
-    bounds: P.Bounds | dict[str, P.Bounds],
+    bounds: pertimer.Bounds | dict[str, pertimer.Bounds],
     directory: str,
 ) -> tuple[str, dict[str, TimerFigures], dict[str, dict[str, int]]]:
     """The per-timer table (``SERVICE`` then ``pertimer.OUTPUT``) of the bucketed events
@@ -110,17 +108,17 @@ def event_files(events_dir: str) -> list[str]:
 
 def _bucket_task(
     batches: Iterator[pa.RecordBatch], files: list[str], n: int,
-    bounds: P.Bounds | dict[str, P.Bounds], directory: str,
+    bounds: pertimer.Bounds | dict[str, pertimer.Bounds], directory: str,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """``mapInArrow``'s function over the bucket numbers: each bucket's per-timer rows
     (each service's apart) to their own file; one row out per bucket and service."""
     for batch in batches:
         for k in batch.column(0).to_pylist():
-            events = buckets.read(files, k, n, (*P.EVENT_COLUMNS, SERVICE))
+            events = buckets.read(files, k, n, (*pertimer.EVENT_COLUMNS, SERVICE))
             tables = []
             for svc, mine in _by_service(events, bounds):
                 b = bounds[svc] if isinstance(bounds, dict) else bounds
-                table = P.per_timer_of(mine.drop_columns([SERVICE]), b)
+                table = pertimer.per_timer_of(mine.drop_columns([SERVICE]), b)
                 name = pa.DictionaryArray.from_arrays(
                     pa.array(np.zeros(table.num_rows, np.int32)), pa.array([svc], pa.string())
                 )
@@ -129,24 +127,24 @@ def _bucket_task(
                 yield pa.RecordBatch.from_pydict(
                     {"bucket": [k], "service": [svc], "timers": [table.num_rows],
                      "figures": [TimerFigures.of_table(table, b).to_json()],
-                     "violations": [json.dumps(A.count_violations(table, b))]},
+                     "violations": [json.dumps(audit.count_violations(table, b))]},
                     schema=_TASK_SCHEMA,
                 )  # fmt: skip
-            empty = P.empty()
+            empty = pertimer.empty()
             empty = empty.add_column(0, SERVICE, pa.array([], pa.string()))
             out = pa.concat_tables(tables) if tables else empty
             parts.write(out, directory, f"part-{k:05d}.parquet")
 
 
 def _by_service(
-    events: pa.Table, bounds: P.Bounds | dict[str, P.Bounds]
+    events: pa.Table, bounds: pertimer.Bounds | dict[str, pertimer.Bounds]
 ) -> Iterator[tuple[str, pa.Table]]:
     """Each service's rows of a bucket (the services of `bounds` if it names them, else
     every one present; rows of no service left out), by name: slices of one copy ordered
     by service, or the bucket itself when it holds one service's rows only."""
     service = events.column(SERVICE)
-    names = sorted(bounds) if isinstance(bounds, dict) else sorted(AN.strings(service))
-    code = AN.index_in(service, names)
+    names = sorted(bounds) if isinstance(bounds, dict) else sorted(asnumpy.strings(service))
+    code = asnumpy.index_in(service, names)
     if len(names) == 1 and (code == 0).all():
         yield names[0], events
         return
