@@ -12,7 +12,6 @@ def parser(names: list[str], description: str | None) -> argparse.ArgumentParser
     """The bench's argument parser; `names` are the workload keys --workloads accepts,
     `description` the text --help shows above the flags (the bench's docstring)."""
     ap = argparse.ArgumentParser(prog="python -m shmwheel.bench", description=description)
-    groups = ", ".join(f"{k} ({v})" for k, v in GROUPS.items())
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -23,6 +22,22 @@ def parser(names: list[str], description: str | None) -> argparse.ArgumentParser
         action="store_true",
         help="also W7 at 10M pending (needs ~2 GiB and a minute more)",
     )
+    add_sizes(ap)
+    groups = ", ".join(f"{k} ({v})" for k, v in GROUPS.items())
+    ap.add_argument(
+        "--workloads", help=f"comma-separated subset of: {','.join(names)}; or a group: {groups}"
+    )
+    ap.add_argument(
+        "--no-redis",
+        action="store_true",
+        help="leave out the Redis sorted-set peer even if redis-server is installed",
+    )
+    add_outputs(ap)
+    return ap
+
+
+def add_sizes(ap: argparse.ArgumentParser) -> None:
+    """The flags that size the workloads (each has a default, smaller with --quick)."""
     ap.add_argument("--n", type=int, help="timers per wheel-core workload (default 500,000)")
     ap.add_argument(
         "--timer-n", type=int, help="tasks per in-process timer workload (default 100,000)"
@@ -54,14 +69,10 @@ def parser(names: list[str], description: str | None) -> argparse.ArgumentParser
         help="W5 producer process counts, e.g. 1,2,nproc (default; duplicates dropped)",
     )
     ap.add_argument("--reps", type=int, help="repetitions, medians reported (default 2)")
-    ap.add_argument(
-        "--workloads", help=f"comma-separated subset of: {','.join(names)}; or a group: {groups}"
-    )
-    ap.add_argument(
-        "--no-redis",
-        action="store_true",
-        help="leave out the Redis sorted-set peer even if redis-server is installed",
-    )
+
+
+def add_outputs(ap: argparse.ArgumentParser) -> None:
+    """The flags that say what a run writes and how it exits, and the journal audit's."""
     ap.add_argument(
         "--strict",
         action="store_true",
@@ -89,4 +100,3 @@ def parser(names: list[str], description: str | None) -> argparse.ArgumentParser
         help="one-shot timers of the --journal-audit run (default 20,000)",
     )
     ap.add_argument("--audit-out", metavar="DIR", help="keep the audit's tables and report")
-    return ap

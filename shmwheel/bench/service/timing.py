@@ -80,6 +80,18 @@ def svc_lateness(n: int) -> Figures:
     sched's sleep(0) after every event, whose cost is reported beside it)."""
     span = _spread_ms(n)
     offsets = np.random.default_rng(3).uniform(0, span, n)
+    fig = _service_lateness(n, offsets)
+    fig.update(_heapq_lateness(n, offsets))
+    fig.update(_asyncio_lateness(n, offsets))
+    fig.update(_sched_lateness(n, offsets))
+    fig["sched default delayfunc: time.sleep(0) per event"] = zero_sleep_ms()
+    if common.use_redis:
+        fig.update(_redis_lateness(n, offsets))
+    return fig
+
+
+def _service_lateness(n: int, offsets: np.ndarray) -> Figures:
+    """W4 on the service: its executors' lateness histogram once `completed` reaches n."""
     fig: Figures = {}
     label = f"{S} service"
     with _service(_capacity_for(n)) as svc, svc.client() as c:
@@ -102,16 +114,21 @@ def svc_lateness(n: int) -> Figures:
                 file=sys.stderr,
                 flush=True,
             )
+    return fig
 
-    def targets() -> list[float]:
-        """Absolute deadlines (s) rounded up to a whole ms, from now."""
-        now = time.monotonic() * 1000 + _margin_ms(n)
-        return [math.ceil(now + x) / 1000 for x in offsets.tolist()]
 
+def _targets(n: int, offsets: np.ndarray) -> list[float]:
+    """Absolute deadlines (s) rounded up to a whole ms, from now."""
+    now = time.monotonic() * 1000 + _margin_ms(n)
+    return [math.ceil(now + x) / 1000 for x in offsets.tolist()]
+
+
+def _heapq_lateness(n: int, offsets: np.ndarray) -> Figures:
+    """W4 on the heapq+thread timer: each timer scheduled, its thread runs them."""
     with HeapTimer() as ht:
         got = np.full(n, np.nan)
         count = [0]
-        dl = targets()
+        dl = _targets(n, offsets)
 
         def rec(i: int) -> None:
             got[i] = time.monotonic()
@@ -124,8 +141,11 @@ def svc_lateness(n: int) -> Figures:
         while count[0] < n and time.monotonic() < end:
             time.sleep(0.01)
         done = ~np.isnan(got)
-        fig.update(_percentiles((got[done] - np.array(dl)[done]) * 1000, "heapq+thread"))
+        return _percentiles((got[done] - np.array(dl)[done]) * 1000, "heapq+thread")
 
+
+def _asyncio_lateness(n: int, offsets: np.ndarray) -> Figures:
+    """W4 on asyncio: call_at each, then run the loop until the last callback."""
     with event_loop() as loop:
         got = np.full(n, np.nan)
         left = [n]
@@ -137,29 +157,28 @@ def svc_lateness(n: int) -> Figures:
             if left[0] == 0:
                 fut.set_result(None)
 
-        dl = targets()
+        dl = _targets(n, offsets)
         for i, t in enumerate(dl):
             loop.call_at(t, arec, i)
         _check_margin(dl, "asyncio")
         loop.run_until_complete(asyncio.wait_for(fut, max(dl) - time.monotonic() + 10))
-        fig.update(_percentiles((got - np.array(dl)) * 1000, "asyncio call_at"))
+        return _percentiles((got - np.array(dl)) * 1000, "asyncio call_at")
 
+
+def _sched_lateness(n: int, offsets: np.ndarray) -> Figures:
+    """W4 on sched: enterabs each, then run() (without its sleep(0) after every event)."""
     s = sched_scheduler(skip_zero_sleep=True)
     got = np.full(n, np.nan)
 
     def srec(i: int) -> None:
         got[i] = time.monotonic()
 
-    dl = targets()
+    dl = _targets(n, offsets)
     for i, t in enumerate(dl):
         s.enterabs(t, 0, srec, (i,))
     _check_margin(dl, "sched")
     s.run()
-    fig.update(_percentiles((got - np.array(dl)) * 1000, "sched run()"))
-    fig["sched default delayfunc: time.sleep(0) per event"] = zero_sleep_ms()
-    if common.use_redis:
-        fig.update(_redis_lateness(n, offsets))
-    return fig
+    return _percentiles((got - np.array(dl)) * 1000, "sched run()")
 
 
 def _redis_lateness(n: int, offsets: np.ndarray) -> Figures:
@@ -206,6 +225,18 @@ def svc_fire(n: int) -> Figures:
     is done); the heapq+thread timer and asyncio running n no-op callbacks due at one
     time, in this process, timed from that time or from the end of scheduling if that
     came later."""
+    fig, execs = _service_fire(n)
+    fig.update(_pool_fire(n, execs))
+    margin_s = 0.05 + n * 6e-6
+    fig["heapq+thread (in-process)"] = _heapq_fire(n, margin_s)
+    fig["asyncio call_at (in-process)"] = _asyncio_fire(n, margin_s)
+    if common.use_redis:
+        fig[f"{R} ZSET + Lua claim"] = _redis_fire(n)
+    return fig
+
+
+def _service_fire(n: int) -> tuple[Figures, int]:
+    """The service's fired->executed rate of n timers due at once; its executor count."""
     fig: Figures = {}
     with _service(_capacity_for(n)) as svc, svc.client() as c:
         execs = svc.config.executors
@@ -224,7 +255,13 @@ def svc_fire(n: int) -> Figures:
                 file=sys.stderr,
                 flush=True,
             )
+    return fig, execs
 
+
+def _pool_fire(n: int, execs: int) -> Figures:
+    """The process pools' rates of no-op tasks, as many workers as the service's executors
+    (each pool started and warmed beforehand)."""
+    fig: Figures = {}
     m = min(n, POOL_N)
     with ProcessPoolExecutor(max_workers=execs, mp_context=mp.get_context("spawn")) as pool:
         wait_futures([pool.submit(noop_task, None) for _ in range(execs * 4)])
@@ -241,8 +278,11 @@ def svc_fire(n: int) -> Figures:
                 mpool.imap_unordered(noop_task, itertools.repeat(None, p), chunksize=POOL_CHUNK)
             ),
         )
+    return fig
 
-    margin_s = 0.05 + n * 6e-6
+
+def _heapq_fire(n: int, margin_s: float) -> float:
+    """The heapq+thread timer's rate of n no-op callbacks due `margin_s` from now."""
     with HeapTimer() as ht:
         count = [0]
 
@@ -256,8 +296,11 @@ def svc_fire(n: int) -> Figures:
         time.sleep(max(0.0, base - time.monotonic()))
         while count[0] < n and time.monotonic() < t0 + 60:
             time.sleep(0.0005)
-        fig["heapq+thread (in-process)"] = count[0] / (time.monotonic() - t0)
+        return count[0] / (time.monotonic() - t0)
 
+
+def _asyncio_fire(n: int, margin_s: float) -> float:
+    """asyncio's rate of n no-op callbacks due `margin_s` from now (call_at)."""
     with event_loop() as loop:
         left = [n]
         fut = loop.create_future()
@@ -273,10 +316,7 @@ def svc_fire(n: int) -> Figures:
         t0 = max(base, time.monotonic())
         time.sleep(max(0.0, base - time.monotonic()))
         loop.run_until_complete(fut)
-        fig["asyncio call_at (in-process)"] = n / (time.monotonic() - t0)
-    if common.use_redis:
-        fig[f"{R} ZSET + Lua claim"] = _redis_fire(n)
-    return fig
+        return n / (time.monotonic() - t0)
 
 
 def _redis_fire(n: int) -> float:

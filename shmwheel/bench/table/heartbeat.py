@@ -123,8 +123,8 @@ def lease_expiry_spec(row: Row, t: Terms) -> Workload:
 
 
 ROWS = [
-    # id,       name,               measured by,         spec: peers, notes, goals
-    Row("W11", "svc_heartbeat",    heartbeat.svc_heartbeat,    heartbeat_spec),
-    Row("W12", "svc_lease",        lease.svc_lease,        lease_spec),
-    Row("W12", "svc_lease_expiry", lease.svc_lease_expiry, lease_expiry_spec),
+    # id,   name,               measured by,             spec: peers, notes, goals
+    Row("W11", "svc_heartbeat",    heartbeat.svc_heartbeat, heartbeat_spec),
+    Row("W12", "svc_lease",        lease.svc_lease,         lease_spec),
+    Row("W12", "svc_lease_expiry", lease.svc_lease_expiry,  lease_expiry_spec),
 ]  # fmt: skip

@@ -71,6 +71,6 @@ def jobs_spec(row: Row, t: Terms) -> Workload:
 
 
 ROWS = [
-    # id,       name,       measured by, spec: peers, notes, goals
+    # id,   name,       measured by,   spec: peers, notes, goals
     Row("W13", "svc_jobs", jobs.svc_jobs, jobs_spec),
 ]  # fmt: skip

@@ -144,9 +144,9 @@ def recovery_spec(row: Row, t: Terms) -> Workload:
 
 
 ROWS = [
-    # id,       name,                   measured by,             spec: peers, notes, goals
-    Row("W10", "svc_purgatory",        purgatory.svc_purgatory,        purgatory_spec),
-    Row("W10", "svc_purgatory_expire", purgatory.svc_purgatory_expire, purgatory_expire_spec),
-    Row("W9",  "svc_journal",          journal_workloads.svc_journal,          journal_spec),
-    Row("W9",  "svc_recovery",         journal_workloads.svc_recovery,         recovery_spec),
+    # id,   name,                   measured by,                     spec: peers, notes, goals
+    Row("W9",  "svc_journal",          journal_workloads.svc_journal,   journal_spec),
+    Row("W9",  "svc_recovery",         journal_workloads.svc_recovery,  recovery_spec),
+    Row("W10", "svc_purgatory",        purgatory.svc_purgatory,         purgatory_spec),
+    Row("W10", "svc_purgatory_expire", purgatory.svc_purgatory_expire,  purgatory_expire_spec),
 ]  # fmt: skip
