@@ -10,8 +10,12 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .. import Client, TimerService
 
 log = logging.getLogger("shmwheel.pipeline")
 
@@ -90,49 +94,14 @@ def _one_epoch(
     repeating: int, operations: int, spread_ms: float, segment_bytes: int,
 ) -> None:  # fmt: skip
     """One run of the service on the journal: its timers added to `n`."""
-    from .. import TimerService
-    from ..segment.sizes import DEFAULT_TABLE_CAPACITY
-
     cap = max(1024, 2 * (one_shots + operations + repeating))
-    # the failing task's tracebacks are expected: the service processes log errors only
-    level = os.environ.get("SHMWHEEL_LOG_LEVEL")
-    os.environ["SHMWHEEL_LOG_LEVEL"] = "CRITICAL"
-    try:
-        svc = TimerService(
-            name=name,
-            tasks=TASKS,
-            capacity=cap,
-            # every operation is live (one key each) until the checks after the last watch
-            watch_capacity=max(DEFAULT_TABLE_CAPACITY, 2 * operations),
-            executors=1,
-            journal=directory,
-            journal_keep_hours=1e6,  # keep every segment: the audit reads the whole history
-            journal_fsync="none",
-            journal_segment_bytes=segment_bytes,
-        )
-        svc.start()
-    finally:
-        if level is None:
-            del os.environ["SHMWHEEL_LOG_LEVEL"]
-        else:
-            os.environ["SHMWHEEL_LOG_LEVEL"] = level
+    svc = _start_quietly(directory, name, cap, operations, segment_bytes)
     try:
         c = svc.client()
         try:
             reps = [c.schedule("noop", i, delay_ms=5.0, every_ms=10.0) for i in range(repeating)]
             n.repeating += repeating
-            chunk = 5000
-            cancelled = failing = 0
-            for start in range(0, one_shots, chunk):
-                k = min(chunk, one_shots - start)
-                delays = rng.uniform(0, spread_ms, k)
-                fail = rng.random(k) < 0.1
-                cancel = (rng.random(k) < 0.1) & ~fail
-                delays[cancel] += 60_000.0  # not due before the cancel
-                ok = c.schedule_many("noop", delays[~fail])
-                c.schedule_many("fail", delays[fail])
-                cancelled += int(np.count_nonzero(c.cancel_many(ok.ids[cancel[~fail]])))
-                failing += int(np.count_nonzero(fail))
+            cancelled, failing = _one_shots(c, rng, one_shots, spread_ms)
             n.one_shots += one_shots
             n.cancelled += cancelled
             n.failing += failing
@@ -147,26 +116,81 @@ def _one_epoch(
             time.sleep(0.06)  # let the repeating timers run a few times
             for h in reps:
                 h.cancel()
-            expect_runs = (one_shots - cancelled) + operations
-            # a minute, and more for a big run on a loaded machine (its one executor runs
-            # every task: 3.4 M of them for a 10 M-record journal)
-            give_up = time.monotonic() + 60 + spread_ms / 1000 + expect_runs / 20_000
-            while time.monotonic() < give_up:
-                s = svc.stats()
-                done = s["completed"] + s["task_errors"] + s["crashed"]
-                if s["pending"] == 0 and done >= expect_runs:
-                    break
-                time.sleep(0.02)
-            else:
-                raise TimeoutError(
-                    f"the demo service did not finish its timers in time: {s['pending']:,} "
-                    f"pending, {done:,} of {expect_runs:,} runs done"
-                )
+            _wait_runs(svc, (one_shots - cancelled) + operations, spread_ms)
         finally:
             c.close()
         time.sleep(0.05)  # the reaper settles the last outcomes before the stop
     finally:
         svc.stop()
+
+
+def _start_quietly(
+    directory: str, name: str, capacity: int, operations: int, segment_bytes: int
+) -> TimerService:
+    """A started service journaling into `directory`, its processes logging only
+    critical messages (the failing task's tracebacks are expected)."""
+    from .. import TimerService
+    from ..segment.sizes import DEFAULT_TABLE_CAPACITY
+
+    level = os.environ.get("SHMWHEEL_LOG_LEVEL")
+    os.environ["SHMWHEEL_LOG_LEVEL"] = "CRITICAL"
+    try:
+        svc = TimerService(
+            name=name,
+            tasks=TASKS,
+            capacity=capacity,
+            # every operation is live (one key each) until the checks after the last watch
+            watch_capacity=max(DEFAULT_TABLE_CAPACITY, 2 * operations),
+            executors=1,
+            journal=directory,
+            journal_keep_hours=1e6,  # keep every segment: the audit reads the whole history
+            journal_fsync="none",
+            journal_segment_bytes=segment_bytes,
+        )
+        svc.start()
+    finally:
+        if level is None:
+            del os.environ["SHMWHEEL_LOG_LEVEL"]
+        else:
+            os.environ["SHMWHEEL_LOG_LEVEL"] = level
+    return svc
+
+
+def _one_shots(
+    c: Client, rng: np.random.Generator, one_shots: int, spread_ms: float
+) -> tuple[int, int]:
+    """`one_shots` timers over `spread_ms`: a tenth run the failing task, a tenth of the
+    others are cancelled before they are due. (cancelled, failing)."""
+    chunk = 5000
+    cancelled = failing = 0
+    for start in range(0, one_shots, chunk):
+        k = min(chunk, one_shots - start)
+        delays = rng.uniform(0, spread_ms, k)
+        fail = rng.random(k) < 0.1
+        cancel = (rng.random(k) < 0.1) & ~fail
+        delays[cancel] += 60_000.0  # not due before the cancel
+        ok = c.schedule_many("noop", delays[~fail])
+        c.schedule_many("fail", delays[fail])
+        cancelled += int(np.count_nonzero(c.cancel_many(ok.ids[cancel[~fail]])))
+        failing += int(np.count_nonzero(fail))
+    return cancelled, failing
+
+
+def _wait_runs(svc: TimerService, expect_runs: int, spread_ms: float) -> None:
+    """Until nothing is pending and `expect_runs` runs are done (TimeoutError after a
+    minute, and more for a big run on a loaded machine: its one executor runs every task,
+    3.4 M of them for a 10 M-record journal)."""
+    give_up = time.monotonic() + 60 + spread_ms / 1000 + expect_runs / 20_000
+    while time.monotonic() < give_up:
+        s = svc.stats()
+        done = s["completed"] + s["task_errors"] + s["crashed"]
+        if s["pending"] == 0 and done >= expect_runs:
+            return
+        time.sleep(0.02)
+    raise TimeoutError(
+        f"the demo service did not finish its timers in time: {s['pending']:,} "
+        f"pending, {done:,} of {expect_runs:,} runs done"
+    )
 
 
 def _count_repeating_runs(directory: str) -> int:

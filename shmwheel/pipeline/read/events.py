@@ -191,59 +191,11 @@ def segment_batch(
     if order is not None and len(order) != n:
         raise ValueError(f"order has {len(order)} rows; the segment has {n} records")
     w = _Words(rows, order)
-    tasks = list(hdr.get("tasks", ()))
-    mono0, wall0 = hdr.get("mono_us"), hdr.get("wall_us")
-    everything = np.ones(n, bool)
     per_file = _per_file(seg)
-
-    def build(name: str) -> pa.Array:
-        if name in per_file:
-            return _repeat(per_file[name], n, ARROW_SCHEMA.field(name).type)
-        if name == "offset":
-            return pa.array(w.word(0))
-        if name == "kind":
-            return _names(w.kinds, everything, list(_KINDS))
-        if name in ("id", "t_us"):
-            return pa.array(w.word(_ID_WORD if name == "id" else _ID_WORD + 1))
-        if name == "wall_us":
-            if mono0 is None or wall0 is None:
-                return pa.nulls(n, pa.int64())
-            return pa.array(w.word(4) - mono0 + wall0)
-        if name == "task":
-            return _names(
-                w.word(_field(journal_format.SCHEDULED, "task")),
-                w.of([journal_format.SCHEDULED]),
-                tasks,
-            )
-        if name in ("on_complete", "on_expire"):
-            idx = w.word(_field(journal_format.WATCHED, name))
-            return _names(idx, w.of([journal_format.WATCHED]) & (idx != TASK_NONE), tasks)
-        if name == "outcome":
-            return _names(
-                w.word(_field(journal_format.OUTCOME, "outcome")),
-                w.of([journal_format.OUTCOME]),
-                _OUTCOMES,
-            )
-        if name == "reason":
-            return pa.nulls(n, pa.string())
-        if name == "payload_bytes":
-            return _int_column(
-                w,
-                {journal_format.SCHEDULED: _BLOB_LEN, journal_format.WATCHED: _BLOB_LEN},
-                pa.int32(),
-            )
-        typ = ARROW_SCHEMA.field(name).type
-        sources = {
-            k: 3 + f.index(name)
-            for k, f in journal_format.FIELDS.items()
-            if name in f and k != journal_format.HEADER
-        }
-        return _int_column(w, sources, typ)
-
     arrays = []
     for name in columns:
         typ = ARROW_SCHEMA.field(name).type
-        col = build(name) if n else pa.array([], typ)
+        col = _record_column(name, w, hdr, per_file) if n else pa.array([], typ)
         if nrej:  # rare: plain strings, then encoded again if asked
             rej = _reject_column(seg, per_file, name, typ).cast(typ)
             col = pa.concat_arrays([col.cast(typ), rej])
@@ -251,6 +203,58 @@ def segment_batch(
     return pa.RecordBatch.from_arrays(
         arrays, schema=pa.schema([(c, a.type) for c, a in zip(columns, arrays, strict=True)])
     )
+
+
+def _record_column(
+    name: str, w: _Words, hdr: dict[str, Any], per_file: dict[str, object]
+) -> pa.Array:
+    """Column `name` of a segment's records (read through `w`; its header `hdr`, the
+    columns it shares with every row `per_file`)."""
+    n = len(w.rows)
+    tasks = list(hdr.get("tasks", ()))
+    mono0, wall0 = hdr.get("mono_us"), hdr.get("wall_us")
+    if name in per_file:
+        return _repeat(per_file[name], n, ARROW_SCHEMA.field(name).type)
+    if name == "offset":
+        return pa.array(w.word(0))
+    if name == "kind":
+        return _names(w.kinds, np.ones(n, bool), list(_KINDS))
+    if name in ("id", "t_us"):
+        return pa.array(w.word(_ID_WORD if name == "id" else _ID_WORD + 1))
+    if name == "wall_us":
+        if mono0 is None or wall0 is None:
+            return pa.nulls(n, pa.int64())
+        return pa.array(w.word(4) - mono0 + wall0)
+    if name == "task":
+        return _names(
+            w.word(_field(journal_format.SCHEDULED, "task")),
+            w.of([journal_format.SCHEDULED]),
+            tasks,
+        )
+    if name in ("on_complete", "on_expire"):
+        idx = w.word(_field(journal_format.WATCHED, name))
+        return _names(idx, w.of([journal_format.WATCHED]) & (idx != TASK_NONE), tasks)
+    if name == "outcome":
+        return _names(
+            w.word(_field(journal_format.OUTCOME, "outcome")),
+            w.of([journal_format.OUTCOME]),
+            _OUTCOMES,
+        )
+    if name == "reason":
+        return pa.nulls(n, pa.string())
+    if name == "payload_bytes":
+        return _int_column(
+            w,
+            {journal_format.SCHEDULED: _BLOB_LEN, journal_format.WATCHED: _BLOB_LEN},
+            pa.int32(),
+        )
+    typ = ARROW_SCHEMA.field(name).type
+    sources = {
+        k: 3 + f.index(name)
+        for k, f in journal_format.FIELDS.items()
+        if name in f and k != journal_format.HEADER
+    }
+    return _int_column(w, sources, typ)
 
 
 def _string_form(col: pa.Array, typ: pa.DataType, dictionary: bool) -> pa.Array:

@@ -27,6 +27,7 @@ import pickle
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -119,6 +120,57 @@ def journal_bytes(spark: SparkSession, journal: str | Sequence[str]) -> int:
     return int(files.agg(f.sum("length")).collect()[0][0] or 0)
 
 
+@dataclass
+class Read:
+    """What the read stage found: the decoding job's segments and buckets, the per-second
+    figures (each service's and merged), the services and the gaps in their chains, and
+    the rejects table (None when the tasks counted none)."""
+
+    segments: int
+    n_buckets: int
+    secs_of: dict[str | None, Seconds]
+    secs: Seconds
+    groups: dict[str, fleet.Service]
+    gaps: list[fleet.Gap]
+    gap_warnings: list[fleet.Gap]
+    rejects: DataFrame | None
+
+    @property
+    def records(self) -> int:
+        return sum(n for k, n in self.secs.kinds().items() if k != events.REJECT)
+
+    def bounds(self, grace_ms: int) -> dict[str, pertimer.Bounds]:
+        """Each service is judged against its own journal's end and last epoch (its
+        clocks are its host's)."""
+        return {
+            svc: pertimer.Bounds.of(x, grace_ms)
+            for svc, x in self.secs_of.items()
+            if svc is not None
+        }
+
+
+@dataclass
+class Progress:
+    """Reports a stage's line with the seconds since the previous one."""
+
+    progress: Callable[[str], None]
+    clock: float
+
+    def __call__(self, name: str, what: str) -> None:
+        now = time.perf_counter()
+        self.progress(f"[{name}] {what} ({now - self.clock:.1f} s)")
+        self.clock = now
+
+
+@dataclass
+class Rules:
+    """What the rules stage found: violations by (service, rule), by rule, and a sample."""
+
+    by_service_rule: list[tuple[str, str, int]]
+    by_rule: dict[str, int]
+    sample: list[dict[str, Any]]
+
+
 def run(
     spark: SparkSession,
     journal: str | Sequence[str],
@@ -130,41 +182,92 @@ def run(
     """Audit `journal` (one directory, or several: ``fleet.py``) into `out` (see the
     module docstring); the summary."""
     t0 = time.perf_counter()
-    clock = [t0]
-
-    def stage(name: str, what: str) -> None:
-        now = time.perf_counter()
-        progress(f"[{name}] {what} ({now - clock[0]:.1f} s)")
-        clock[0] = now
-
-    mode = "overwrite"
+    stage = Progress(progress, t0)
     dirs = fleet.journal_dirs([journal] if isinstance(journal, str) else journal)
-    # one decoding pass: the journal's table goes to events/ as it is read (reject rows
-    # included, kind "reject"), and each segment's per-second figures and the journal's
-    # judgement of the file come back with the tasks' rows; everything after reads the
-    # columns it needs from Parquet
     events_dir = os.path.join(out, "events")
+    read = read_stage(spark, dirs, events_dir, out, reader)
+    stage(
+        "read",
+        f"{read.segments} segment(s) decoded into events/ ({read.n_buckets} buckets by id): "
+        f"{read.records:,} records, {read.secs.rejects:,} rejects; {len(read.groups)} "
+        f"service(s), {len(read.gaps)} gap(s) in their chains",
+    )
+
+    # the plots need only what the read stage added up: drawn while Spark works on
+    secs = read.secs
+    tables = {"lateness": secs.lateness(), "throughput": secs.throughput()}  # Arrow
+    small: dict[str, Any] = {name: t.to_pandas() for name, t in tables.items()}  # pandas
+    overall = secs.overall()
+    drawing = _start_plots(out, read.groups, read.secs_of, small, overall)
+
+    bounds = read.bounds(grace_ms)
+    timers_dir, figs_of, counted = timer_tables.per_timer(
+        spark, events_dir, bounds, os.path.join(out, "timers")
+    )
+    figs = TimerFigures.merge(figs_of.values())
+    stage("timers", f"{sum(t['n'] for t in figs.tally.values()):,} timers and operations: timers/")
+
+    rules = rules_stage(spark, out, timers_dir, bounds, counted)
+    stage("rules", f"{sum(rules.by_rule.values()):,} violations")
+
+    tables.update(per_producer=figs.per_producer(), per_task=figs.per_task())
+    write_tables(out, tables, small)
+    stage("figures", "lateness, throughput, per producer, per task, operations")
+
+    summary = {
+        "journal": " ".join(dirs),
+        "journals": dirs,
+        "reader": reader,
+        **read_summary(read, _services(read, figs_of, rules.by_service_rule)),
+        "grace_ms": grace_ms,
+        **figures_summary(figs, rules, overall, small),
+        "clean": not rules.by_rule and not secs.rejects and not read.gaps,
+    }
+    from .report import write_report
+
+    write_report(out, summary, small, overall["cdf"], drawing)
+    summary["seconds"] = time.perf_counter() - t0
+    stage("report", f"report/ written; {summary['seconds']:.1f} s in all")
+    return summary
+
+
+def write_tables(out: str, tables: dict[str, pa.Table], small: dict[str, Any]) -> None:
+    """The small tables (a row per second, producer or task), written from the driver
+    under `out`; `small` gets the pandas frame of each, for the report."""
+    for name, table in tables.items():
+        parts.write(table, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
+        small.setdefault(name, table.to_pandas())
+
+
+def read_stage(
+    spark: SparkSession, dirs: list[str], events_dir: str, out: str, reader: str
+) -> Read:
+    """One decoding pass: the journal's table goes to events/ as it is read (reject rows
+    included, kind "reject"), and each segment's per-second figures and the journal's
+    judgement of the file come back with the tasks' rows; everything after reads the
+    columns it needs from Parquet. Then whose segments, and whether each service's chains
+    are whole (the journal's own rules on the files' reports, ``fleet.py``); rejects/."""
     source: str | list[str] = dirs[0] if len(dirs) == 1 else dirs
     rows, n_buckets = decode_journal(spark, source, events_dir, reader)
-    segments = len(rows)
     secs_of = seconds_by_service(rows)
     secs = Seconds.merge(secs_of.values())
-    # whose segments, and whether each service's chains are whole: the journal's own
-    # rules on the files' reports (fleet.py)
     groups = fleet.services([pickle.loads(r["report"]) for r in rows])
     gaps, gap_warnings = fleet.completeness(groups)
-    kinds = secs.kinds()
-    records = sum(n for k, n in kinds.items() if k != events.REJECT)
-    # each service is judged against its own journal's end and last epoch (its clocks
-    # are its host's)
-    bounds = {svc: pertimer.Bounds.of(x, grace_ms) for svc, x in secs_of.items() if svc is not None}
-    rejects_dir = os.path.join(out, "rejects")
+    rejects = write_rejects(spark, events_dir, os.path.join(out, "rejects"), secs, gaps)
+    return Read(len(rows), n_buckets, secs_of, secs, groups, gaps, gap_warnings, rejects)
+
+
+def write_rejects(
+    spark: SparkSession, events_dir: str, rejects_dir: str, secs: Seconds, gaps: list[fleet.Gap]
+) -> DataFrame | None:
+    """rejects/: the decoder's rejects (Spark's filter of events/, when the tasks counted
+    any) and the chains' gaps beside them; the decoder's rejects table, or None."""
     rej_columns = ["service", "file", "offset", "epoch", "reason"]
     rejects: DataFrame | None = None
     if secs.rejects:
         table = spark.read.parquet(events_dir)
         rejects = table.filter(f.col("kind") == events.REJECT).select(*rej_columns)
-        rejects.write.mode(mode).parquet(rejects_dir)
+        rejects.write.mode("overwrite").parquet(rejects_dir)
     else:  # the decoding tasks counted none: Spark reads nothing back, runs no job
         empty = events.ARROW_SCHEMA.empty_table().select(rej_columns)
         parts.write(empty, parts.prepare(rejects_dir), "part-00000.parquet")
@@ -179,31 +282,25 @@ def run(
             }
         )
         parts.write(gap_rows, rejects_dir, "gaps.parquet")
-    stage("read", f"{segments} segment(s) decoded into events/ ({n_buckets} buckets by id): "
-                  f"{records:,} records, {secs.rejects:,} rejects; {len(groups)} "
-                  f"service(s), {len(gaps)} gap(s) in their chains")  # fmt: skip
+    return rejects
 
-    # the plots need only what the read stage added up: drawn while Spark works on
-    tables = {"lateness": secs.lateness(), "throughput": secs.throughput()}  # Arrow
-    small: dict[str, Any] = {name: t.to_pandas() for name, t in tables.items()}  # pandas
-    overall = secs.overall()
-    drawing = _start_plots(out, groups, secs_of, small, overall)
 
-    timers_dir, figs_of, counted = timer_tables.per_timer(
-        spark, events_dir, bounds, os.path.join(out, "timers")
-    )
-    figs = TimerFigures.merge(figs_of.values())
-    tally = figs.tally
-    stage("timers", f"{sum(t['n'] for t in tally.values()):,} timers and operations: timers/")
-
-    # the per-timer tasks evaluated the rules already (audit.count_violations): Spark
-    # writes violations/ with each one's detail only when there is one to write
+def rules_stage(
+    spark: SparkSession,
+    out: str,
+    timers_dir: str,
+    bounds: dict[str, pertimer.Bounds],
+    counted: dict[str, dict[str, int]],
+) -> Rules:
+    """violations/: the per-timer tasks evaluated the rules already
+    (``audit.count_violations``), so Spark writes it with each one's detail only when
+    there is one to write."""
     by_service_rule = sorted((svc, rule, n) for svc, c in counted.items() for rule, n in c.items())
     viol_dir = os.path.join(out, "violations")
     sample: list[dict[str, Any]] = []
     if by_service_rule:
         timers = spark.read.parquet(timers_dir)
-        audit.fleet_violations(timers, bounds).write.mode(mode).parquet(viol_dir)
+        audit.fleet_violations(timers, bounds).write.mode("overwrite").parquet(viol_dir)
         viol = spark.read.parquet(viol_dir)
         sample = [r.asDict() for r in viol.orderBy("rule", "service", "id").limit(SAMPLE).collect()]
     else:
@@ -213,57 +310,50 @@ def run(
     by_rule: dict[str, int] = {}
     for _, rule, n in by_service_rule:
         by_rule[rule] = by_rule.get(rule, 0) + n
-    stage("rules", f"{sum(by_rule.values()):,} violations")
+    return Rules(by_service_rule, by_rule, sample)
 
-    # the small tables (a row per second, producer or task) are written from the driver
-    # and used for the report
-    tables.update(per_producer=figs.per_producer(), per_task=figs.per_task())
-    for name, table in tables.items():
-        parts.write(table, parts.prepare(os.path.join(out, name)), "part-00000.parquet")
-        small.setdefault(name, table.to_pandas())
-    ops = figs.operations_summary()
-    stage("figures", "lateness, throughput, per producer, per task, operations")
 
+def read_summary(read: Read, services: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's entries from the read stage: records, rejects (a sample, the gaps
+    first), gaps, each service's row, epochs and the journal's span."""
     rej_list = (
         [
             f"{r['file']} at byte {r['offset']}: {r['reason']}"
-            for r in rejects.orderBy("file", "offset").limit(SAMPLE).collect()
+            for r in read.rejects.orderBy("file", "offset").limit(SAMPLE).collect()
         ]
-        if rejects is not None
+        if read.rejects is not None
         else []
     )
+    gaps, secs = read.gaps, read.secs
     rej_list = [f"missing: {g}" for g in gaps[:SAMPLE]] + rej_list[: max(0, SAMPLE - len(gaps))]
-    services = _services(groups, secs_of, figs_of, gaps, by_service_rule)
-    summary = {
-        "journal": " ".join(dirs),
-        "journals": dirs,
-        "reader": reader,
-        "records": records,
-        "records_by_kind": {k: n for k, n in kinds.items() if k != events.REJECT and n},
+    return {
+        "records": read.records,
+        "records_by_kind": {k: n for k, n in secs.kinds().items() if k != events.REJECT and n},
         "rejects": secs.rejects + len(gaps),
         "reject_sample": rej_list,
         "gaps": [str(g) for g in gaps],
-        "gap_warnings": [str(g) for g in gap_warnings],
+        "gap_warnings": [str(g) for g in read.gap_warnings],
         "services": services,
         "epochs": secs.final_epoch,
         "span_s": (secs.end_us - secs.start_us) / 1e6,
-        "grace_ms": grace_ms,
-        "timers": tally,
-        "violations": sum(by_rule.values()),
-        "violations_by_rule": by_rule,
-        "violation_sample": sample,
+    }
+
+
+def figures_summary(
+    figs: TimerFigures, rules: Rules, overall: dict[str, Any], small: dict[str, Any]
+) -> dict[str, Any]:
+    """The summary's entries from the per-timer table and the rules: the timers, the
+    violations, the lateness, the operations and the tasks."""
+    return {
+        "timers": figs.tally,
+        "violations": sum(rules.by_rule.values()),
+        "violations_by_rule": rules.by_rule,
+        "violation_sample": rules.sample,
         "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
-        "operations": ops,
+        "operations": figs.operations_summary(),
         "per_task": _records(small["per_task"]),
         "task_failures": failing_tasks(figs),
-        "clean": not by_rule and not secs.rejects and not gaps,
     }
-    from .report import write_report
-
-    write_report(out, summary, small, overall["cdf"], drawing)
-    summary["seconds"] = time.perf_counter() - t0
-    stage("report", f"report/ written; {summary['seconds']:.1f} s in all")
-    return summary
 
 
 def _start_plots(
@@ -287,10 +377,7 @@ def _start_plots(
     known = {
         "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
         "services": [
-            {
-                "service": svc,
-                "epoch_starts_us": {str(e): t for e, t in sorted(g.epoch_starts.items())},
-            }
+            {"service": svc, "epoch_starts_us": _epoch_starts(g)}
             for svc, g in sorted(groups.items())
         ],
     }
@@ -302,13 +389,12 @@ def _epoch_starts(g: fleet.Service) -> dict[str, int]:
 
 
 def _services(
-    groups: dict[str, fleet.Service],
-    secs_of: dict[str | None, Seconds],
+    read: Read,
     figs_of: dict[str, TimerFigures],
-    gaps: list[fleet.Gap],
     by_service_rule: list[tuple[str, str, int]],
 ) -> list[dict[str, Any]]:
     """The summary's row of each service (the report's Services table)."""
+    groups, secs_of, gaps = read.groups, read.secs_of, read.gaps
     out = []
     for svc in sorted(set(groups) | {s for s in secs_of if s is not None}):
         x = secs_of.get(svc)

@@ -260,25 +260,10 @@ def index_md(s: dict[str, Any], plots: list[str]) -> str:
         f"- violations: {s['violations']:,}",
         "",
         *_services(s),
-        "## Timers and operations",
-        "",
-        "| type | count | ran | cancelled | completed | expired | pending at the end | runs "
-        "| repeats inside the crash window |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *_timers(s),
+        *_tasks(s),
+        *_lateness(s),
     ]
-    for typ, t in sorted(s["timers"].items()):
-        lines.append(
-            f"| {typ} | {t['n']:,} | {t['ran']:,} | {t['cancelled']:,} | {t['completed']:,} "
-            f"| {t['expired']:,} | {t['pending']:,} | {t['runs']:,} | {t['repeats_in_window']:,} |"
-        )
-    lines += _tasks(s)
-    lat = s["lateness_ms"]
-    lines += ["", "## Lateness (ms after the deadline, every fire)", ""]
-    lines.append(
-        "| fires | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|\n"
-        f"| {lat['fires']:,} | {_ms(lat.get('p50_ms'))} | {_ms(lat.get('p90_ms'))} "
-        f"| {_ms(lat.get('p99_ms'))} | {_ms(lat.get('p999_ms'))} | {_ms(lat.get('max_ms'))} |"
-    )
     if s["violations_by_rule"]:
         lines += ["", "## Violations", "", "| rule | count |", "|---|---|"]
         lines += [f"| {r} | {n:,} |" for r, n in sorted(s["violations_by_rule"].items())]
@@ -313,6 +298,36 @@ def index_md(s: dict[str, Any], plots: list[str]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _timers(s: dict[str, Any]) -> list[str]:
+    """Each type of timer: how many, and how they ended."""
+    out = [
+        "## Timers and operations",
+        "",
+        "| type | count | ran | cancelled | completed | expired | pending at the end | runs "
+        "| repeats inside the crash window |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for typ, t in sorted(s["timers"].items()):
+        out.append(
+            f"| {typ} | {t['n']:,} | {t['ran']:,} | {t['cancelled']:,} | {t['completed']:,} "
+            f"| {t['expired']:,} | {t['pending']:,} | {t['runs']:,} | {t['repeats_in_window']:,} |"
+        )
+    return out
+
+
+def _lateness(s: dict[str, Any]) -> list[str]:
+    """The lateness of every fire: its percentiles."""
+    lat = s["lateness_ms"]
+    return [
+        "",
+        "## Lateness (ms after the deadline, every fire)",
+        "",
+        "| fires | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|\n"
+        f"| {lat['fires']:,} | {_ms(lat.get('p50_ms'))} | {_ms(lat.get('p90_ms'))} "
+        f"| {_ms(lat.get('p99_ms'))} | {_ms(lat.get('p999_ms'))} | {_ms(lat.get('max_ms'))} |",
+    ]
 
 
 def _tasks(s: dict[str, Any]) -> list[str]:

@@ -126,25 +126,7 @@ def spark_session(
         ) from None
     builder = SparkSession.builder.appName(app_name)
     if embedded:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        builder = builder.master(master or "local[*]")
-        builder = builder.config("spark.ui.enabled", "false")
-        builder = builder.config("spark.driver.memory", memory)
-        builder = builder.config("spark.ui.showConsoleProgress", "false")
-        hugepage = os.environ.get(HUGEPAGE_ENV, "0")
-        builder = builder.config(f"spark.executorEnv.{HUGEPAGE_ENV}", hugepage)
-        quiet = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
-        plan = _planned(planner) if planner is not None else jvm_archive.OFF
-        if planner is not None:
-            _archive[0] = plan
-        driver = " ".join(o for o in (JVM_OPTIONS, plan.options, "" if verbose else quiet) if o)
-        builder = builder.config("spark.driver.extraJavaOptions", driver)
-        if not verbose:
-            builder = builder.config("spark.executor.extraJavaOptions", quiet)
-        if master and not master.startswith("local"):
-            # a cluster's executors run this interpreter too (same path on every host)
-            builder = builder.config("spark.pyspark.python", sys.executable)
+        builder = _embedded(builder, master, memory, planner, verbose)
     elif master:
         log.warning("--master %s ignored: spark-submit's --master decides", master)
     if shuffle_partitions is not None:
@@ -164,6 +146,38 @@ def spark_session(
     if data_source:
         register(spark)
     return spark
+
+
+def _embedded(
+    builder: SparkSession.Builder,
+    master: str | None,
+    memory: str,
+    planner: concurrent.futures.Future[jvm_archive.Plan] | None,
+    verbose: bool,
+) -> SparkSession.Builder:
+    """The settings of a session this process launches (not spark-submit's): local
+    master unless told, no UI, the driver's heap, the hugepage switch for the executors,
+    quiet log4j unless `verbose`, and the class archive's JVM options from `planner`."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = builder.master(master or "local[*]")
+    builder = builder.config("spark.ui.enabled", "false")
+    builder = builder.config("spark.driver.memory", memory)
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    hugepage = os.environ.get(HUGEPAGE_ENV, "0")
+    builder = builder.config(f"spark.executorEnv.{HUGEPAGE_ENV}", hugepage)
+    quiet = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+    plan = _planned(planner) if planner is not None else jvm_archive.OFF
+    if planner is not None:
+        _archive[0] = plan
+    driver = " ".join(o for o in (JVM_OPTIONS, plan.options, "" if verbose else quiet) if o)
+    builder = builder.config("spark.driver.extraJavaOptions", driver)
+    if not verbose:
+        builder = builder.config("spark.executor.extraJavaOptions", quiet)
+    if master and not master.startswith("local"):
+        # a cluster's executors run this interpreter too (same path on every host)
+        builder = builder.config("spark.pyspark.python", sys.executable)
+    return builder
 
 
 def archive_plan() -> jvm_archive.Plan:
