@@ -129,7 +129,7 @@ DRIVER = textwrap.dedent(
     # in the audit's session (under spark-submit: spark-submit's settings, the source
     # registered)
     import json, sys
-    from shmwheel.pipeline import job
+    from shmwheel.pipeline.run import job
     from shmwheel.pipeline.run.session import spark_session
 
     journal, out = sys.argv[1:3]
