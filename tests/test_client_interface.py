@@ -3,7 +3,7 @@ and the modules of the service import each other without a circle.
 
 - ``PRODUCER_HOOKS`` (producer.h, exported as ``N.PRODUCER_HOOKS``), the ``ProducerHooks``
   Protocol of ``_native.pyi`` and the methods of ``Client`` are one list (mypy checks the
-  Protocol against Client: service/client.py), and the C files of the client's native half
+  Protocol against Client: service/caller/client.py), and the C files of the client's native half
   call no method of it by any other way.
 - The import graph of ``shmwheel.service`` (tests/import_graph.py) has no cycle; a planted
   one is found.
@@ -18,7 +18,7 @@ from pathlib import Path
 from import_graph import cycles, graph
 
 from shmwheel import _native as N
-from shmwheel.service.client import Client
+from shmwheel.service.caller.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "shmwheel" / "native"

@@ -55,11 +55,11 @@ MAX_REQUEST = 1 << 20  # bytes of one request (its environment)
 # what the zygote runs: SIGINT ignored before anything is imported (a Ctrl-C meant for
 # the embedding program must not kill a service process), -P: nothing in front of
 # sys.path (the path is PYTHONPATH, tasks.service_path). One "-Pc" keeps the code at
-# argv[2] and "shmwheel.service.main" in it, where tools look for service processes.
+# argv[2] and "shmwheel.service.processes.main" in it, where tools look for service processes.
 CODE = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "signal.signal(signal.SIGTERM, signal.SIG_IGN); import sys; "
-    "from shmwheel.service.main import main; main(sys.argv)"
+    "from shmwheel.service.processes.main import main; main(sys.argv)"
 )
 # library thread pools the roles do not use (issue 33): one thread unless the embedding
 # environment asks for more

@@ -114,7 +114,7 @@ def read_stats(
 
 def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
     """What the journal has written, what its directory holds on disk, and its faults."""
-    from ..journal.faults import read_faults
+    from ..journal.write.faults import read_faults
 
     directory = mem.config.journal_dir
     disk = segments = 0
