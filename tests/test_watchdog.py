@@ -19,7 +19,7 @@ from shmwheel import ShmwheelError, TimerService
 from shmwheel.segment import census, shm
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from shmwheel.service.supervisor.supervisor import watchdog as W
+from shmwheel.service.supervisor import watchdog as W
 
 # run alone (no other xdist worker's test meanwhile): stalls and restarts are timed
 pytestmark = pytest.mark.exclusive

@@ -1,4 +1,4 @@
-"""Step 2 of whole-service recovery (``recovery.py``): what a journal's records say is
+"""Step 2 of whole-service recovery (``recover/recovery.py``): what a journal's records say is
 pending. One pass reads every segment (``check.inspect``, which also judges each file's
 damage and the chains); each segment's records give a ``Part`` here, and ``combine``
 works out, from the parts of the segments that count, which timers and operations have

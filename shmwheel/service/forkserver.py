@@ -1,8 +1,8 @@
-"""The supervisor's side of the fork server ("zygote"; its own side: zygote.py) that starts
-a service's processes: one process per service, started once by ``start()``, that imports
-numpy and the service layer once and then forks the coordinator, the reaper and the
-executors, first and on every restart, already imported (docs/operating.md, "How the
-processes start"). ``multiprocessing``'s forkserver
+"""The supervisor's side of the fork server ("zygote"; its own side:
+service/processes/zygote.py) that starts a service's processes: one process per service,
+started once by ``start()``, that imports numpy and the service layer once and then forks
+the coordinator, the reaper and the executors, first and on every restart, already
+imported (docs/operating.md, "How the processes start"). ``multiprocessing``'s forkserver
 is the model: the embedding process is multithreaded, so it is never forked itself; the
 zygote is single-threaded when it forks.
 

@@ -1,14 +1,14 @@
 """Whole-service recovery from a journal (docs/journal.md, "Recovery").
 
 ``TimerService(journal=DIR).start()`` runs, in order (after claiming DIR's lock and
-writing what a stop through a disk fault left in /dev/shm: ``spill.py``):
+writing what a stop through a disk fault left in /dev/shm: ``journal/write/spill.py``):
 
-1. ``check``: read every segment and judge it (``check.py``): damage — a bad record,
+1. ``check``: read every segment and judge it (``journal/check.py``): damage — a bad record,
    magic or header, a segment cut short or missing from its writer's chain, a segment of
    another service — raises RecoveryError and changes nothing, unless the service was
    told to salvage (``journal_on_damage="salvage"``). A dead writer's torn tail is the
    normal crash case: read up to it, with a warning. The same pass works out each
-   timer's state (``scan.py``): the timers with no final outcome are pending, each at
+   timer's state (``journal/scan.py``): the timers with no final outcome are pending, each at
    its next run's deadline.
 2. ``salvage`` (``salvage.py``): if the dead service's segment is still in /dev/shm
    (its processes were killed, the machine did not reboot), record what its memory
@@ -59,11 +59,11 @@ ON_DAMAGE = ("refuse", "salvage")  # TimerService(journal_on_damage=...)
 
 def scan(directory: str) -> JournalState:
     """Every segment of the journal read; the pending timers worked out (check.inspect
-    judges the segments, scan.py works out the timers)."""
+    judges the segments, journal/scan.py works out the timers)."""
     return inspect(directory).state
 
 
-_clock_offset_ms = clock_offset_ms  # (its name before scan.py)
+_clock_offset_ms = clock_offset_ms  # (its name before journal/scan.py)
 
 
 def install(mem: L.ServiceMemory, st: JournalState) -> np.ndarray:

@@ -161,7 +161,7 @@ class Client(BatchCalls, PurgatoryCalls, LeaseCalls):
     def _schedule_calendar(
         self, task: str, payload: Any, key: Any, cron: str, tz: str | None, misfire: str
     ) -> TimerHandle:
-        """schedule(cron=...): a repeating timer at its calendar's fire times (calendar.py
+        """schedule(cron=...): a repeating timer at its calendar's fire times (service/calendar.py
         says how it re-arms); its deadline is the first fire time after now."""
         self._check_accepting()
         tid = self._task_id(task)

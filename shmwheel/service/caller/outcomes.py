@@ -8,7 +8,7 @@ waiter table (shmwheel/native/waiters.c; the design is purgatory.c's): the proce
 frees the slot writes the outcome into that entry and pushes (handle, outcome code) on
 this client's outcome ring, ringing its bell, a futex word in the ring's header. One
 listener thread per client sleeps on that bell (no polling of the service), resolves an
-``Outcome`` (a ``concurrent.futures.Future`` that may carry a ``TaskError``: tracebacks.py)
+``Outcome`` (a ``concurrent.futures.Future`` that may carry a ``TaskError``: service/tracebacks.py)
 per handle asked about and empties its entry; ``add_done_callback`` and ``await``
 (``asyncio.wait_for`` / ``wrap_future``) build on that future. An outcome that reached an
 entry is never lost: if the ring was full, the listener finds it in the entry when it
@@ -38,7 +38,7 @@ from ..tracebacks import Outcome
 log = logging.getLogger("shmwheel.outcomes")
 
 RECHECK_S = 1.0  # the listener's sleep between rechecks of every waiter
-# the header's W_STOPPING word once every service process has ended (supervisor.py,
+# the header's W_STOPPING word once every service process has ended (supervisor/supervisor.py,
 # _teardown; 1 while they are asked to end): what is undecided then is "stopped"
 STOPPED = 2
 _TASK_OUTCOMES = {
@@ -61,7 +61,7 @@ def describe(code: int, operation: bool) -> str:
 
 
 def mark_stopped(mem: L.ServiceMemory) -> None:
-    """Every service process has ended (supervisor.py, _teardown): mark the header
+    """Every service process has ended (supervisor/supervisor.py, _teardown): mark the header
     (W_STOPPING = STOPPED) and ring every client's outcome bell, so the handles still
     undecided become "stopped" at once in every client that waits."""
     mem.header[L.W_STOPPING] = STOPPED

@@ -146,7 +146,7 @@ class PurgatoryCalls(ClientBase):
         if done:
             self._row[C.C_OPS_COMPLETED] += done
             # they are due now: wake the reaper if it sleeps longer than its hot step (it
-            # says when it wakes; reaper.py, HOT_S)
+            # says when it wakes; service/processes/reaper.py, HOT_S)
             if mem.header[L.W_REAPER_WAKE_AT] > now_ms() + 1:
                 self._wake_reaper()
         return done

@@ -75,7 +75,8 @@ class Coordinator(ServiceProcess):
         if n == 0:
             return 0
         if self.journal is not None and self.journal.blocked:
-            return 0  # the disk holds nothing more (writer.py, "Faults"): the ring waits
+            # the disk holds nothing more (journal/write/writer.py, "Faults"): the ring waits
+            return 0
         res = self.res
         res[:] = 0
         res[C.LR_EARLIEST] = C.NEVER

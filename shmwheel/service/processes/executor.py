@@ -1,7 +1,7 @@
 """An executor process: runs the registered task of each fired timer and reports its
 outcome. The batch loop is native (shmwheel/native/executor.c: its header gives the order
 of the writes that makes a crash recoverable); this module sets it up, recovers what a
-predecessor on the same rings left, logs and records task tracebacks (tracebacks.py),
+predecessor on the same rings left, logs and records task tracebacks (service/tracebacks.py),
 and sleeps when idle. A stop ends the batch in hand after the task running
 now (the records after it stay on the ring, never started); a copy of the process that a
 task forked ends as soon as the task returns in it (executor.c).
@@ -68,7 +68,7 @@ class Executor(ServiceProcess):
         )
 
     def _task_failed(self, handle: int, tid: int, exc: BaseException, run: int, flags: int) -> None:
-        """A task raised: log it, and record it for the handles (tracebacks.py), before
+        """A task raised: log it, and record it for the handles (service/tracebacks.py), before
         the native loop publishes the outcome "error"."""
         names = self.mem.task_names
         name = names[tid] if 0 <= tid < len(names) else f"id {tid} (unknown)"
@@ -76,7 +76,7 @@ class Executor(ServiceProcess):
         tracebacks.record(self.mem, self.index, handle, tid, exc, run, flags)
 
     def _on_calendar(self, handle: int, deadline: int, spec: dict[str, Any], after: bool) -> Any:
-        """A calendar timer's run (executor.c, calendar_call; calendar.py): before its task,
+        """A calendar timer's run (executor.c, calendar_call; service/calendar.py): before its task,
         whether it runs (a misfire with misfire="skip" does not); after it, the deadline of
         its next fire time."""
         if not after:

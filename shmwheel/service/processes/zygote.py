@@ -1,5 +1,5 @@
 """The zygote's side of the fork server (the protocol and the supervisor's side:
-forkserver.py): its loop, which forks each role already imported, and how a forked
+service/forkserver.py): its loop, which forks each role already imported, and how a forked
 coordinator or reaper exits. Run by ``main.main([_, "zygote", SERVICE, FD, *FLAGS])``
 (FLAGS: forkserver.ForkServer's "journal", "jobs", "jobs_only");
 imported by nothing else, so the role modules it imports are no import of the supervisor's.

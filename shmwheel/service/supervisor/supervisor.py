@@ -1,8 +1,8 @@
 """``TimerService``: the supervisor, living in the embedding process. It creates the
 service's segment and semaphores, starts the coordinator, the reaper and the executor pool
-as separate processes, forked by the service's zygote (zygote.py), restarts any that dies
-(a monitor thread, woken by the zygote's exit reports), and on ``stop`` ends them all and
-unlinks every name it created.
+as separate processes, forked by the service's zygote (service/processes/zygote.py),
+restarts any that dies (a monitor thread, woken by the zygote's exit reports), and on
+``stop`` ends them all and unlinks every name it created.
 
 Why the supervisor, not the coordinator, creates the segment: a restarted coordinator
 must find the shared state intact, so the segment has to outlive it.
@@ -121,7 +121,7 @@ class TimerService:
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
         self.procs: dict[str, RoleProcess] = {}
-        self._zygote: ForkServer | None = None  # forks the processes (zygote.py)
+        self._zygote: ForkServer | None = None  # forks the processes (service/processes/zygote.py)
         self._wake = (-1, -1)  # a pipe: stop() wakes the monitor thread's wait
         self.restarts: dict[str, int] = {}
         self._monitor: threading.Thread | None = None
