@@ -10,7 +10,7 @@ from typing import Any
 
 from shmwheel.segment import layout as L
 from shmwheel.segment.contract import now_ms
-from shmwheel.service.client import Client
+from shmwheel.service.caller.client import Client
 
 RECORD_TASK = (("record", "shmwheel.examples.tasks:append_line"),)
 

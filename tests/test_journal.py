@@ -17,13 +17,14 @@ import msgpack
 import pytest
 from test_service import TASKS, read_log, wait_for
 
-from shmwheel import TimerService, journal
+from shmwheel import RecoveryError, TimerService, journal
 from shmwheel import _native as N
-from shmwheel.errors import JournalInUse, RecoveryError
-from shmwheel.journal import check, reader, recovery, scan
+from shmwheel.errors import JournalInUse
+from shmwheel.journal import check, reader, scan
 from shmwheel.journal import format as F
 from shmwheel.journal.directory import claim
-from shmwheel.journal.writer import JournalOptions, SegmentWriter
+from shmwheel.journal.recover import recovery
+from shmwheel.journal.write.writer import JournalOptions, SegmentWriter
 
 SAMPLES = {  # one record of every kind, as format.body takes them
     F.SCHEDULED: (0x1_0000_0005, 123456789, 5000, 1, 4242, F.FLAG_KEY, 0, 1, b"\x92\xa1k\x01"),

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from ...service.supervisor import TimerService
+from ...service.supervisor.supervisor import TimerService
 from ..measure import Figures
 from ..service import common as service_common
 from ..service import ops as service_ops

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...segment import layout, shm
-from ...service.supervisor import TimerService
+from ...service.supervisor.supervisor import TimerService
 from ..baselines import HeapTimer, RedisDelayQueue, event_loop, sched_scheduler
 from ..measure import Figures, bytes_per_object, noop
 from . import common as common

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...segment.sizes import default_arena_bytes
-from ...service.client import Client
+from ...service.caller.client import Client
 from ..baselines import HeapTimer, RedisDelayQueue, asyncio_loop, event_loop, sched_scheduler
 from ..measure import Figures, each, noop, ops_per_s
 from . import common as common
