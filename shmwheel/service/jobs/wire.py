@@ -6,11 +6,16 @@ server is the service's supervisor (the segment's owner pid).
 
 Requests (client -> pool): ``[SUBMIT, req, task, payload_blob, delay_ms, limit_ms, retry]``
 with ``retry`` None or ``[attempts, backoff, factor, max_backoff, jitter, [names]]``;
-``[CANCEL, req, job, stop]``; ``[STATS, req]``. Replies and reports (pool -> client):
-``[ACCEPTED, req, job]``, ``[REFUSED, req, text]``, ``[ANSWER, req, value]`` (a bool to a
-CANCEL, the pool's ``stats()`` dict to a STATS), ``[RUNNING, job, attempt]``,
-``[DONE, job, attempts, outcome, ...]`` with outcome "ok" and the value, "cancelled", or
-"error" and ``[kind, text, type_name, message, traceback, limit, killed]``.
+``[CANCEL, req, job, stop]``; ``[STATS, req]``; ``[EXPORT, req, job]`` (a job of this
+connection is being pickled: keep its outcome once it ends); ``[WATCH, req, job, token]``
+(a pickled job unpickled: report its attempts and outcome here; `token` is the pool
+instance it was pickled from). Replies and reports (pool -> client):
+``[ACCEPTED, req, job, token]``, ``[REFUSED, req, text]``, ``[ANSWER, req, value]`` (a bool
+to a CANCEL or an EXPORT, the pool's ``stats()`` dict to a STATS, ``[state, attempts]`` or
+``["gone", text]`` to a WATCH), ``[RUNNING, job, attempt]``, ``[DONE, job, attempts,
+outcome, ...]`` with outcome "ok" and the value, "cancelled", "error" and ``[kind, text,
+type_name, message, traceback, limit, killed]``, or "pickled" and the pickled
+``(kind, value)`` (an Executor job's outcome, to a WATCH).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import msgpack
 from ... import errors
 from .retry import Retry
 
-SUBMIT, CANCEL, ACCEPTED, REFUSED, ANSWER, RUNNING, DONE, STATS = range(8)
+SUBMIT, CANCEL, ACCEPTED, REFUSED, ANSWER, RUNNING, DONE, STATS, EXPORT, WATCH = range(10)
 HEAD = struct.Struct("!I")
 MAX_FRAME = 64 << 20
 _unpack = msgpack.Unpacker
