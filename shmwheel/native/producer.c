@@ -354,7 +354,10 @@ static int prod_traverse(Producer *p, visitproc visit, void *arg) {
     Py_VISIT(p->tables);
     Py_VISIT(p->thread_lock);
     Py_VISIT(p->op_type);
-    Py_VISIT(Py_TYPE(p));
+    /* not Py_TYPE(p): Producer is a static type, and its heap subclass's subtype_traverse
+     * visits the type already; a second visit made a collection count the class one
+     * reference short per instance (one garbage Client in a young generation and the
+     * class was cleared: Client() then raised "AttributeError: __init__") */
     return 0;
 }
 
