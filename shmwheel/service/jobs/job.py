@@ -35,7 +35,8 @@ class Job(concurrent.futures.Future[Any]):
     """One job: ``result()`` is its function's value, or raises ``TaskError`` (the last
     attempt raised, or its worker died), ``JobTimeout`` (the last attempt passed its time
     limit) or ``CancelledError`` (cancelled or stopped). ``attempts`` counts the
-    attempts started so far. Awaitable in an event loop."""
+    attempts started so far. Awaitable in an event loop. Picklable: another process of
+    the same user that unpickles it follows the same job (docs/api.md, "Jobs")."""
 
     def __init__(
         self,
