@@ -21,7 +21,6 @@ from typing import Any
 
 from ...errors import ShmwheelError
 from ...segment import trust
-from . import kept as K
 from . import wire
 from .job import DONE, RUNNING, Job
 from .retry import Retry, check_job
@@ -204,7 +203,7 @@ class JobLink:
             del self._jobs[msg[1]]
             job.where, job.attempts = DONE, int(msg[2])
         try:
-            kind, value = K.decode_done(job, msg)
+            kind, value = wire.decode_done(job, msg)
         except Exception as e:  # a pickled outcome that does not unpickle here
             kind, value = "error", ShmwheelError(f"job {job.id}'s outcome cannot be read: {e!r}")
         self._settle(job, kind, value)

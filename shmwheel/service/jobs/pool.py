@@ -46,8 +46,8 @@ from ...errors import ShmwheelError, TaskError
 from . import ledger as LG
 from . import worker as W
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
-from .kept import DEFAULT_TTL_S
 from .manager import Manager
+from .remote import DEFAULT_TTL_S
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
 from .workers import Forks

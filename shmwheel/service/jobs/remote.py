@@ -5,27 +5,33 @@ on the listening socket and every connection with the workers' pipes.
 Each request is answered in order; a job's attempts and outcome are reported to the
 connection that submitted it and to every connection that WATCHes it (a pickled Job
 unpickled in another process: link.py, ``restore``), from the thread that sets it. A job
-pickled before it ended has its outcome kept for a bounded time (kept.py). A connection
-that goes away leaves its jobs running (their outcomes are dropped). Only a peer of this
-user is served.
+pickled before it ended has its outcome kept for a bounded time (``Kept``, below). A
+connection that goes away leaves its jobs running (their outcomes are dropped). Only a
+peer of this user is served.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ...segment import trust
-from . import kept as K
 from . import wire
 from . import worker as W
 from .job import Job
 from .link import outcome_of, remember, restore
+
+# how long, and how many, outcomes of jobs pickled before they ended are kept (``Kept``)
+DEFAULT_TTL_S = 600.0
+MAX_KEPT = 1024
+MAX_KEPT_BYTES = 256 << 20
 
 
 class Submit(Protocol):
@@ -54,7 +60,7 @@ class Tracked:
     """A job the link reports on: the connections told of its attempts and outcome (its
     submitter's and every WATCH), whether its outcome is kept once it ends (it was
     pickled before it ended), and how its outcome travels (msgpack for a task submitted
-    over the link, pickled otherwise: kept.done_frame)."""
+    over the link, pickled otherwise: wire.done_frame)."""
 
     __slots__ = ("job", "conns", "kept", "pickled")
 
@@ -66,7 +72,7 @@ class Listener:
     """The job link's server, submitting through `submit` and answering STATS with
     `stats()`: `tasks` maps the service's task names to their specs; `watch(sock, data,
     write)` / `unwatch(sock)` are the manager's selector. `ttl`: how long an outcome of a
-    pickled job is kept (kept.py). `token` names this pool instance in pickled jobs."""
+    pickled job is kept (``Kept``, below). `token` names this pool instance in pickled jobs."""
 
     def __init__(
         self,
@@ -76,7 +82,7 @@ class Listener:
         watch: Callable[[socket.socket, Any, bool], None],
         unwatch: Callable[[socket.socket], None],
         stats: Callable[[], dict[str, Any]],
-        ttl: float = K.DEFAULT_TTL_S,
+        ttl: float = DEFAULT_TTL_S,
     ) -> None:
         self.submit, self.tasks, self.stats = submit, dict(tasks), stats
         self.watch, self.unwatch = watch, unwatch
@@ -99,7 +105,7 @@ class Listener:
         # caller's cancel), and add_done_callback on a done job runs it at once: reentrant
         self.lock = threading.RLock()
         self.jobs: dict[int, Tracked] = {}
-        self.kept = K.Kept(ttl)
+        self.kept = Kept(ttl)
         watch(self.sock, ("l", None), False)
 
     def close(self) -> None:
@@ -191,7 +197,7 @@ class Listener:
                 return [t.job.where, t.job.attempts]
             frame = self.kept.get(job_id)
             if frame is None:
-                return ["gone", K.gone_text(self.service, job_id, self.kept.ttl)]
+                return ["gone", gone_text(self.service, job_id, self.kept.ttl)]
             self._send_frame(conn, frame)
             return ["done", 0]
 
@@ -231,7 +237,7 @@ class Listener:
             t = self.jobs.pop(job.id, None)
             if t is None:
                 return
-            frame = K.done_frame(job, t.pickled)
+            frame = wire.done_frame(job, t.pickled)
             for conn in t.conns:
                 self._send_frame(conn, frame)
             if t.kept:
@@ -268,3 +274,49 @@ class Listener:
                 t.conns.discard(conn)
         self.unwatch(conn.sock)
         conn.sock.close()
+
+
+def gone_text(service: str, job: int, ttl: float) -> str:
+    """What a copy of `job` unpickled after its outcome was dropped is told."""
+    return (
+        f"job {job} of service {service!r}: its outcome is no longer kept (a pool keeps the "
+        f"outcome of a job pickled before it ended for {ttl:g} s after it ends, the newest "
+        f"{MAX_KEPT} of them within {MAX_KEPT_BYTES >> 20} MiB; docs/api.md, Jobs)"
+    )
+
+
+class Kept:
+    """Outcomes (DONE frames) of ended jobs that were pickled before they ended, for the
+    copies unpickled later: each kept ``outcome_ttl`` s after its job ends (default
+    ``DEFAULT_TTL_S``), the newest ``MAX_KEPT`` within ``MAX_KEPT_BYTES`` (the oldest go
+    first). A job pickled after it ended carries its outcome and needs nothing kept; a copy
+    unpickled after its outcome is gone gets a ShmwheelError that says so (``gone_text``)."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._items: collections.OrderedDict[int, tuple[float, bytes]] = collections.OrderedDict()
+        self._bytes = 0
+
+    def put(self, job: int, frame: bytes) -> None:
+        self._items[job] = (time.monotonic(), frame)
+        self._bytes += len(frame)
+        self._trim()
+
+    def get(self, job: int) -> bytes | None:
+        self._trim()
+        item = self._items.get(job)
+        return None if item is None else item[1]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _trim(self) -> None:
+        old = time.monotonic() - self.ttl
+        items = self._items
+        while items and (
+            len(items) > MAX_KEPT
+            or self._bytes > MAX_KEPT_BYTES
+            or next(iter(items.values()))[0] < old
+        ):
+            _, (_, frame) = items.popitem(last=False)
+            self._bytes -= len(frame)
