@@ -22,7 +22,7 @@ from shmwheel import JobTimeout, TaskError
 TASKS = {
     "double": "job_fns:task_double",
     "gated": "job_pickle_fns:task_gated",
-    "noop": "workers.tasks:noop",
+    "noop": "shmwheel.examples.tasks:noop",
 }
 WAIT_S = 90  # the bound on every call into the child
 
