@@ -68,6 +68,16 @@ def marks_of(path: Path) -> dict[str, list[tuple[int, int]]]:
 
 
 def test_a_whole_service_sigkill_loses_no_job_and_reruns_only_crashed_attempts(tmp_path, cli):
+    journal = sigkill_and_recover(tmp_path)
+    assert audit.audit(str(journal)) == []
+    code, out, _ = cli("journal", "check", str(journal))
+    assert code == 0 and "jobs: 0 a start would re-arm; the ledger's audit: clean" in out
+
+
+def sigkill_and_recover(tmp_path: Path) -> Path:
+    """A service SIGKILLed with jobs done, running, pending and backing off, then started
+    again on its journal until every job ends; what ran is checked. Returns the journal
+    (test_job_audit.py audits it with Spark)."""
     journal, marks = tmp_path / "journal", tmp_path / "marks"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
     p = subprocess.Popen(
@@ -110,9 +120,7 @@ def test_a_whole_service_sigkill_loses_no_job_and_reruns_only_crashed_attempts(t
     assert after["later"][0][1] >= int(submitted_ns) + DELAY_MS * 1_000_000
     (first, t1), (second, t2) = after["flaky"]
     assert (first, second) == (1, 2) and t2 - t1 >= DELAY_MS * 1_000_000
-    assert audit.audit(str(journal)) == []
-    code, out, _ = cli("journal", "check", str(journal))
-    assert code == 0 and "jobs: 0 a start would re-arm; the ledger's audit: clean" in out
+    return journal
 
 
 def test_the_audit_finds_a_second_outcome_and_an_early_attempt(tmp_path):

@@ -1,10 +1,11 @@
-"""The jobs' rules, checked on a ledger's rows (ledger.rows) by Python: what ``shmwheel
-journal check`` reports. The PySpark audit (shmwheel/pipeline/jobs.py) checks the same
-rules on the same rows; a test runs both on the same ledgers. A job is keyed by its
+"""The jobs' rules, checked on a ledger's rows (ledger.rows): their one definition.
+``shmwheel journal check`` runs ``audit`` in one process; the PySpark audit
+(shmwheel/pipeline/jobs.py) runs ``check`` in its tasks on each job's rows, in the same
+order (tests/test_job_audit.py runs both on the same ledgers). A job is keyed by its
 ledger (directory) and id; its violations are reported under its SUBMITTED's service.
 
-The rules (``RULES``; docs/journal.md, "Jobs", says the same for users), each judged per
-job of a service, on the records retained (compact.py):
+The rules (``RULES``; docs/journal.md, "The jobs' rules", says the same for users), each
+judged per job of a service, on the records retained (compact.py):
 
 - ``attempt outcomes``: an attempt has exactly one outcome: two ENDED records; an ENDED
   with no STARTED; a job DONE "ok" or "error" with an attempt STARTED and never ENDED;
@@ -20,7 +21,8 @@ job of a service, on the records retained (compact.py):
 Times are compared within one boot only (a row's ``boot_id``; "" for a format 1 file:
 taken as the same boot). An attempt's start is its first STARTED for the back-off rule
 (the earliest it was sent) and its ENDED's ``began_us`` (else its last STARTED) for the
-time limit (the worker began it then).
+time limit (the worker began it then); of two ENDED records of an attempt (a violation
+already), the earlier is the one judged.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ def pause_s(sub: Row, attempt: int) -> float:
     except OverflowError:
         d = float("inf")
     return float(min(sub["max_backoff"], d))
+
+
+def _t(r: Row) -> int:
+    return int(r["t_us"])
 
 
 def same_boot(a: str | None, b: str | None) -> bool:
@@ -73,13 +79,13 @@ def check_job(job: int, recs: list[Row]) -> list[tuple[str, int, str]]:
     if sub is None:
         return bad
     for a, s in sorted(started.items()):
-        first = min(s, key=lambda r: r["t_us"])
+        first = min(s, key=_t)
         if a > sub["most"]:
             bad.append(("beyond the policy", job, f"attempt {a} of {sub['most']}"))
         if a == 1:
             due, low, boot = sub["next_due_ms"], 0.0, sub["boot_id"]
         elif a - 1 in ended:
-            prev = ended[a - 1][0]
+            prev = min(ended[a - 1], key=_t)
             due, boot = prev["next_due_ms"], prev["boot_id"]
             low = 0.0
             if due < 0:
@@ -96,10 +102,10 @@ def check_job(job: int, recs: list[Row]) -> list[tuple[str, int, str]]:
                         f"due at {max(due * 1000, low):.0f} us"))  # fmt: skip
     if sub["limit_s"]:
         for a, e in sorted(ended.items()):
-            end = e[0]
+            end = min(e, key=_t)
             if end["how"] != "timeout" or a not in started:
                 continue
-            last = max(started[a], key=lambda r: r["t_us"])
+            last = max(started[a], key=_t)
             began = end["began_us"] if end["began_us"] >= 0 else last["t_us"]
             bound = (sub["limit_s"] + sub["grace_s"] + L.LATE_S) * 1e6
             if same_boot(last["boot_id"], end["boot_id"]) and end["t_us"] - began > bound:
@@ -125,7 +131,7 @@ def check(rows: Iterable[tuple[Any, ...]]) -> list[tuple[str, str, int, str]]:
 
 def service_of(recs: list[Row]) -> str:
     """The service a job's violations are reported under: its SUBMITTED's run's name."""
-    return next((r["service"] for r in recs if r["kind"] == "submitted"), recs[0]["service"])
+    return str(next((r["service"] for r in recs if r["kind"] == "submitted"), recs[0]["service"]))
 
 
 def audit(journal: str) -> list[str]:

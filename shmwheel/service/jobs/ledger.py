@@ -105,12 +105,14 @@ def ledger_files(directory: str) -> list[str]:
     return paths
 
 
-def read(path: str) -> list[list[Any]]:
-    """The intact records of one ledger file (a torn last record is left out)."""
+def read(path: str, most: int = -1) -> list[list[Any]]:
+    """The intact records of one ledger file (a torn last record is left out); the first
+    `most` only when it is >= 0."""
     with open(path, "rb") as f:
-        data = f.read()
-    records, at, end = [], 0, F.intact_prefix(data)
-    while at < end:
+        data = f.read() if most < 0 else f.read(F.FRAME_BYTES + (1 << 16))
+    records: list[list[Any]] = []
+    at, end = 0, F.intact_prefix(data)
+    while at < end and len(records) != most:
         n = int.from_bytes(data[at : at + 4], "little")
         records.append(msgpack.unpackb(data[at + F.FRAME_BYTES : at + F.FRAME_BYTES + n]))
         at += F.FRAME_BYTES + n
@@ -121,13 +123,18 @@ def is_compacted(records: list[list[Any]]) -> bool:
     return bool(records) and records[0][0] == HEADER and bool(records[0][7])
 
 
+def retained_paths(directory: str) -> list[str]:
+    """The files the ledger is made of: the newest compacted file and the files after it
+    (what it replaced may linger after a crash in a compaction: left out), or every file
+    when none is compacted. Only each file's first record is read."""
+    paths = ledger_files(directory)
+    start = max((i for i, p in enumerate(paths) if is_compacted(read(p, 1))), default=0)
+    return paths[start:]
+
+
 def retained(directory: str) -> list[tuple[str, list[list[Any]]]]:
-    """The files the ledger is made of, with their records: the newest compacted file and
-    the files after it (what it replaced may linger after a crash in a compaction: left
-    out), or every file when none is compacted."""
-    files = [(p, read(p)) for p in ledger_files(directory)]
-    start = max((i for i, (_, recs) in enumerate(files) if is_compacted(recs)), default=0)
-    return files[start:]
+    """``retained_paths`` with their records."""
+    return [(p, read(p)) for p in retained_paths(directory)]
 
 
 @dataclass
