@@ -24,7 +24,7 @@ import shmwheel
 from shmwheel import JobTimeout, Retry, TaskError
 from shmwheel.pipeline import cli
 from shmwheel.pipeline import jobs as JB
-from shmwheel.service.jobs import audit, ledger
+from shmwheel.service.jobs import audit, compact, ledger
 
 # every Spark test runs in one xdist worker, which starts one JVM for them all
 pytestmark = pytest.mark.xdist_group("spark")
@@ -296,3 +296,49 @@ def test_a_compacted_ledger_audits_clean_in_spark_as_in_python(spark, compacted)
     assert summary["violations_by_rule"] == dict.fromkeys(RULES, 0)
     assert summary["files"] == len(L.retained_paths(L.directory_of(str(journal))))
     assert _python_violations(journal) == []
+
+
+def _settled_jobs(lg: ledger.Ledger, ids: range) -> None:
+    for j in ids:
+        t = L.now_us()
+        lg.record(L.SUBMITTED, j, t, "f", b"", b"", None, None, 1, 0, 1.0, None)
+        lg.record(L.STARTED, j, 1, t + 1)
+        lg.record(L.ENDED, j, 1, "ok", t + 2, -1, t + 1)
+        lg.record(L.DONE, j, "ok", t + 3)
+        lg.flush()
+
+
+@pytest.mark.parametrize("step", compact.STEPS)
+def test_a_compaction_failing_after_each_step_loses_nothing(tmp_path, step):
+    """A compaction that fails after each of its steps (as a crash there would) keeps
+    every unsettled job whole: pending() and the audit stay exact; the next compaction
+    clears what the failed one left."""
+
+    def fail(name: str) -> None:
+        if name == step:
+            raise OSError(f"planted: a failure after {name}")
+
+    lg = L.Ledger(str(tmp_path), 1, "svc", max_bytes=2000,
+                  compactor=lambda lg, part: compact.compact(lg, part, fail))  # fmt: skip
+    t = L.now_us()
+    policy = [0.5, 2.0, 60.0, 0.1]
+    lg.record(L.SUBMITTED, 1, t, "backing", b"", b"", None, None, 3, 0, 1.0, policy)
+    lg.record(L.STARTED, 1, 1, t + 1)
+    lg.record(L.ENDED, 1, 1, "raised", t + 2, (t + 10_000_000) // 1000, t + 1)
+    lg.record(L.SUBMITTED, 2, t, "running", b"", b"", 5.0, None, 1, 0, 1.0, None)
+    lg.record(L.STARTED, 2, 1, t + 3)
+    _settled_jobs(lg, range(3, 80))  # past 2,000 bytes: rotated, the compaction fails
+    expect = [(1, 1, False), (2, 1, True)]
+
+    def judged() -> list[tuple[int, int, bool]]:
+        pending, top = L.pending(str(tmp_path))
+        assert top == lg.top and audit.audit(str(tmp_path)) == []
+        return [(p.id, p.attempts, p.crashed) for p in pending]
+
+    assert lg.part >= 4 and judged() == expect
+    lg.compactor = compact.compact
+    _settled_jobs(lg, range(80, 140))
+    lg.close()
+    assert judged() == expect
+    files = os.listdir(L.directory_of(str(tmp_path)))
+    assert compact.TMP not in files and len(files) == 2, files
