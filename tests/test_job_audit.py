@@ -179,6 +179,19 @@ def test_each_rule_catches_its_planted_violation_and_python_agrees(spark, real, 
     assert _python_violations(d) == got
 
 
+def test_a_fleets_ledgers_are_judged_each_apart(spark, real, tmp_path):
+    """Two services' ledgers with the same job ids: a job is keyed by its ledger, so the
+    planted violation is the only one, under its own service."""
+    d = doctored(real, tmp_path, "stopped late")
+    found, summary = JB.audit(spark, [str(real), str(d)], {})
+    assert found is not None
+    assert [(v["service"], v["rule"], v["id"]) for v in found.collect()] == [
+        ("planted-service", JB.PREFIX + "stopped late", JOB)
+    ]
+    assert summary["ledgers"] == 2 and summary["jobs"] == 2 * 36 + 1
+    assert summary["by_service"] == {"planted-service": {JB.PREFIX + "stopped late": 1}}
+
+
 def test_the_report_counts_a_planted_violation_beside_the_timer_rules(
     spark, real, tmp_path, capsys
 ):
