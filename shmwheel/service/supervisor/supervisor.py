@@ -99,13 +99,9 @@ class TimerService:
         # what start() does with a damaged journal (docs/journal.md, "Damage")
         self.journal_on_damage = journal_on_damage
         self.journal: JournalOptions | None = O.journal_options(
-            journal,
-            journal_fsync,
-            journal_fsync_ms,
-            journal_segment_bytes,
-            journal_keep_hours,
+            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours,
             journal_jobs_bytes,
-        )
+        )  # fmt: skip
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
@@ -184,8 +180,8 @@ class TimerService:
                     name=f"{self.name}-jobs",  # its workers forked by the zygote too
                     forks=lambda argv, fds: self._fork("job worker", argv, fds, True),
                 )  # fmt: skip
-                served = self._jobs.serve(self.name, dict(self.config.tasks), self.journal)
-                self.recovery.update(served)
+                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks),
+                                                      self.journal))  # fmt: skip
             except BaseException:
                 self._teardown(5.0)
                 raise
