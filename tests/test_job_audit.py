@@ -1,4 +1,4 @@
-"""The jobs' rules (their one definition: service/jobs/audit.py) in the PySpark audit
+"""The jobs' rules (their one definition: service/jobs/ledger/audit.py) in the PySpark audit
 (shmwheel/pipeline/jobs.py) and in ``shmwheel journal check``: a real service's jobs
 (succeeded, retried, timed out, crashed, stopped, cancelled) audit clean; each rule
 catches a ledger doctored to break it, by name, in both audits; both give the same
@@ -24,7 +24,8 @@ import shmwheel
 from shmwheel import JobTimeout, Retry, TaskError
 from shmwheel.pipeline import cli
 from shmwheel.pipeline import jobs as JB
-from shmwheel.service.jobs import audit, compact, ledger
+from shmwheel.service.jobs import ledger
+from shmwheel.service.jobs.ledger import audit, compact
 
 # every Spark test runs in one xdist worker, which starts one JVM for them all
 pytestmark = pytest.mark.xdist_group("spark")

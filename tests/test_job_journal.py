@@ -1,4 +1,4 @@
-"""Journaled jobs (service/jobs/ledger.py): a whole-service SIGKILL with jobs pending,
+"""Journaled jobs (service/jobs/ledger/): a whole-service SIGKILL with jobs pending,
 running and backing off loses none of them; the next start on the journal re-arms them;
 an attempt running at the crash counts as crashed and is retried as its policy allows; no
 attempt whose outcome was recorded runs again, none starts early, and the ledger's audit
@@ -16,7 +16,8 @@ from pathlib import Path
 from helpers import wait_for
 
 import shmwheel
-from shmwheel.service.jobs import audit, ledger
+from shmwheel.service.jobs import ledger
+from shmwheel.service.jobs.ledger import audit
 
 TESTS = Path(__file__).resolve().parent
 TASKS = {"mark": "job_fns:mark"}

@@ -1,7 +1,7 @@
 """The jobs' rules in the PySpark audit: every service's jobs' ledger (``DIR/jobs/`` of
-each journal directory audited; service/jobs/ledger.py) decoded by Spark tasks with the
+each journal directory audited; service/jobs/ledger/) decoded by Spark tasks with the
 ledger's own decoder (``ledger.rows``), its rows shuffled by job, and each job judged by
-the one definition of the rules, ``service/jobs/audit.check`` (its module doc lists
+the one definition of the rules, ``service/jobs/ledger/audit.check`` (its module doc lists
 them; ``shmwheel journal check`` runs the same function in one process; docs/journal.md,
 "The jobs' rules", says them for users):
 
@@ -13,7 +13,7 @@ them; ``shmwheel journal check`` runs the same function in one process; docs/jou
 - ``stopped late``: a timed-out attempt ended within its limit, the pool's grace and
   ``ledger.LATE_S`` of its start.
 
-What is judged is what the ledger retains (compact.py: a settled job's records are
+What is judged is what the ledger retains (ledger/compact.py: a settled job's records are
 dropped whole once its file is compacted). A job is keyed by (ledger, id); a violation is
 reported under its SUBMITTED's service, its rule prefixed ``jobs:`` beside the timers'
 rules. Each job's rows reach ``audit.check`` in the order the Python audit reads them (the
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql import functions as f
 
-from ..service.jobs import audit as JA
 from ..service.jobs import ledger as LG
+from ..service.jobs.ledger import audit as JA
 from .audit import VIOLATIONS_SCHEMA
 from .fleet import is_uri
 

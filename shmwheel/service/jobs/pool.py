@@ -46,8 +46,8 @@ from ...errors import ShmwheelError, TaskError
 from ...journal.directory import JournalOptions
 from . import ledger as LG
 from . import worker as W
-from .compact import compact
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
+from .ledger.compact import compact
 from .manager import Manager
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
@@ -118,7 +118,7 @@ class JobPool:
         self, journal: str, epoch: int, max_bytes: int = LG.DEFAULT_MAX_BYTES, service: str = ""
     ) -> dict[str, int]:
         """Journal this pool's jobs in `journal`'s ledger (ledger.py), this run's files
-        numbered `epoch`, rotated past `max_bytes` (0: never; compact.py), after re-arming
+        numbered `epoch`, rotated past `max_bytes` (0: never; ledger/compact.py), after re-arming
         the jobs earlier runs left undone; before ``start()``. Returns what it re-armed:
         {"jobs": n, "crashed": attempts}."""
         pending, top = LG.pending(journal)

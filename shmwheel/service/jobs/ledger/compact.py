@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ...journal import format as F
-from . import ledger as L
+from ....journal import format as F
+from .. import ledger as L
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ledger import Ledger
+    from . import Ledger
 
 TMP = "ledger-compact.tmp"
 STEPS = ("write", "rename", "unlink")

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from . import ledger as L
+from .. import ledger as L
 
 RULES = ("attempt outcomes", "job outcomes", "back-off early", "beyond the policy",
          "stopped late")  # fmt: skip

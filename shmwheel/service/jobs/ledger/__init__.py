@@ -2,8 +2,9 @@
 stop loses no job it accepted, and what the next start re-arms. Runs in the process that
 owns the pool (the supervisor's), on the pool's manager thread and, for ``submitted`` and
 ``done`` records, on callers' threads under the pool's lock. This module owns the ledger's
-encoding: the writer (``Ledger``), the reader (``read_file``, ``rows``: the one decoder,
-which the Python audit, the PySpark audit and the compaction all use) and ``pending``.
+encoding: the writer (``Ledger``), the reader (``read``, ``rows``: the one decoder, which
+the Python audit, the PySpark audit and the compaction all use) and ``pending``. Beside it
+in this package: the retention (``compact.py``) and the jobs' rules (``audit.py``).
 
 Where: ``DIR/jobs/`` of the service's journal directory (``TimerService(journal=DIR,
 job_workers=N)``), files ``ledger-EPOCH-PART.shwj`` (format 1 wrote one file a run,
@@ -59,9 +60,9 @@ from typing import Any
 
 import msgpack
 
-from ...journal import format as F
-from ...segment import trust
-from .job import Job
+from ....journal import format as F
+from ....segment import trust
+from ..job import Job
 
 log = logging.getLogger("shmwheel.jobs")
 
