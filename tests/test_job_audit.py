@@ -121,7 +121,8 @@ def _plant(lg: ledger.Ledger, rule: str) -> None:
     """Records of one job breaking `rule` (and no other)."""
     t = L.now_us()
     policy = [1.0, 2.0, 60.0, 0.1]  # a 1 s back-off, at least 0.9 s
-    lg.record(L.SUBMITTED, JOB, t, "planted", b"", b"", 0.5, None, 2, 0, 0.5, policy)
+    if rule != "never submitted":
+        lg.record(L.SUBMITTED, JOB, t, "planted", b"", b"", 0.5, None, 2, 0, 0.5, policy)
     lg.record(L.STARTED, JOB, 1, t + 10)
     if rule == "stopped late":  # limit 0.5 + grace 0.5 + 1 s: ended 3 s after it began
         lg.record(L.ENDED, JOB, 1, "timeout", t + 3_000_010, -1, t + 10)

@@ -11,7 +11,8 @@ them; ``shmwheel journal check`` runs the same function in one process; docs/jou
   the job's delay);
 - ``beyond the policy``: no attempt past the policy's ``attempts``;
 - ``stopped late``: a timed-out attempt ended within its limit, the pool's grace and
-  ``ledger.LATE_S`` of its start.
+  ``ledger.LATE_S`` of its start;
+- ``never submitted``: no job's records without its SUBMITTED.
 
 What is judged is what the ledger retains (ledger/compact.py: a settled job's records are
 dropped whole once its file is compacted). A job is keyed by (ledger, id); a violation is

@@ -16,7 +16,9 @@ judged per job of a service, on the records retained (compact.py):
   before the job's delay;
 - ``beyond the policy``: an attempt numbered past the policy's ``attempts``;
 - ``stopped late``: a timed-out attempt ended later than its time limit plus the pool's
-  grace plus ``ledger.LATE_S`` after it began.
+  grace plus ``ledger.LATE_S`` after it began;
+- ``never submitted``: records of a job without its SUBMITTED (records lost: a job is
+  retained whole or not at all), whose attempts the rules above cannot judge.
 
 Times are compared within one boot only (a row's ``boot_id``; "" for a format 1 file:
 taken as the same boot). An attempt's start is its first STARTED for the back-off rule
@@ -33,7 +35,7 @@ from typing import Any
 from .. import ledger as L
 
 RULES = ("attempt outcomes", "job outcomes", "back-off early", "beyond the policy",
-         "stopped late")  # fmt: skip
+         "stopped late", "never submitted")  # fmt: skip
 TOLERANCE_US = 1  # times are recorded in whole us (floored)
 
 Row = dict[str, Any]
@@ -77,6 +79,7 @@ def check_job(job: int, recs: list[Row]) -> list[tuple[str, int, str]]:
         elif not e and any(d["how"] in ("ok", "error") for d in done):
             bad.append(("attempt outcomes", job, f"attempt {a}: no outcome, job done"))
     if sub is None:
+        bad.append(("never submitted", job, f"{len(recs)} records, no SUBMITTED"))
         return bad
     for a, s in sorted(started.items()):
         first = min(s, key=_t)
