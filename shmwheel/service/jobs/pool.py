@@ -50,6 +50,7 @@ from . import worker as W
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .ledger.compact import compact
 from .manager import Manager
+from .remote import DEFAULT_TTL_S
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
 from .workers import Forks
@@ -74,6 +75,7 @@ class JobPool:
         *,
         grace: float = DEFAULT_GRACE_S,
         max_message_bytes: int = DEFAULT_MAX_BYTES,
+        outcome_ttl: float = DEFAULT_TTL_S,
         name: str = "jobs",
         forks: Forks | None = None,
     ) -> None:
@@ -83,7 +85,14 @@ class JobPool:
             raise ValueError(
                 f"max_message_bytes must be an integer >= 1024, got {max_message_bytes!r}"
             )
+        if (
+            isinstance(outcome_ttl, bool)
+            or not isinstance(outcome_ttl, (int, float))
+            or not (0 <= outcome_ttl < float("inf"))
+        ):
+            raise ValueError(f"outcome_ttl must be a number of seconds >= 0, got {outcome_ttl!r}")
         self.size = n
+        self._outcome_ttl = float(outcome_ttl)
         self._state = PoolState(name, float(grace), max_message_bytes)
         self._ids = 0
         self._recovered: list[Job] = []  # jobs of an earlier run, re-armed (journal())
@@ -172,9 +181,19 @@ class JobPool:
         self._recovered.append(job)
 
     def listen(self, service: str, tasks: dict[str, str]) -> None:
-        """Serve ``Client.submit`` of `service`'s processes (remote.py): `tasks` maps the
-        service's task names to their specs."""
-        self._mgr.listen(service, tasks, self.stats)
+        """Serve ``Client.submit`` of `service`'s processes and the copies of pickled jobs
+        (remote.py): `tasks` maps the service's task names to their specs."""
+        self._mgr.listen(service, tasks, self.stats, self._outcome_ttl)
+
+    def reduce(self, job: Job) -> tuple[Any, ...]:
+        """How a job of this pool pickles (``Job.__reduce__``): by the job link."""
+        link = self._mgr.link
+        if link is None:
+            raise TypeError(
+                f"job {job.id} cannot be pickled: its pool serves no job link (a pool of a "
+                "TimerService or an Executor does)"
+            )
+        return link.reduce(job)
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False, kill: bool = False) -> None:
         """Accept no new job; with `cancel_futures` cancel what has not started; with
