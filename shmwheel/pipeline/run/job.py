@@ -12,6 +12,8 @@
              timers break each rule (``audit.count_violations``)
     rules    violations/: Spark's filter of timers/, with each violation's detail, when
              the tasks counted any; else written empty
+    jobs     the jobs' rules on every service's jobs' ledger (``jobs.py``): their
+             violations added to violations/, their counts beside the timers' rules
     figures  lateness/, throughput/, per_producer/, per_task/, the operations, from
              what the tasks added up
     report   report/summary.json, the plots, report/index.md
@@ -36,6 +38,7 @@ from pyspark.sql import functions as f
 from ..read import decode, events, fleet, parts
 from ..read.datasource import NAME, binaryfile_events
 from ..tables import audit, pertimer
+from ..tables import jobs as job_rules
 from ..tables import timers as timer_tables
 from ..tables.figures import TimerFigures
 from ..tables.seconds import Seconds
@@ -139,6 +142,14 @@ class Read:
     def records(self) -> int:
         return sum(n for k, n in self.secs.kinds().items() if k != events.REJECT)
 
+    def line(self) -> str:
+        """The read stage's progress line."""
+        return (
+            f"{self.segments} segment(s) decoded into events/ ({self.n_buckets} buckets by "
+            f"id): {self.records:,} records, {self.secs.rejects:,} rejects; "
+            f"{len(self.groups)} service(s), {len(self.gaps)} gap(s) in their chains"
+        )
+
     def bounds(self, grace_ms: int) -> dict[str, pertimer.Bounds]:
         """Each service is judged against its own journal's end and last epoch (its
         clocks are its host's)."""
@@ -164,11 +175,12 @@ class Progress:
 
 @dataclass
 class Rules:
-    """What the rules stage found: violations by (service, rule), by rule, and a sample."""
+    """What the rules found: violations by (service, rule), by rule, and a sample."""
 
     by_service_rule: list[tuple[str, str, int]]
-    by_rule: dict[str, int]
+    by_rule: dict[str, int]  # made once the jobs' rules are counted too (jobs_stage)
     sample: list[dict[str, Any]]
+    jobs: dict[str, Any] | None = None  # the jobs' audit's summary (jobs_stage)
 
 
 def run(
@@ -186,12 +198,7 @@ def run(
     dirs = fleet.journal_dirs([journal] if isinstance(journal, str) else journal)
     events_dir = os.path.join(out, "events")
     read = read_stage(spark, dirs, events_dir, out, reader)
-    stage(
-        "read",
-        f"{read.segments} segment(s) decoded into events/ ({read.n_buckets} buckets by id): "
-        f"{read.records:,} records, {read.secs.rejects:,} rejects; {len(read.groups)} "
-        f"service(s), {len(read.gaps)} gap(s) in their chains",
-    )
+    stage("read", read.line())
 
     # the plots need only what the read stage added up: drawn while Spark works on
     secs = read.secs
@@ -207,7 +214,10 @@ def run(
     figs = TimerFigures.merge(figs_of.values())
     stage("timers", f"{sum(t['n'] for t in figs.tally.values()):,} timers and operations: timers/")
 
-    rules = rules_stage(spark, out, timers_dir, bounds, counted)
+    rules = jobs_stage(spark, out, dirs, read, rules_stage(spark, out, timers_dir, bounds, counted))
+    jobs = rules.jobs or {}
+    stage("jobs", f"{jobs['jobs']:,} jobs, {jobs['attempts']:,} attempts in "
+                  f"{jobs['files']} ledger file(s)")  # fmt: skip
     stage("rules", f"{sum(rules.by_rule.values()):,} violations")
 
     tables.update(per_producer=figs.per_producer(), per_task=figs.per_task())
@@ -307,10 +317,27 @@ def rules_stage(
         parts.write(
             audit.VIOLATIONS_SCHEMA.empty_table(), parts.prepare(viol_dir), "part-00000.parquet"
         )
+    return Rules(by_service_rule, {}, sample)
+
+
+def jobs_stage(spark: SparkSession, out: str, dirs: list[str], read: Read, rules: Rules) -> Rules:
+    """The jobs' rules on every service's jobs' ledger (``tables/jobs.py``), beside the
+    timers': their violations appended to violations/ and added to `rules`, whose counts
+    by rule are made here; the jobs' summary in its ``jobs``."""
+    service_of = {os.path.realpath(d): svc for svc, g in read.groups.items() for d in g.directories}
+    job_found, jobs_summary = job_rules.audit(spark, dirs, service_of)
+    by_service_rule, sample = list(rules.by_service_rule), list(rules.sample)
+    for svc, counts in sorted(jobs_summary.pop("by_service", {}).items()):
+        by_service_rule += sorted((svc, rule, n) for rule, n in counts.items())
+    if job_found is not None and sum(jobs_summary["violations_by_rule"].values()):
+        job_found.write.mode("append").parquet(os.path.join(out, "violations"))
+        sample += [
+            r.asDict() for r in job_found.orderBy("rule", "service", "id").limit(SAMPLE).collect()
+        ]
     by_rule: dict[str, int] = {}
     for _, rule, n in by_service_rule:
         by_rule[rule] = by_rule.get(rule, 0) + n
-    return Rules(by_service_rule, by_rule, sample)
+    return Rules(by_service_rule, by_rule, sample, jobs_summary)
 
 
 def read_summary(read: Read, services: list[dict[str, Any]]) -> dict[str, Any]:
@@ -343,12 +370,13 @@ def figures_summary(
     figs: TimerFigures, rules: Rules, overall: dict[str, Any], small: dict[str, Any]
 ) -> dict[str, Any]:
     """The summary's entries from the per-timer table and the rules: the timers, the
-    violations, the lateness, the operations and the tasks."""
+    violations (the timers' and the jobs'), the lateness, the operations and the tasks."""
     return {
         "timers": figs.tally,
         "violations": sum(rules.by_rule.values()),
         "violations_by_rule": rules.by_rule,
-        "violation_sample": rules.sample,
+        "violation_sample": rules.sample[:SAMPLE],
+        "jobs": rules.jobs,
         "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
         "operations": figs.operations_summary(),
         "per_task": _records(small["per_task"]),
@@ -396,7 +424,8 @@ def _services(
     """The summary's row of each service (the report's Services table)."""
     groups, secs_of, gaps = read.groups, read.secs_of, read.gaps
     out = []
-    for svc in sorted(set(groups) | {s for s in secs_of if s is not None}):
+    named = {s for s in secs_of if s is not None} | {s for s, _, _ in by_service_rule}
+    for svc in sorted(set(groups) | named):  # a jobs' ledger's run may name no segment's
         x = secs_of.get(svc)
         g = groups.get(svc)
         lat = x.overall() if x else {}

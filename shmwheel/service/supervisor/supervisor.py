@@ -24,10 +24,9 @@ from typing import Any
 from ...errors import ShmwheelError
 from ...journal.directory import JournalOptions
 from ...journal.write import spill
-from ...segment import census, shm
+from ...segment import census, contract, shm
 from ...segment import layout as L
 from ...segment import sizes as Z
-from ...segment.contract import now_ms
 from ..caller.client import Client, connect
 from ..caller.outcomes import mark_stopped
 from ..forkserver import ForkServer, ForkServerError, RoleProcess, fork_role, zygote_env
@@ -84,6 +83,7 @@ class TimerService:
         journal_fsync_ms: int = 100,
         journal_segment_bytes: int = 64 << 20,
         journal_keep_hours: float = 0.0,
+        journal_jobs_bytes: int = 16 << 20,
         watch_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         waiter_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         journal_on_damage: str = "refuse",
@@ -99,8 +99,9 @@ class TimerService:
         # what start() does with a damaged journal (docs/journal.md, "Damage")
         self.journal_on_damage = journal_on_damage
         self.journal: JournalOptions | None = O.journal_options(
-            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours
-        )
+            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours,
+            journal_jobs_bytes,
+        )  # fmt: skip
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
@@ -157,7 +158,7 @@ class TimerService:
             from ...journal.recover.salvage import salvage_stale  # a dead journaled service's
 
             census.sweep_stale(salvage_stale)  # memory goes to its journal first
-            self.mem = census.create(self.name, self.config, self._owner_pid, now_ms())
+            self.mem = census.create(self.name, self.config, self._owner_pid, contract.now_ms())
         except BaseException:
             self._close_zygote(1.0)
             self._release_journal()
@@ -179,8 +180,8 @@ class TimerService:
                     name=f"{self.name}-jobs",  # its workers forked by the zygote too
                     forks=lambda argv, fds: self._fork("job worker", argv, fds, True),
                 )  # fmt: skip
-                j = (self.journal.directory, self.journal.epoch) if self.journal else None
-                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks), j))
+                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks),
+                                                      self.journal))  # fmt: skip
             except BaseException:
                 self._teardown(5.0)
                 raise
