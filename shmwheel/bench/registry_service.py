@@ -394,8 +394,8 @@ def service_workloads(
                     "issue 33: a test suite starts a service per test, a scheduler one per "
                     "pool (issue 8 asked 2 s)",
                     "start() waits for one interpreter (the zygote) to import numpy and the "
-                    "service layer, 90-130 ms of CPU on the 2-core VM, 40 ms more when it "
-                    "compiles shmwheel from source (the 'without a bytecode cache' figure: "
+                    "service layer, 110-130 ms of CPU on the loaded 2-core VM, 20-40 ms more "
+                    "when it compiles shmwheel from source (the 'without a bytecode cache' figure: "
                     "PYTHONDONTWRITEBYTECODE; docs/performance.md, issue 33); a loaded "
                     "machine stretches it",
                 ),
@@ -428,7 +428,7 @@ def service_workloads(
                 f"{S} modules without a bytecode cache": "shmwheel modules "
                 "this process loaded without a usable bytecode cache while Python writes "
                 "none (PYTHONDONTWRITEBYTECODE): each start()'s zygote compiles those the "
-                "roles import (25) from source, about 40 ms of CPU.",
+                "roles import (25) from source, 20-40 ms of CPU.",
             },
         ),
         Workload(

@@ -183,7 +183,7 @@ def uncached_modules() -> int:
     """shmwheel's modules loaded in this process whose bytecode cache is missing or older
     than the source while Python writes none (PYTHONDONTWRITEBYTECODE): every service's
     zygote, which has this process's environment, compiles each of them from source on
-    every start() (about 40 ms of CPU for the roles' 25 modules on the 2-core VM;
+    every start() (20-40 ms of CPU for the roles' 25 modules on the 2-core VM;
     docs/performance.md)."""
     if not sys.flags.dont_write_bytecode:
         return 0  # the first start wrote them (or the install did)
