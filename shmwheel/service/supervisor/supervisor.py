@@ -312,8 +312,7 @@ class TimerService:
         self._wake = (-1, -1)
 
     def _spawn(self, *roles: str) -> None:
-        """Start `roles` (coordinator, reaper, execN), forked back to back. The journal's
-        lock goes with its writers, which never run tasks: it is free once they are gone."""
+        """Fork `roles` back to back; the journal's lock goes only to its writers, not executors."""
         lock = (self._journal_fd,) if self._journal_fd >= 0 else ()
         reqs = [(["executor", self.name, r[4:]], ()) if r.startswith("exec")
                 else ([r, self.name], lock) for r in roles]  # fmt: skip
@@ -321,8 +320,7 @@ class TimerService:
 
     def _fork(self, whats: Sequence[str], reqs: Sequence[tuple[list[str], tuple[int, ...]]],
               fd_args: bool = False) -> list[RoleProcess]:  # fmt: skip
-        """Fork `reqs` (argv, fds; `whats` names them) from the zygote, a new one if the last
-        died; any thread. If one cannot be forked, the others are killed and it is raised."""
+        """Fork `reqs` (argv, fds) from a live zygote; if one fails, kill the rest, raise it."""
         with self._forking:
             env = self._env()
             got = fork_roles(self._live_zygote, [(a, env, f) for a, f in reqs], START_TIMEOUT_S,
