@@ -223,8 +223,9 @@ def replacement_ms(svc: TimerService) -> float:
                 os.kill(pid, signal.SIGKILL)
             c.schedule("noop", delay_ms=0).result(timeout=30)
             times.append((time.perf_counter() - t0) * 1000)
-            # the first replacement can run the timer before the supervisor has recorded
-            # the others' pids: the next kill must find every executor replaced
+            # a replacement can run the timer before the supervisor has recorded its pid
+            # (or, with several executors, the others'): the next kill must find every
+            # executor replaced
             end = time.monotonic() + 30
             while any(svc.procs[f"exec{i}"].pid == pid for i, pid in enumerate(old)):
                 if time.monotonic() > end:
