@@ -290,7 +290,7 @@ def test_audit_finds_exactly_the_planted_faults(spark, tmp_path):
     rejects = pq.read_table(tmp_path / "out" / "rejects").to_pylist()
     got = {(r["file"], r["offset"], r["reason"].split(":")[0]) for r in rejects}
     assert got == {
-        (where["crc"][0], where["crc"][1], "bad CRC-32"),
+        (where["crc"][0], where["crc"][1], "bad CRC-32C"),
         (where["torn"][0], where["torn"][1], "torn"),
     }
     # the clean version of the same journal: nothing

@@ -5,7 +5,8 @@ owns the pool (the supervisor's), on the pool's manager thread and, for ``submit
 
 Where: ``DIR/jobs/`` of the service's journal directory (``TimerService(journal=DIR,
 job_workers=N)``), one file per service run, ``ledger-EPOCH.shwj``, each record framed as
-the journal frames its own (journal/format.py: length, CRC-32, a msgpack body) and
+the journal's version 2 framed its own (journal/format.py: length, zlib's CRC-32, a
+msgpack body: the ledger's files have no version byte, so they keep that framing) and
 appended by one writer. The directory and every file must pass the trust rules
 (segment/trust.py) before anything is read.
 
@@ -49,6 +50,7 @@ log = logging.getLogger("shmwheel.jobs")
 
 SUBMITTED, STARTED, ENDED, DONE = 1, 2, 3, 4
 SYNC_S = 0.1
+FRAMING = 2  # the journal format version whose framing the ledger keeps (module doc)
 _FILE = re.compile(r"^ledger-(\d{6})\.shwj$")
 
 
@@ -75,7 +77,7 @@ def read(path: str) -> list[list[Any]]:
     """The intact records of one ledger file (a torn last record is left out)."""
     with open(path, "rb") as f:
         data = f.read()
-    records, at, end = [], 0, F.intact_prefix(data)
+    records, at, end = [], 0, F.intact_prefix(data, FRAMING)
     while at < end:
         n = int.from_bytes(data[at : at + 4], "little")
         records.append(msgpack.unpackb(data[at + F.FRAME_BYTES : at + F.FRAME_BYTES + n]))
@@ -99,7 +101,7 @@ class Ledger:
         self._synced = time.monotonic()
 
     def record(self, *fields: Any) -> None:
-        self.buf += F.frame(msgpack.packb(list(fields)))
+        self.buf += F.frame(msgpack.packb(list(fields)), FRAMING)
 
     def submitted(self, job: Job, due_ms: int, grace: float) -> None:
         retry = pickle.dumps(job.retry) if job.retry is not None else None
