@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
+from test_journal_versions import copy_fixture
 
 from shmwheel import journal as J
 from shmwheel.journal import format as F
@@ -238,6 +239,41 @@ def test_both_readers_write_the_same_bucketed_events(spark, tmp_path):
     )  # binaryFile names files by URI
     with pytest.raises(ValueError, match="must include id"):
         decode.write_events(spark, j, ds_dir, 3, "datasource", ("kind",))
+
+
+def test_both_readers_read_version_2_and_version_3_journals(spark, tmp_path):
+    """A version 2 journal (tests/fixtures/journal-v2, CRC-32 frames) and a version 3 one
+    (CRC-32C): the data source and the binaryFile reader give the decoder's rows for each,
+    and a byte flipped in one record of each is that record's reject, named by its
+    version's checksum."""
+    copy_fixture(tmp_path / "v2")
+    synthetic(tmp_path / "v3", faults=False)
+    cols = ("file", "offset", "kind", "id", "t_us", "run", "reason")
+    for d, version, crc in (
+        (tmp_path / "v2", 2, "bad CRC-32"),
+        (tmp_path / "v3", 3, "bad CRC-32C"),
+    ):
+        segs = list(J.read(d))
+        assert {s.data[7] for s in segs} == {version} and not any(s.rejects for s in segs)
+        path, at = segs[0].path, int(segs[0].rows[2, 0])
+        data = bytearray(Path(path).read_bytes())
+        data[at + F.FRAME_BYTES + 1] ^= 0x10
+        Path(path).write_bytes(bytes(data))
+        want = sorted(
+            (s.path, off, F.as_dict(rec)["kind"], F.as_dict(rec)["id"])
+            for s in J.read(d)
+            for off, rec in zip(s.rows[:, 0].tolist(), s.records, strict=True)
+            if off != at or s.path != path
+        )
+        a = job.read_journal(spark, str(d), "datasource", cols)
+        assertDataFrameEqual(a, binaryfile_events(spark, str(d), cols))
+        rows = a.collect()
+        got = sorted(
+            (r["file"], r["offset"], r["kind"], r["id"]) for r in rows if r["kind"] != "reject"
+        )
+        assert got == want and len(want) > 20
+        rejects = [(r["file"], r["offset"], r["reason"]) for r in rows if r["kind"] == "reject"]
+        assert rejects == [(path, at, crc)], rejects
 
 
 # -- the audit ------------------------------------------------------------------------------
