@@ -334,10 +334,15 @@ _Static_assert(ARENA_CLASS_BYTES(ARENA_CLASSES - 1) == MAX_PAYLOAD, "MAX_PAYLOAD
     X(PRODUCER_RECORD, 2)                                                                  \
     X(PR_HANDLE, 0)                                                                        \
     X(PR_CHECK, 1)                                                                         \
-    /* dispatch ring (reaper -> executor) */                                              \
+    /* dispatch ring (reaper -> executor); DR_FIRED_NS's top two bits say who claimed  */ \
+    /* the record (0: nobody yet): its executor, to run it, or the reaper, taking it     */ \
+    /* over from a stuck executor; each claim is one CAS on that word (ring.h)           */ \
     X(DISPATCH_RECORD, 2)                                                                  \
     X(DR_HANDLE, 0)                                                                        \
     X(DR_FIRED_NS, 1)                                                                      \
+    X(DR_CLAIM_SHIFT, 62)                                                                  \
+    X(DR_CLAIM_RUN, 1)    /* its executor claimed it: it runs (or ran, or crashed) there */ \
+    X(DR_CLAIM_TAKEN, 2)  /* the reaper took it from a stuck executor: runs elsewhere */   \
     /* result ring (executor -> reaper) */                                                \
     X(RESULT_RECORD, 5)                                                                    \
     X(RR_HANDLE, 0)                                                                        \
@@ -479,7 +484,8 @@ CONTRACT_I64(WAITER_WORDS)
     X(C_OPS_COMPLETED, 15) /* operations this writer's completions won */                  \
     X(C_OPS_WATCHED, 16)  /* operations this client watched */                             \
     X(C_OPS_EXPIRED, 17)  /* operations the reaper took at their timeout */                \
-    X(C_RESETS, 18)       /* resets won (counted by the resetting client) */
+    X(C_RESETS, 18)       /* resets won (counted by the resetting client) */              \
+    X(C_TAKEN_OVER, 19)   /* dispatch records the reaper took from stuck executors */
 CONTRACT_INT(COUNTERS)
 
 /* ---- the journal's retention, and the lateness histogram: bucket 0 is < 1 us; i >= 1

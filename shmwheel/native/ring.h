@@ -64,6 +64,31 @@ static inline i64 ring_peek(const Ring *r, i64 *out, i64 limit, i64 *seq0) {
     return n;
 }
 
+/* ---- a dispatch ring's claims (contract.h, DR_CLAIM_*) --------------------------------
+ * A dispatch record is run by exactly one executor: its ring's own, which claims it just
+ * before running it, or, when the reaper judged that executor stuck (service/reaper.py),
+ * whichever executor the reaper hands it to after taking it. Both claims are one CAS of
+ * the record's DR_FIRED_NS word from its unclaimed value (top two bits 0) to the value
+ * with DR_CLAIM_RUN or DR_CLAIM_TAKEN set, so of a racing executor and reaper exactly one
+ * wins and the loser leaves the record alone. The word is read with acquire and changed
+ * only by these CASes (acq_rel) while the record is between tail and head; the reaper
+ * writes a slot's record again only after tail passed it (ring_room), and the executor
+ * moves tail only past records that are claimed, so a claim is never overwritten early. */
+static inline i64 dispatch_claim_of(i64 word) { return (i64)((uint64_t)word >> DR_CLAIM_SHIFT); }
+static inline i64 dispatch_fired_ns(i64 word) {
+    return word & (((i64)1 << DR_CLAIM_SHIFT) - 1);
+}
+
+/* Claim record `seq` for `who` (DR_CLAIM_RUN or DR_CLAIM_TAKEN); 1 if this call won it,
+ * 0 if it was claimed already (by anyone, this caller included). */
+static inline int dispatch_claim(const Ring *r, i64 seq, i64 who) {
+    i64 *w = &ring_rec(r, seq)[DR_FIRED_NS];
+    i64 seen = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+    if (dispatch_claim_of(seen)) return 0;
+    return __atomic_compare_exchange_n(w, &seen, seen | (who << DR_CLAIM_SHIFT), 0,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 /* Consumer: done with n records (their slots may be reused). */
 static inline void ring_consume(Ring *r, i64 n) {
     ring_store_release(&r->w[RING_TAIL], relaxed_load(&r->w[RING_TAIL]) + n);

@@ -88,6 +88,7 @@ class TimerService:
         journal_on_damage: str = "refuse",
         job_workers: int = 0,
         job_grace: float = DEFAULT_GRACE_S,
+        stuck_after_ms: int = 1000,
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
@@ -117,6 +118,7 @@ class TimerService:
             waiter_capacity=waiter_capacity,
             job_workers=job_workers,
             journal=self.journal,
+            stuck_after_ms=stuck_after_ms,
         )
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
