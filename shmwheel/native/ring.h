@@ -89,6 +89,23 @@ static inline int dispatch_claim(const Ring *r, i64 seq, i64 who) {
                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
+/* Producer (the reaper), taking records over from its stuck consumer: claims them with
+ * DR_CLAIM_TAKEN from seq `from` on, in order, up to `limit`, and stops at the first it
+ * cannot claim (the executor woke and claimed it: it is running again). Their handles go
+ * to out; returns how many (0 when the tail makes no sense). */
+static inline i64 dispatch_take(const Ring *r, i64 from, i64 *out, i64 limit) {
+    i64 tail = ring_load_acquire(&r->w[RING_TAIL]);   /* the executor's word */
+    i64 head = relaxed_load(&r->w[RING_HEAD]);        /* the caller's own (the producer) */
+    if (head - tail < 0 || head - tail > r->cap) return 0;   /* corrupt: take nothing */
+    if (from < tail) from = tail;
+    i64 n = 0;
+    for (i64 seq = from; seq < head && n < limit; seq++) {
+        if (!dispatch_claim(r, seq, DR_CLAIM_TAKEN)) break;
+        out[n++] = ring_rec(r, seq)[DR_HANDLE];
+    }
+    return n;
+}
+
 /* Consumer: done with n records (their slots may be reused). */
 static inline void ring_consume(Ring *r, i64 n) {
     ring_store_release(&r->w[RING_TAIL], relaxed_load(&r->w[RING_TAIL]) + n);

@@ -82,25 +82,17 @@ static PyObject *py_ring_pending(PyObject *m, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLongLong(n);
 }
 
-/* The reaper (the dispatch ring's producer) takes records over from a stuck executor:
- * claims them with DR_CLAIM_TAKEN (ring.h) from seq `from` on, in order, and stops at the
- * first it cannot claim (the executor woke and claimed it: it is running again). */
+/* The reaper (the dispatch ring's producer) takes records over from a stuck executor
+ * (ring.h, dispatch_take). */
 static PyObject *py_dispatch_take(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     I64Buf rb, out;
     Ring r;
-    i64 from, tail, taken = 0;
+    i64 from;
     NARGS(3, "dispatch_take");
     if (arg_i64(args[1], &from) < 0) return NULL;
     if (ring_from(args[0], DISPATCH_RECORD, &rb, &r) < 0) return NULL;
     if (i64buf_get(args[2], &out, 1) < 0) { i64buf_release(&rb); return NULL; }
-    tail = ring_load_acquire(&r.w[RING_TAIL]);        /* the executor's word */
-    i64 head = relaxed_load(&r.w[RING_HEAD]);         /* the caller's own (the producer) */
-    if (head - tail < 0 || head - tail > r.cap) head = tail;   /* corrupt: take nothing */
-    if (from < tail) from = tail;
-    for (i64 seq = from; seq < head && taken < out.n; seq++) {
-        if (!dispatch_claim(&r, seq, DR_CLAIM_TAKEN)) break;
-        out.p[taken++] = ring_rec(&r, seq)[DR_HANDLE];
-    }
+    i64 taken = dispatch_take(&r, from, out.p, out.n);
     i64buf_release(&out);
     i64buf_release(&rb);
     return PyLong_FromLongLong(taken);
