@@ -17,8 +17,8 @@ import pytest
 
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
-from shmwheel.service import client as client_mod
-from shmwheel.service import outcomes as outcomes_mod
+from shmwheel.service.caller import client as client_mod
+from shmwheel.service.caller import outcomes as outcomes_mod
 
 TASKS = {
     "noop": "shmwheel.examples.tasks:noop",

@@ -2,10 +2,9 @@
  *
  * Everything that reads or writes the wheel array, the side table, the payload arena or a
  * ring takes its word indices, shifts and masks from here: the C core directly, Python
- * through the extension's export of the same rows (shmwheel/wheel/constants.py, with
- * the accessor pairs of segment/contract.py). Nobody re-derives a shift or a mask.
- *
- * All words are int64 in host byte order (x86-64 / aarch64 little-endian).
+ * through the extension's export of the same rows (shmwheel/wheel/constants.py, with the
+ * accessor pairs of segment/contract.py). Nobody re-derives a shift or a mask. All words
+ * are int64 in host byte order (x86-64 / aarch64 little-endian).
  *
  * How a constant is written: as a row X(NAME, value) of one of the lists below, and
  * nowhere else. Each list becomes C constants here, once: CONTRACT_INT makes its rows the
@@ -100,8 +99,7 @@ CONTRACT_INT(STATE_WORD)
  * (slot_move(w, seen, want, TR_x), atomics.h); Python reads the same rows from the
  * extension (shmwheel/segment/states.py); the state diagram in docs/concepts.md is
  * generated from them; the hypothesis state machines (tests/test_slot_machine.py) check
- * every transition they observe against them. slots.h says why the rules hold.
- *
+ * every transition they observe against them. slots.h says why the rules hold. Below:
  * SLOT_STATES(X): X(name, value, meaning) */
 #define SLOT_STATES(X)                                                                     \
     X(FREE, 0, "on the free stack")                                                        \
@@ -197,8 +195,7 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 
 /* A handle names one use of a slot: generation << 32 | slot. Freeing a slot bumps its
  * generation, so a stale handle never matches a reused slot. Handles are >= 0. Beside it:
- * the results of the wheel's insert besides a handle (>= 0), and the two times that are
- * no deadline. */
+ * the wheel insert's results other than a handle, and the two times that are no deadline. */
 #define HANDLES(X)                                                                         \
     X(INS_ALREADY_DUE, -1)                                                                 \
     X(INS_OUT_OF_RANGE, -2)                                                                \
@@ -334,9 +331,7 @@ _Static_assert(ARENA_CLASS_BYTES(ARENA_CLASSES - 1) == MAX_PAYLOAD, "MAX_PAYLOAD
     X(PRODUCER_RECORD, 2)                                                                  \
     X(PR_HANDLE, 0)                                                                        \
     X(PR_CHECK, 1)                                                                         \
-    /* dispatch ring (reaper -> executor); DR_FIRED_NS's top two bits say who claimed  */ \
-    /* the record (0: nobody yet): its executor, to run it, or the reaper, taking it     */ \
-    /* over from a stuck executor; each claim is one CAS on that word (ring.h)           */ \
+    /* dispatch ring (reaper -> executor); DR_FIRED_NS's top bits: who claimed it (ring.h) */ \
     X(DISPATCH_RECORD, 2)                                                                  \
     X(DR_HANDLE, 0)                                                                        \
     X(DR_FIRED_NS, 1)                                                                      \
@@ -495,7 +490,6 @@ CONTRACT_INT(COUNTERS)
     X(HIST_BUCKETS, 256)                                                                   \
     X(HIST_PER_OCTAVE, 8)
 CONTRACT_INT(WINDOWS)
-
 
 /* Every list above, for the extension's export (module.c) and Python */
 #define CONTRACT_LISTS(L)                                                                  \

@@ -66,8 +66,8 @@ static inline i64 ring_peek(const Ring *r, i64 *out, i64 limit, i64 *seq0) {
 
 /* ---- a dispatch ring's claims (contract.h, DR_CLAIM_*) --------------------------------
  * A dispatch record is run by exactly one executor: its ring's own, which claims it just
- * before running it, or, when the reaper judged that executor stuck (service/reaper.py),
- * whichever executor the reaper hands it to after taking it. Both claims are one CAS of
+ * before running it, or, when the reaper judged that executor stuck
+ * (service/processes/reaper.py), whichever executor the reaper hands it to after taking it. Both claims are one CAS of
  * the record's DR_FIRED_NS word from its unclaimed value (top two bits 0) to the value
  * with DR_CLAIM_RUN or DR_CLAIM_TAKEN set, so of a racing executor and reaper exactly one
  * wins and the loser leaves the record alone. The word is read with acquire and changed

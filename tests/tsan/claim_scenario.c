@@ -1,9 +1,9 @@
 /* claim_scenario.c: a dispatch ring's claims (ring.h, dispatch_claim and dispatch_take)
  * between its executor and the reaper taking records over from it while it is stuck
- * (service/reaper.py, take_over). The reaper thread publishes records (handle = seq) on a
- * ring small enough to wrap and fill all the time and, now and then, takes the records
- * behind the one the executor says it runs (its `started` word + 1 on), handing each to
- * "another executor" (it counts the run itself). The executor thread runs batches as
+ * (service/processes/reaper.py, take_over). The reaper thread publishes records (handle =
+ * seq) on a ring small enough to wrap and fill all the time and, now and then, takes the
+ * records behind the one the executor says it runs (its `started` word + 1 on), handing
+ * each to "another executor" (it counts the run itself). The executor thread runs batches as
  * executor.c does: store `started`, claim the record (DR_CLAIM_RUN), run it if the claim
  * won, else skip it; consume the batch. It stalls in a "task" now and then, so takes land
  * while it is stuck, as it wakes, and as it claims. Checked: every record ran exactly once
