@@ -75,6 +75,7 @@ class Job(concurrent.futures.Future[Any]):
         self._blob = blob  # its arguments pickled (worker.NO_ARGS: none)
         self.where = QUEUED
         self.worker = -1  # the worker running the current attempt (RUNNING)
+        self.began_us = -1  # when its worker began the current attempt, as the pool saw it
         self.timer = -1  # the back-off timer's wheel handle (BACKOFF)
         self.on_start: Any = None  # called with the job as each attempt is sent (remote.py)
         self._token = 0  # its pool's instance token, in a process the link told it (link.py)

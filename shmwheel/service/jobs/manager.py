@@ -203,6 +203,7 @@ class Manager:
                         continue  # cancelled where it stood
                     job.where, job.worker = RUNNING, w.index
                     job.attempts += 1
+                    job.began_us = -1
                     if not w.inflight:
                         w.last_s = time.monotonic()
                     w.inflight.append(job)
@@ -234,9 +235,12 @@ class Manager:
         with self.state.lock:
             per = (t - w.last_s) / len(frames)
             w.avg_s = 0.8 * w.avg_s + 0.2 * per
+            # the first began by the last read (or its dispatch); the rest, as late as t
+            began = [int(w.last_s * 1e6)] + [int(t * 1e6)] * (len(frames) - 1)
             w.last_s = t
-            for job_id, kind, value in frames:
+            for (job_id, kind, value), job_began in zip(frames, began, strict=True):
                 job = w.inflight.popleft()
+                job.began_us = job_began
                 if job.id != job_id:  # a worker that breaks the protocol is not trusted
                     log.error(
                         "job worker %d answered job %d for %d: killed", w.index, job_id, job.id
@@ -382,7 +386,9 @@ class Manager:
             reason, w.kill_reason = w.kill_reason, None
             running = w.running()
             if w.inflight and w.inflight[0].id == running:
-                finished += self._died_in(w.inflight.popleft(), reason, how)
+                head = w.inflight.popleft()
+                head.began_us = int(w.last_s * 1e6)  # its start, or the last job's end
+                finished += self._died_in(head, reason, how)
             for job in reversed(w.inflight):  # never started: back to the front, uncounted
                 if job.where == RUNNING:
                     job.where, job.attempts = QUEUED, job.attempts - 1

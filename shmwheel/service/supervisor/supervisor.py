@@ -83,6 +83,7 @@ class TimerService:
         journal_fsync_ms: int = 100,
         journal_segment_bytes: int = 64 << 20,
         journal_keep_hours: float = 0.0,
+        journal_jobs_bytes: int = 16 << 20,
         watch_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         waiter_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         journal_on_damage: str = "refuse",
@@ -99,8 +100,9 @@ class TimerService:
         # what start() does with a damaged journal (docs/journal.md, "Damage")
         self.journal_on_damage = journal_on_damage
         self.journal: JournalOptions | None = O.journal_options(
-            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours
-        )
+            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours,
+            journal_jobs_bytes,
+        )  # fmt: skip
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
@@ -180,8 +182,8 @@ class TimerService:
                     name=f"{self.name}-jobs",  # its workers forked by the zygote too
                     forks=lambda argv, fds: self._fork("job worker", argv, fds, True),
                 )  # fmt: skip
-                j = (self.journal.directory, self.journal.epoch) if self.journal else None
-                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks), j))
+                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks),
+                                                      self.journal))  # fmt: skip
             except BaseException:
                 self._teardown(5.0)
                 raise
