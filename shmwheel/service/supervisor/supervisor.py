@@ -107,21 +107,12 @@ class TimerService:
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
         self.config = O.service_config(
-            tasks,
-            capacity=capacity,
-            executors=executors,
-            tick_ms=tick_ms,
-            wheel_size=wheel_size,
-            max_clients=max_clients,
-            ring_capacity=ring_capacity,
-            dispatch_capacity=dispatch_capacity,
-            arena_bytes=arena_bytes,
-            watch_capacity=watch_capacity,
-            waiter_capacity=waiter_capacity,
-            job_workers=job_workers,
-            journal=self.journal,
-            stuck_after_ms=stuck_after_ms,
-        )
+            tasks, capacity=capacity, executors=executors, tick_ms=tick_ms,
+            wheel_size=wheel_size, max_clients=max_clients, ring_capacity=ring_capacity,
+            dispatch_capacity=dispatch_capacity, arena_bytes=arena_bytes,
+            watch_capacity=watch_capacity, waiter_capacity=waiter_capacity,
+            job_workers=job_workers, journal=self.journal, stuck_after_ms=stuck_after_ms,
+        )  # fmt: skip
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
         self.procs: dict[str, RoleProcess] = {}
