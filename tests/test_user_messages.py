@@ -1,7 +1,7 @@
-"""The small surprises of issue 23, each as a new user met it: a taken service name says
-who holds it, a subcommand's unknown option prints that subcommand's usage, non-positive
-intervals are refused, ``status --json`` keeps arrays on one line, ids read in hex, and
-executors printing at once never mix inside a line. (The docs' examples run in
+"""What a new user meets, said plainly: a taken service name says who holds it, a
+subcommand's unknown option prints that subcommand's usage, non-positive intervals are
+refused, ``status --json`` keeps arrays on one line, ids read in hex, and executors
+printing at once never mix inside a line. (The docs' examples run in
 test_doc_examples.py.)"""
 
 from __future__ import annotations
