@@ -11,6 +11,8 @@ import os
 import time
 from typing import Any
 
+from helpers import append_line
+
 import shmwheel
 
 
@@ -28,11 +30,7 @@ def mark(payload: Any) -> None:
         f"E {ctx.id} {ctx.attempt} {start_ns} {ctx.deadline_ms} {ctx.fired_ms} "
         f"{os.environ.get('JC_CYCLE', '?')} {os.getpid()} {tag}\n"
     )
-    fd = os.open(os.environ["JC_EXEC_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_line(os.environ["JC_EXEC_LOG"], line)
     if sleep_ms:
         time.sleep(sleep_ms / 1000)
 
@@ -49,9 +47,4 @@ def fired_seen(payload: Any) -> None:
         r["kind"] == "fired" and r["id"] == ctx.id and r["run"] == ctx.attempt
         for r in J.records(payload[0], rejects=[])  # (a tail being written is a reject)
     )
-    line = f"F {ctx.id} {ctx.attempt} {int(seen)}\n"
-    fd = os.open(payload[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_line(payload[1], f"F {ctx.id} {ctx.attempt} {int(seen)}\n")

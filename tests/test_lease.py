@@ -18,9 +18,8 @@ from pathlib import Path
 
 import lease_tasks
 import pytest
+from helpers import read_json_lines, wait_for
 from journal_crash_harness import _cleanup_shm, _set_subreaper, kill_group
-from lease_tasks import read_json_lines
-from test_service import wait_for
 
 from shmwheel import Lease, TaskError, TimerService
 from shmwheel.segment import layout as L

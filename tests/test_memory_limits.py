@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import wait_for
 
 import shmwheel
 from shmwheel import Full, ShmwheelError, TimerService
@@ -24,7 +25,6 @@ from shmwheel.errors import LayoutError
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
-from tests.test_service import wait_for
 
 TASKS = {"noop": "shmwheel.examples.tasks:noop"}
 

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import MINE
+from helpers import MINE
 
 import shmwheel
 from shmwheel.cli.observe import compact_json
