@@ -1,6 +1,6 @@
 """The client-side cost of one Client.watch and one Client.check_and_complete: the native
 path (shmwheel/native/watch.c) beside the Python path it hands unusual calls to
-(shmwheel/service/purgatory.py), in one process against a running service. Each key is
+(shmwheel/service/caller/purgatory.py), in one process against a running service. Each key is
 new, so each signal completes one operation; medians of 3 repetitions.
 
     python bench/purgatory_percall.py [--n 20000]

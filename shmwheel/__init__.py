@@ -47,15 +47,15 @@ _WHERE = {
     "TimerTask": ".kafka.timing_wheel",
     "TimerTaskEntry": ".kafka.timing_wheel",
     "TimingWheel": ".kafka.timing_wheel",
-    "Client": ".service.client",
-    "connect": ".service.client",
-    "TimerHandle": ".service.handles",
-    "TimerHandles": ".service.handles",
-    "Operation": ".service.purgatory",
-    "Lease": ".service.lease",
-    "FireContext": ".service.context",
-    "context": ".service.context",
-    "TimerService": ".service.supervisor",
+    "Client": ".service.caller.client",
+    "connect": ".service.caller.client",
+    "TimerHandle": ".service.caller.handles",
+    "TimerHandles": ".service.caller.handles",
+    "Operation": ".service.caller.purgatory",
+    "Lease": ".service.caller.lease",
+    "FireContext": ".service.processes.context",
+    "context": ".service.processes.context",
+    "TimerService": ".service.supervisor.supervisor",
     "WheelCore": ".wheel.core",
     "Executor": ".service.jobs.executor",
     "Job": ".service.jobs.job",
@@ -67,15 +67,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from .kafka.purgatory import DelayedOperation, DelayedOperationPurgatory
     from .kafka.system_timer import SystemTimer
     from .kafka.timing_wheel import TimerTask, TimerTaskEntry, TimingWheel
-    from .service.client import Client, connect
-    from .service.context import FireContext, context
-    from .service.handles import TimerHandle, TimerHandles
+    from .service.caller.client import Client, connect
+    from .service.caller.handles import TimerHandle, TimerHandles
+    from .service.caller.lease import Lease
+    from .service.caller.purgatory import Operation
     from .service.jobs.executor import Executor
     from .service.jobs.job import Job
     from .service.jobs.retry import Retry
-    from .service.lease import Lease
-    from .service.purgatory import Operation
-    from .service.supervisor import TimerService
+    from .service.processes.context import FireContext, context
+    from .service.supervisor.supervisor import TimerService
     from .wheel.core import WheelCore
 
 

@@ -90,7 +90,7 @@ class ProducerHooks(Protocol):
     """The methods of a Client's Python half that its native half (Producer) calls back,
     by name, and nothing else of it: PRODUCER_HOOKS in producer.h, which N.PRODUCER_HOOKS
     lists (tests/test_client_interface.py checks the three lists are one). service/
-    client.py checks with mypy that Client has them."""
+    service/caller/client.py checks with mypy that Client has them."""
 
     def _schedule_slow(
         self,

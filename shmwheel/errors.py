@@ -1,6 +1,6 @@
 """The exceptions shmwheel raises at its API boundary: every public error is defined here
-and importable from ``shmwheel`` (older import paths, ``shmwheel.journal.JournalInUse``
-and ``shmwheel.journal.recovery.RecoveryError``, are the same classes)."""
+and importable from ``shmwheel`` (an older import path,
+``shmwheel.journal.JournalInUse``, is the same class)."""
 
 
 class ShmwheelError(Exception):

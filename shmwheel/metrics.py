@@ -45,7 +45,7 @@ from .service.jobs.link import StatsReader
 
 if TYPE_CHECKING:  # pragma: no cover
     from .segment.layout import ServiceMemory
-    from .service.supervisor import TimerService
+    from .service.supervisor.supervisor import TimerService
 
 __all__ = ["LATENESS_BUCKETS_S", "MetricsServer", "ServiceCollector", "families", "serve"]
 

@@ -103,7 +103,7 @@ def service_processes(prefix: str = MINE) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if any("shmwheel.service.main" in a for a in cmd[:3]) and any(
+        if any("shmwheel.service.processes.main" in a for a in cmd[:3]) and any(
             a.startswith(prefix) and a not in KEPT for a in cmd[3:]
         ):
             found.append(p)

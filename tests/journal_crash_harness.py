@@ -390,7 +390,7 @@ def leaks(prefix: str, pgids: list[int]) -> dict[str, list[str]]:
         ]
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if any("shmwheel.service.main" in a for a in cmd[:3]) and any(
+        if any("shmwheel.service.processes.main" in a for a in cmd[:3]) and any(
             a.startswith(prefix) for a in cmd[3:]
         ):
             procs.append(f"{p.pid}: {' '.join(cmd[3:])}")

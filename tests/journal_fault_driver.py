@@ -3,7 +3,7 @@ child in a new session, then SIGKILLs its whole process group: a whole-service c
 
 ``python tests/journal_fault_driver.py DIR LOG ROLE ERRNO OPS`` starts a journaled
 service on DIR and, through the writer's fault seam (the injection word of the service
-header, shmwheel/journal/disk.py), makes the ROLE's (coordinator, reaper) journal calls in
+header, shmwheel/journal/write/disk.py), makes the ROLE's (coordinator, reaper) journal calls in
 OPS fail with ERRNO while timers are scheduled, cancelled, fired and settled:
 
 1. before: 300 one-shots due within 0.9 s, 40 to cancel later (due at 1.5 s), and one
@@ -30,7 +30,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from helpers import TASKS, read_log, wait_for  # noqa: E402
 
 from shmwheel import JournalError, TimerService  # noqa: E402
-from shmwheel.journal import disk  # noqa: E402
+from shmwheel.journal.write import disk  # noqa: E402
 from shmwheel.segment import layout as L  # noqa: E402
 
 

@@ -45,7 +45,7 @@ def hold(
     (release it), "beat" (beat on until `after`, then release), or "stop" (beat no more;
     once `after` is set, beat once more, late). Writes every call to `out`: rows (what,
     called_ns, returned_ns, returned, deadline_ms after it)."""
-    import shmwheel.service.client  # noqa: F401  (what unpickling the lease needs, loaded)
+    import shmwheel.service.caller.client  # noqa: F401  (what unpickling the lease needs, loaded)
 
     ready.set()
     lease: shmwheel.Lease = handed.get(timeout=60)

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from shmwheel.segment import layout as L
-from shmwheel.service.client import Client, now_ms
+from shmwheel.service.caller.client import Client, now_ms
 
 RECORD_TASK = (("record", "workers.tasks:append_line"),)
 

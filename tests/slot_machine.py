@@ -25,10 +25,10 @@ from shmwheel.segment import layout as L
 from shmwheel.segment import payload as P
 from shmwheel.segment import states as S
 from shmwheel.segment.verify import firing_nowhere, verify
-from shmwheel.service import context as ctx
-from shmwheel.service import purgatory as purgatory_mod
-from shmwheel.service.client import Client, now_ms
-from shmwheel.service.executor import recover_rings
+from shmwheel.service.caller import purgatory as purgatory_mod
+from shmwheel.service.caller.client import Client, now_ms
+from shmwheel.service.processes import context as ctx
+from shmwheel.service.processes.executor import recover_rings
 
 CAPACITY = 24
 CLIENTS = 2

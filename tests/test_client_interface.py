@@ -3,10 +3,11 @@ and the modules of the service import each other without a circle.
 
 - ``PRODUCER_HOOKS`` (producer.h, exported as ``N.PRODUCER_HOOKS``), the ``ProducerHooks``
   Protocol of ``_native.pyi`` and the methods of ``Client`` are one list (mypy checks the
-  Protocol against Client: service/client.py), and the C files of the client's native half
+  Protocol against Client: service/caller/client.py), and the C files of the client's native half
   call no method of it by any other way.
-- The import graph of ``shmwheel.service`` (tests/import_graph.py) has no cycle; a planted
-  one is found.
+- The import graph of the client's modules, ``shmwheel.service.caller``
+  (tests/import_graph.py), has no cycle; a planted one is found (the whole package's:
+  test_import_layers.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from import_graph import cycles, graph
 
 from shmwheel import _native as N
-from shmwheel.service.client import Client
+from shmwheel.service.caller.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "shmwheel" / "native"
@@ -55,8 +56,8 @@ def test_the_native_half_calls_the_python_half_only_through_its_hooks():
     assert hooks.count("VectorcallMethod") == 1  # the one call, by hook_names[hook]
 
 
-def test_the_service_modules_import_each_other_without_a_circle():
-    edges = graph(ROOT / "shmwheel" / "service", "shmwheel.service")
+def test_the_client_modules_import_each_other_without_a_circle():
+    edges = graph(ROOT / "shmwheel" / "service" / "caller", "shmwheel.service.caller")
     assert "client_base" in edges["batch"] and "client" not in edges["handles"]
     assert cycles(edges) == []
 

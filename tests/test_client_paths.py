@@ -3,7 +3,7 @@
 ``producer_due_ms``, checked here against the rule as docs/api.md states it), the same
 error, the same slot record and the same journal record, whichever path took the call.
 One client runs with the fast paths (the default), one with them off, as
-``SHMWHEEL_CLIENT_SLOW_PATHS=1`` turns them off (service/client_base.py); and the input
+``SHMWHEEL_CLIENT_SLOW_PATHS=1`` turns them off (service/caller/client_base.py); and the input
 tests run whole in a process with that variable set.
 """
 
@@ -21,8 +21,8 @@ import pytest
 
 from shmwheel import TimerService, journal
 from shmwheel.segment import contract as C
-from shmwheel.service import client_base
-from shmwheel.service.client import Client
+from shmwheel.service.caller import client_base
+from shmwheel.service.caller.client import Client
 
 TASKS = {"record": "workers.tasks:append_line", "noop": "shmwheel.examples.tasks:noop"}
 SLOW_HOOKS = ("_schedule_slow", "_schedule_checked", "_reset_slow", "_watch_slow")
@@ -212,7 +212,7 @@ def test_the_input_tests_pass_with_the_fast_paths_off():
     check = [
         sys.executable,
         "-c",
-        "from shmwheel.service import client_base as b; assert not b.FAST_PATHS",
+        "from shmwheel.service.caller import client_base as b; assert not b.FAST_PATHS",
     ]
     assert subprocess.run(check, env=env, timeout=60).returncode == 0
     r = subprocess.run(

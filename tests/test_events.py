@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from shmwheel import journal as J
 from shmwheel.journal import format as F
-from shmwheel.journal.writer import JournalOptions, SegmentWriter
+from shmwheel.journal.write.writer import JournalOptions, SegmentWriter
 from shmwheel.pipeline import asnumpy as A
 from shmwheel.pipeline import events as E
 from shmwheel.wheel.constants import TASK_NONE

@@ -18,8 +18,8 @@ from helpers import settle, wait_for
 
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
-from shmwheel.service import client as client_mod
-from shmwheel.service import outcomes as outcomes_mod
+from shmwheel.service.caller import client as client_mod
+from shmwheel.service.caller import outcomes as outcomes_mod
 
 TASKS = {
     "noop": "shmwheel.examples.tasks:noop",

@@ -2,7 +2,9 @@
 native core, wheel, kafka, segment, journal, service, the public ``shmwheel`` package,
 then the tools (metrics, cli; bench, pipeline, examples). No module imports a higher layer
 and no modules import each other in a circle, however deep their packages (service/jobs
-too). Every import counts: at module level, inside a function, under TYPE_CHECKING."""
+too). Every import counts: at module level, inside a function, under TYPE_CHECKING. Inside
+service/ and journal/, each room imports only the rooms its rule allows; no package folder
+holds more than 15 modules and no package file is over 500 lines."""
 
 from __future__ import annotations
 
@@ -85,3 +87,86 @@ def test_no_module_imports_a_higher_layer():
 
 def test_no_modules_import_each_other_in_a_circle():
     assert cycles(graph()) == []
+
+
+# The rooms of service/ and journal/ (docs/concepts.md, "Layers"): a room may import the
+# rooms listed here and its package's shared modules (those at the package's top), never
+# another room. The shared modules import no room.
+ROOMS = {
+    "shmwheel.service": {
+        "caller": {"jobs"},  # the caller's process: the clients and their handles
+        "supervisor": {"caller", "jobs"},  # TimerService, in the caller's process too
+        "processes": {"jobs"},  # the service's own processes (only jobs.worker, forked)
+        "jobs": set(),  # the job pool and its workers
+    },
+    "shmwheel.journal": {
+        "write": set(),  # the write path of a running service
+        "recover": {"write"},  # recovery, salvage, repair: they write segments too
+    },
+}
+PENDING_SPLIT = {"shmwheel/bench", "shmwheel/pipeline"}  # issue 32: split on another branch
+
+
+def room(module: str) -> tuple[str, str] | None:
+    """(package, room) of a module of service/ or journal/; room "" for a shared module."""
+    for package, rooms in ROOMS.items():
+        if module == package or module.startswith(package + "."):
+            head = module[len(package) + 1 :].split(".")[0]
+            return package, head if head in rooms else ""
+    return None
+
+
+def room_breaches(g: dict[str, set[str]]) -> list[str]:
+    out = []
+    for a, targets in g.items():
+        ra = room(a)
+        for b in targets:
+            rb = room(b)
+            if ra is None or rb is None or ra[0] != rb[0] or ra[1] == rb[1] or rb[1] == "":
+                continue  # another package, the same room, or a shared module
+            allowed = ROOMS[ra[0]][ra[1]] if ra[1] else set()
+            if rb[1] not in allowed:
+                out.append(f"{a} -> {b}")
+    return sorted(out)
+
+
+def test_rooms_import_only_what_their_rule_allows():
+    g = graph()
+    assert room("shmwheel.service.caller.client") == ("shmwheel.service", "caller")
+    assert room("shmwheel.service.tasks") == ("shmwheel.service", "")
+    assert "shmwheel.service.caller.client" in g["shmwheel.service.supervisor.supervisor"]
+    assert room_breaches(g) == []
+
+
+def test_a_planted_import_across_rooms_is_caught():
+    g = graph()
+    g["shmwheel.service.processes.executor"].add("shmwheel.service.caller.client")
+    g["shmwheel.service.caller.client"].add("shmwheel.service.supervisor.watchdog")
+    g["shmwheel.service.tasks"].add("shmwheel.service.caller.handles")
+    g["shmwheel.journal.write.writer"].add("shmwheel.journal.recover.recovery")
+    assert room_breaches(g) == [
+        "shmwheel.journal.write.writer -> shmwheel.journal.recover.recovery",
+        "shmwheel.service.caller.client -> shmwheel.service.supervisor.watchdog",
+        "shmwheel.service.processes.executor -> shmwheel.service.caller.client",
+        "shmwheel.service.tasks -> shmwheel.service.caller.handles",
+    ]
+
+
+def test_no_package_folder_holds_more_than_15_modules():
+    crowded = {}
+    for init in ROOT.rglob("__init__.py"):
+        folder = init.parent
+        n = len(list(folder.glob("*.py")))  # __init__.py counts
+        if n > 15:
+            crowded[str(folder.relative_to(ROOT.parent))] = n
+    assert set(crowded) <= PENDING_SPLIT, crowded
+
+
+def test_no_package_file_is_over_500_lines():
+    long = {}
+    for path in ROOT.rglob("*"):
+        if path.suffix in (".py", ".pyi", ".c", ".h") and "build" not in path.parts:
+            n = len(path.read_text().splitlines())
+            if n > 500:
+                long[str(path.relative_to(ROOT.parent))] = n
+    assert long == {}

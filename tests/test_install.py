@@ -64,7 +64,7 @@ def _service_leftovers(name: str) -> tuple[list[psutil.Process], list[str]]:
     procs = [
         p
         for p in psutil.process_iter(["cmdline"])
-        if any("shmwheel.service.main" in a for a in (p.info["cmdline"] or [])[:3])
+        if any("shmwheel.service.processes.main" in a for a in (p.info["cmdline"] or [])[:3])
         and name in (p.info["cmdline"] or [])
     ]
     return procs, sorted(p.name for p in SHM.iterdir() if "shmwheel." + name in p.name)

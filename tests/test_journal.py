@@ -17,11 +17,12 @@ import msgpack
 import pytest
 from helpers import TASKS, read_log, wait_for
 
-from shmwheel import TimerService, journal
+from shmwheel import RecoveryError, TimerService, journal
 from shmwheel import _native as N
-from shmwheel.journal import check, reader, recovery
+from shmwheel.journal import check, reader
 from shmwheel.journal import format as F
-from shmwheel.journal.writer import JournalInUse, JournalOptions, SegmentWriter, claim
+from shmwheel.journal.recover import recovery
+from shmwheel.journal.write.writer import JournalInUse, JournalOptions, SegmentWriter, claim
 
 SAMPLES = {  # one record of every kind, as format.body takes them
     F.SCHEDULED: (0x1_0000_0005, 123456789, 5000, 1, 4242, F.FLAG_KEY, 0, 1, b"\x92\xa1k\x01"),
@@ -318,9 +319,9 @@ def test_recovery_refuses_a_service_that_cannot_hold_the_journal(tmp_path):
             hs = c.schedule_many("record", [60_000] * 3000)
             wait_for(lambda: svc.stats()["pending"] == 3000)
     top = max(h.id & 0xFFFFFFFF for h in hs)
-    with pytest.raises(recovery.RecoveryError, match=f"capacity >= {top + 1}"):
+    with pytest.raises(RecoveryError, match=f"capacity >= {top + 1}"):
         TimerService(tasks=TASKS, capacity=100, executors=1, journal=d).start()
-    with pytest.raises(recovery.RecoveryError, match="'record'"):
+    with pytest.raises(RecoveryError, match="'record'"):
         TimerService(tasks={"other": TASKS["boom"]}, capacity=5000, executors=1, journal=d).start()
     with TimerService(tasks=TASKS, capacity=5000, executors=1, journal=d) as svc:
         assert svc.recovery["recovered"] == 3000

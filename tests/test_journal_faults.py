@@ -1,9 +1,9 @@
-"""The journal under disk faults (shmwheel/journal/writer.py, "Faults"): a write, sync,
+"""The journal under disk faults (shmwheel/journal/write/writer.py, "Faults"): a write, sync,
 truncation or file creation that fails costs no record and crashes nothing; the records
 held through the fault reach the disk, in order and once, when it clears; a service refuses
 new timers with JournalError meanwhile and keeps every accepted one exactly once and never
 early, across a whole-service kill right after the fault clears. Faults are injected
-through the writer's one seam (shmwheel/journal/disk.py); one test fills a real tmpfs."""
+through the writer's one seam (shmwheel/journal/write/disk.py); one test fills a real tmpfs."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ import pytest
 from helpers import TASKS, assert_chain, read_ids, read_log, wait_for
 
 from shmwheel import JournalError, TimerService, journal
-from shmwheel.journal import disk as D
 from shmwheel.journal import format as F
 from shmwheel.journal import reader
-from shmwheel.journal.writer import HOLD_BYTES, JournalOptions, SegmentWriter
+from shmwheel.journal.write import disk as D
+from shmwheel.journal.write.writer import HOLD_BYTES, JournalOptions, SegmentWriter
 from shmwheel.segment import layout as L
 
 HERE = Path(__file__).resolve().parent
@@ -136,7 +136,7 @@ def test_a_writer_without_fault_words_raises_journal_error(tmp_path):
 
 
 def test_a_writer_holding_hold_bytes_is_blocked(tmp_path, monkeypatch):
-    import shmwheel.journal.writer as W
+    import shmwheel.journal.write.writer as W
 
     monkeypatch.setattr(W, "HOLD_BYTES", 4096)
     w = SegmentWriter(
@@ -294,7 +294,7 @@ def test_a_journal_on_a_full_tmpfs_refuses_then_recovers(tmp_path, cli):
 
 
 def test_retention_reads_a_predecessors_segment_whole_and_keeps_a_damaged_one(tmp_path):
-    from shmwheel.journal.retention import retire
+    from shmwheel.journal.write.retention import retire
 
     def segment(name: str) -> str:
         w = SegmentWriter(JournalOptions(str(tmp_path / name), "none"), "reaper", "s", ["t"], 1)

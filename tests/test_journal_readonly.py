@@ -1,6 +1,6 @@
 """A journal disk that goes read-only mid-load and comes back only through an unmount (ext4
 ``errors=remount-ro``, forced with ``trigger_fs_error``): stop() keeps what the disk did
-not take in /dev/shm (shmwheel/journal/spill.py) and says where; after an unmount, fsck
+not take in /dev/shm (shmwheel/journal/write/spill.py) and says where; after an unmount, fsck
 and a read-write mount, the next start on the journal runs each accepted timer exactly
 once, none early. Needs root, loop devices and ext4's ``trigger_fs_error`` (skipped
 without them)."""
@@ -23,10 +23,10 @@ from descendant_tasks import TASKS, assert_each_ran_once_none_early, runs
 from helpers import assert_chain, read_ids, wait_for
 
 from shmwheel import JournalError, RecoveryError, TimerService
-from shmwheel.journal import disk as D
 from shmwheel.journal import format as F
-from shmwheel.journal import spill
-from shmwheel.journal.writer import JournalOptions, SegmentWriter
+from shmwheel.journal.write import disk as D
+from shmwheel.journal.write import spill
+from shmwheel.journal.write.writer import JournalOptions, SegmentWriter
 
 
 def _run(*cmd: str) -> str:

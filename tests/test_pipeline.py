@@ -17,7 +17,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from shmwheel import journal as J
 from shmwheel.journal import format as F
-from shmwheel.journal.writer import JournalOptions, SegmentWriter
+from shmwheel.journal.write.writer import JournalOptions, SegmentWriter
 from shmwheel.pipeline import cli, decode, events, job
 from shmwheel.pipeline.datasource import binaryfile_events
 from shmwheel.pipeline.demo import write_demo_journal

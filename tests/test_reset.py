@@ -18,12 +18,12 @@ from helpers import TASKS, racing, read_log, wait_for
 from local_segment import QuietClient, local_memory, small_config
 
 from shmwheel import Full, JournalError, TimerService, journal
-from shmwheel.journal import disk
 from shmwheel.journal import format as F
+from shmwheel.journal.write import disk
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment.verify import verify
-from shmwheel.service.client import Client, now_ms
+from shmwheel.service.caller.client import Client, now_ms
 
 UTC = dt.UTC
 
@@ -331,7 +331,7 @@ def test_resets_are_journaled_and_recovery_rearms_the_latest_deadline(tmp_path):
 def test_reset_is_refused_while_the_journal_cannot_keep_it(tmp_path):
     """A reset the journal cannot record would be lost to a whole-service crash (recovery
     would re-arm the old deadline), so it is refused like a schedule while a disk fault
-    lasts, through the writers' fault seam (journal/disk.py)."""
+    lasts, through the writers' fault seam (journal/write/disk.py)."""
     log = tmp_path / "log"
     with TimerService(tasks=TASKS, capacity=64, executors=1, journal=tmp_path / "j") as s:
         with s.client() as c:

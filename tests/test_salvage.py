@@ -1,4 +1,4 @@
-"""The salvage step of whole-service recovery (shmwheel/journal/salvage.py), on a dead
+"""The salvage step of whole-service recovery (shmwheel/journal/recover/salvage.py), on a dead
 service's segment built by hand: which slot states become CANCELLED records."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 from shmwheel.journal import reader
-from shmwheel.journal import salvage as S
+from shmwheel.journal.recover import salvage as S
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
-from shmwheel.service.client import now_ms
+from shmwheel.service.caller.client import now_ms
 
 
 def test_a_cancel_that_lost_to_the_run_in_flight_leaves_a_one_shot_owed(tmp_path):

@@ -32,7 +32,7 @@ from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
 from shmwheel.segment.verify import verify
-from shmwheel.service import client as client_mod
+from shmwheel.service.caller import client as client_mod
 
 
 @pytest.fixture(autouse=True, params=["memory", "journal"])

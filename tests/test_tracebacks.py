@@ -24,8 +24,8 @@ import shmwheel
 from shmwheel import TaskError, TimerService
 from shmwheel import _native as N
 from shmwheel.errors import RemoteTraceback
-from shmwheel.service import client as client_mod
 from shmwheel.service import tracebacks as TB
+from shmwheel.service.caller import client as client_mod
 from shmwheel.wheel import constants as K
 
 # run alone: kills land mid-write and repeating runs are counted by time

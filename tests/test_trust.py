@@ -23,7 +23,7 @@ from helpers import MINE, fake_service, read_log, wait_for
 
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
-from shmwheel.journal.salvage import salvage_stale
+from shmwheel.journal.recover.salvage import salvage_stale
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
 

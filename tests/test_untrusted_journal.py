@@ -20,7 +20,7 @@ from helpers import MINE
 
 from shmwheel import TimerService, UntrustedPath
 from shmwheel.journal import format as F
-from shmwheel.journal.salvage import salvage_stale
+from shmwheel.journal.recover.salvage import salvage_stale
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
 

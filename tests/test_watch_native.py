@@ -19,8 +19,8 @@ from shmwheel import TimerService
 from shmwheel import _native as N
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from shmwheel.service import purgatory as ops
-from shmwheel.service.client import Client
+from shmwheel.service.caller import purgatory as ops
+from shmwheel.service.caller.client import Client
 
 TASKS = {"noop": "shmwheel.examples.tasks:noop"}
 M64 = (1 << 64) - 1

@@ -1,4 +1,4 @@
-"""The supervisor's watchdog (shmwheel/service/watchdog.py): each sickness induced, then
+"""The supervisor's watchdog (shmwheel/service/supervisor/watchdog.py): each sickness induced, then
 detected within its period, repaired or failed loudly, nothing run twice or early; a
 corrupt owner word never unlinks a live segment."""
 
@@ -19,7 +19,7 @@ from shmwheel import ShmwheelError, TimerService
 from shmwheel.segment import census, shm
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from shmwheel.service import watchdog as W
+from shmwheel.service.supervisor import watchdog as W
 
 # run alone (no other xdist worker's test meanwhile): stalls and restarts are timed
 pytestmark = pytest.mark.exclusive

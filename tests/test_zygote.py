@@ -1,4 +1,4 @@
-"""The fork server (shmwheel/service/zygote.py): every role is forked by the service's
+"""The fork server (shmwheel/service/processes/zygote.py): every role is forked by the service's
 zygote, first and on restart; the zygote exits with the service (after stop(), and when
 the embedding process is killed: test_service's orphan tests); a dead zygote is replaced
 at the next restart while the running roles carry on; service processes run one thread

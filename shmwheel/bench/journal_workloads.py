@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from ..service.supervisor import TimerService
+from ..service.supervisor.supervisor import TimerService
 from . import service_common as SC
 from . import service_ops as SO
 from .workloads import Figures

@@ -21,7 +21,7 @@ import asyncio
 import time
 
 from ..kafka.purgatory import DelayedOperation, DelayedOperationPurgatory
-from ..service.supervisor import TimerService
+from ..service.supervisor.supervisor import TimerService
 from .workloads import Figures
 
 S = "shmwheel"

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from ..segment import shm
-from ..service.client import Client
-from ..service.supervisor import TimerService
+from ..service.caller.client import Client
+from ..service.supervisor.supervisor import TimerService
 
 S = "shmwheel"
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..segment import layout as L
 from ..segment import shm
-from ..service.supervisor import TimerService
+from ..service.supervisor.supervisor import TimerService
 from . import service_common as common
 from .baselines import HeapTimer, RedisDelayQueue, event_loop, sched_scheduler
 from .service_common import R, S, _far_delays, _redis_members, _service

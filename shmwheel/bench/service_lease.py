@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from ..service.context import context
-from ..service.supervisor import TimerService
+from ..service.processes.context import context
+from ..service.supervisor.supervisor import TimerService
 from .baselines import event_loop
 from .service_common import TASKS, S, _capacity_for, _far_delays, owned, warm
 from .service_producers import run_processes

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..segment.sizes import default_arena_bytes
-from ..service.client import Client
+from ..service.caller.client import Client
 from . import service_common as common
 from .baselines import HeapTimer, RedisDelayQueue, asyncio_loop, event_loop, sched_scheduler
 from .service_common import BATCH, R, S, _capacity_for, _far_delays, _redis_members, _service, warm

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..service.supervisor import TimerService
+from ..service.supervisor.supervisor import TimerService
 from .baselines import HeapTimer, asyncio_loop
 from .service_common import S, _capacity_for, _far_delays, _service, warm
 from .workloads import Figures, _noop

@@ -20,7 +20,7 @@ from concurrent.futures import wait as wait_futures
 
 import numpy as np
 
-from ..service.client import now_ms
+from ..service.caller.client import now_ms
 from . import service_common as common
 from .baselines import HeapTimer, RedisDelayQueue, event_loop, sched_scheduler, zero_sleep_ms
 from .service_common import (

@@ -1,7 +1,8 @@
 """``shmwheel journal check DIR`` and ``shmwheel journal repair DIR``: judge a journal
 directory offline (shmwheel/journal/check.py: per file what is wrong, whether every
 writer's chain is complete, what a start would re-arm), and do what a start with
-``journal_on_damage="salvage"`` does without starting a service (shmwheel/journal/repair.py).
+``journal_on_damage="salvage"`` does without starting a service
+(shmwheel/journal/recover/repair.py).
 Neither needs the audit pipeline (Spark); check writes nothing."""
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ def execute_repair(args: argparse.Namespace) -> int:
     """Repair a journal (or with --dry-run say how); 0 done or nothing to do."""
     from ..errors import UntrustedPath
     from ..journal.directory import JournalInUse
-    from ..journal.repair import repair
+    from ..journal.recover.repair import repair
 
     why = _journal(args.directory)
     if why is not None:

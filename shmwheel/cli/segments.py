@@ -184,7 +184,7 @@ def execute_ls(args: argparse.Namespace) -> int:
 
 def execute_clean(args: argparse.Namespace) -> int:
     """Remove (or with --dry-run list) what services with a dead owner left; 0."""
-    from ..journal.salvage import salvage_stale
+    from ..journal.recover.salvage import salvage_stale
     from ..segment import census, shm
 
     stale = [s for s in scan() if s.state == "stale"]

@@ -9,6 +9,12 @@
 
 ``TimerService(journal=DIR)`` writes it and recovers from it; this package is also the
 one decoder (``reader``) that recovery, the tests and the audit pipeline read through.
+
+By stage: ``write/`` is the write path of a running service, ``recover/`` reads a journal
+back into one (recovery, salvage, repair). The modules here are what every stage shares:
+the format (format), the one decoder (reader), a directory's options and lock
+(directory), and judging a journal (check, with chains, verdict and scan: what is damaged
+and what is pending). They import neither room.
 """
 
 from .directory import JournalInUse, JournalOptions

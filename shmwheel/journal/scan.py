@@ -1,4 +1,4 @@
-"""Step 2 of whole-service recovery (``recovery.py``): what a journal's records say is
+"""Step 2 of whole-service recovery (``recover/recovery.py``): what a journal's records say is
 pending. One pass reads every segment (``check.inspect``, which also judges each file's
 damage and the chains); each segment's records give a ``Part`` here, and ``combine``
 works out, from the parts of the segments that count, which timers and operations have
@@ -22,7 +22,43 @@ import numpy as np
 from ..segment import contract as C
 from . import format as F
 from .reader import Reject, Segment
-from .recovery_ops import PendingOps
+
+# columns of a WATCHED reader row: field k is column 3 + k (format.FIELDS)
+# the scanner's columns (reader.Segment.rows) of a WATCHED record's fields
+_ID, _DL, _REQ, _NKEYS, _ONC, _ONE = (
+    F.scan_column(F.WATCHED, f)
+    for f in ("id", "deadline_ms", "required", "keys", "on_complete", "on_expire")
+)
+_BLOB_OFF, _BLOB_LEN = C.SCAN_BLOB_AT, C.SCAN_BLOB_LEN
+
+
+@dataclass
+class PendingOps:
+    """The operations a journal holds undecided: id -> (deadline, required, on_complete
+    name or None, on_expire name or None, blob)."""
+
+    ops: dict[int, tuple[int, int, str | None, str | None, bytes]] = field(default_factory=dict)
+    decided: set[int] = field(default_factory=set)
+
+    def collect(self, rows: np.ndarray, data: bytes, tasks: list[str], off_ms: int) -> None:
+        """Take one segment's WATCHED rows and its decisions (rows from reader.Segment)."""
+        kind = rows[:, C.SCAN_KIND]
+        w = rows[kind == F.WATCHED]
+
+        def name(t: int) -> str | None:
+            return tasks[t] if 0 <= t < len(tasks) else None
+
+        for r in w.tolist():  # operations are few next to timers: one at a time is fine
+            blob = data[r[_BLOB_OFF] : r[_BLOB_OFF] + r[_BLOB_LEN]]
+            self.ops[r[_ID]] = (r[_DL] + off_ms, r[_REQ], name(r[_ONC]), name(r[_ONE]), blob)
+        ends = (kind == F.COMPLETED) | (kind == F.EXPIRED) | (kind == F.CANCELLED)
+        self.decided.update(rows[ends, _ID].tolist())
+
+    def max_gen(self) -> int:
+        return max((int(C.handle_gen(i)) for i in self.ops), default=-1)
+
+    def pending(self) -> dict[int, tuple[int, int, str | None, str | None, bytes]]:
+        return {i: v for i, v in self.ops.items() if i not in self.decided}
 
 
 @dataclass
@@ -55,7 +91,7 @@ class JournalState:
     epoch: int = 0  # the latest epoch found (0: an empty journal)
     next_gen: int = 0  # every slot's generation starts here in the next epoch
     pending: Pending = field(default_factory=Pending)
-    ops: PendingOps = field(default_factory=PendingOps)  # the purgatory's (operations.py)
+    ops: PendingOps = field(default_factory=PendingOps)  # the purgatory's operations
     rejects: list[Reject] = field(default_factory=list)
     records: int = 0
     timers: int = 0  # distinct ids scheduled

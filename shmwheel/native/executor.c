@@ -3,7 +3,7 @@
  * log it and write its error record, errlog.c), publish the outcome (handle, outcome, seq,
  * lateness_us, duration_us) on the result ring. After the batch the
  * dispatch ring's tail advances and `started` goes back to -1. A replacement executor on
- * the same rings therefore knows what its predecessor did (shmwheel/service/executor.py,
+ * the same rings therefore knows what its predecessor did (shmwheel/service/processes/executor.py,
  * `recover`): outcomes up to the last published seq are done, the `started` record (if
  * unreported) crashed with it, the rest are still to run. No task runs twice.
  *

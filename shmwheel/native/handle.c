@@ -1,6 +1,6 @@
 /* handle.c: `Handle`, the native half of a TimerHandle: its id and deadline, and a
  * cancel() that goes straight to its client's compare-and-swap (producer.c); and a lease's
- * beat (service/lease.py), its client's reset to the ttl the handle keeps. */
+ * beat (service/caller/lease.py), its client's reset to the ttl the handle keeps. */
 #include "producer.h"
 
 #include <math.h>
@@ -44,7 +44,7 @@ static PyObject *handle_reset(Handle *h, PyObject *const *args, Py_ssize_t nargs
     return producer_reset((Producer *)h->client, stack, nargs + 1, kwnames);
 }
 
-/* _lease_beat(ttl_ms=None): a lease's beat (service/lease.py, Lease.beat): its client's
+/* _lease_beat(ttl_ms=None): a lease's beat (service/caller/lease.py, Lease.beat): its client's
  * reset to ttl_ms, by default the lease's own ttl, without a Python frame. A ttl given must
  * be a finite number > 0 (reset checks the rest: its range, as delay_ms) */
 static PyObject *handle_lease_beat(Handle *h, PyObject *const *args, Py_ssize_t nargs,
@@ -78,11 +78,13 @@ static void handle_dealloc(Handle *h) {
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
+/* Not the type: this static type's instances hold no reference to it, and a Python
+ * subclass's instances are counted once, by the interpreter's subtype_traverse (tests/
+ * test_native_gc.py). */
 static int handle_traverse(Handle *h, visitproc visit, void *arg) {
     Py_VISIT(h->client);
     Py_VISIT(h->future);
     Py_VISIT(h->ttl);
-    Py_VISIT(Py_TYPE(h));
     return 0;
 }
 

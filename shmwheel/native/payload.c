@@ -7,7 +7,7 @@
  * payload holding one was accepted at schedule() and failed later, in the executor. This
  * walker finds such a key in the encoded bytes; every path that accepts a payload refuses
  * it at the call instead: schedule()'s native path (producer.c) and watch()'s (watch.c)
- * send it to the Python path, whose encoders (segment/payload.py, service/purgatory.py)
+ * send it to the Python path, whose encoders (segment/payload.py, service/caller/purgatory.py)
  * raise TypeError with the reason this returns.
  *
  * The input is a Packer's output, so it is well formed, but the walk still checks every

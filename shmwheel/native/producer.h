@@ -55,7 +55,7 @@ typedef struct {
     i64 id;
     i64 deadline_ms;
     PyObject *future;   /* its outcome's future, once someone asked (outcomes.py), or NULL */
-    PyObject *ttl;      /* a lease's ttl in ms (service/lease.py: what beat() resets to), or
+    PyObject *ttl;      /* a lease's ttl in ms (service/caller/lease.py: what beat() resets to), or
                            NULL for any other handle */
 } Handle;
 
@@ -63,7 +63,7 @@ extern PyTypeObject ProducerType, HandleType;
 
 /* ---- the Python half: what the native paths call of it -------------------------------
  * A Client is one object of two halves: this native type and the Python class that derives
- * from it (service/client.py). The native paths call the Python half only through the
+ * from it (service/caller/client.py). The native paths call the Python half only through the
  * methods below, by name: _native.pyi declares them (ProducerHooks, which mypy checks
  * Client against), N.PRODUCER_HOOKS exports this list, and tests/test_client_interface.py
  * checks the three are one. PRODUCER_HOOKS(X): X(id, method, when it is called) */
@@ -103,7 +103,7 @@ int producer_hooks_init(PyObject *m);            /* the names; N.PRODUCER_HOOKS,
  * the monotonic clock's `now_ns` is due at now_ns plus the delay rounded up to the ns,
  * rounded up to the ms, so that a timer never fires before its delay. schedule, reset and
  * watch's timeout use it here (producer_due); their Python paths through N.due_ms and
- * N.due_ms_many (service/times.py), which are this function. */
+ * N.due_ms_many (service/caller/times.py), which are this function. */
 static inline i64 producer_due_ms(i64 now_ns, double delay_ms) {
     i64 at = now_ns + (i64)ceil(delay_ms * 1e6);   /* >= 0: the monotonic clock */
     /* rounded up. (Not -((-at) / 1000000): C's division truncates towards zero, so that is

@@ -1,6 +1,6 @@
 /* producer_hooks.c: where the native half of a Client calls its Python half (the methods
  * PRODUCER_HOOKS lists, producer.h), and the deadline rule both halves share, as Python
- * sees it (due_ms, due_ms_many: service/times.py's).
+ * sees it (due_ms, due_ms_many: service/caller/times.py's).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

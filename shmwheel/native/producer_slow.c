@@ -1,6 +1,6 @@
 /* producer_slow.c: the primitives the Python slow paths of a Client build on (the
- * private methods _take, _submit, _publish, ... of Producer; service/client.py and
- * service/batch.py call them). The hot paths are producer.c's and watch.c's.
+ * private methods _take, _submit, _publish, ... of Producer; service/caller/client.py and
+ * service/caller/batch.py call them). The hot paths are producer.c's and watch.c's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

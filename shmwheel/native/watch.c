@@ -7,7 +7,7 @@
  * are encoded and hashed, its block and watch entries written under the segment lock taken
  * here (op_store), and its slot submitted on the client's ring as schedule() submits a
  * timer. Anything else, and every refusal, goes to the Python methods _watch_slow /
- * _check_and_complete_slow (service/purgatory.py) with the arguments as given: they
+ * _check_and_complete_slow (service/caller/purgatory.py) with the arguments as given: they
  * validate and raise what the API promises, so the native path never decides an error.
  * Keys have one encoder, key_encode below: Python's operations.key_id is this file's
  * key_id.

@@ -20,7 +20,7 @@ Whole segments are skipped where their header proves that no row can match
 - the times ``t_us`` and ``wall_us``: a coordinator's or reaper's segment that has a
   successor (the segment whose header names it as ``prev``, of the same boot) holds no
   record stamped after the successor's header was made (a writer stamps its records,
-  writes them, and only then begins the next segment: ``journal/writer.py``,
+  writes them, and only then begins the next segment: ``journal/write/writer.py``,
   ``flush`` then ``_rotate``). So ``t_us >= X`` (or ``>``, ``=``, ``IN``) skips the
   segments whose successor began before X: a time range skips what ended before it.
   Nothing bounds a segment's first record from below (a writer records events it

@@ -57,7 +57,7 @@ class Entry:
 
 def _is_role(pid: int, service: str) -> bool:
     """Whether `pid` is a live process of `service`: running (not a zombie), named
-    shmwheel-ROLE (zygote.py) and started for that service (its command line, the
+    shmwheel-ROLE (service/processes/zygote.py) and started for that service (its command line, the
     zygote's, names it); a reused pid of another program, or of another service, is not."""
     if not 0 < pid <= shm.PID_MAX:
         return False

@@ -1,5 +1,5 @@
 """The watchdog's verdict as the service header holds it: the two words the supervisor's
-watchdog (shmwheel/service/watchdog.py) alone writes, ``W_HEALTH`` (the state) and
+watchdog (shmwheel/service/supervisor/watchdog.py) alone writes, ``W_HEALTH`` (the state) and
 ``W_HEALTH_REASONS`` (a bit per reason), and their decoding, which any attached process
 reads (``stats()["health"]``, ``shmwheel status``, a client refusing new timers while the
 service has failed).

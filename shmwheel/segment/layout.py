@@ -89,9 +89,9 @@ W_INSTANCE = 18  # random, drawn at create: which instance of its name this segm
 # 1 from just before the reaper's advance until the FIRED records of what it won are
 # written (0 again); written only by the reaper. A reaper that finds it 1 at start knows its
 # predecessor died holding won timers it had not recorded: the FIRING slots in no place
-# (shmwheel/service/reaper.py, recover)
+# (shmwheel/service/processes/reaper.py, recover)
 W_REAPER_JOPEN = 19
-# the journal's faults (shmwheel/journal/writer.py, "Faults"): three words per writer
+# the journal's faults (shmwheel/journal/write/writer.py, "Faults"): three words per writer
 # (errno, since in wall ms, bytes held; all 0 while it writes), each written only by that
 # writer; W_JREFUSE, written only by the supervisor, is 1 while either has a fault: the
 # clients' schedule and watch paths read it and refuse with JournalError
@@ -99,8 +99,8 @@ W_JFAULT_COORDINATOR = 24  # .. 26
 W_JFAULT_REAPER = 27  # .. 29
 JFAULT_WORDS = 3
 W_JREFUSE = 30
-W_JINJECT = 31  # the fault-injection word of journal/disk.py (tests and benchmarks only)
-# the watchdog's verdict (shmwheel/service/watchdog.py), written only by the supervisor:
+W_JINJECT = 31  # the fault-injection word of journal/write/disk.py (tests and benchmarks only)
+# the watchdog's verdict (shmwheel/service/supervisor/watchdog.py), written only by the supervisor:
 # the state (0 ok, 1 degraded, 2 failed) and a bitmask of its reasons (health.REASONS)
 W_HEALTH = 32
 W_HEALTH_REASONS = 33
@@ -160,7 +160,7 @@ class ServiceConfig:
     dispatch_capacity: int
     arena_blocks: tuple[int, int, int, int]
     tasks: tuple[tuple[str, str], ...]  # (name, "module:function")
-    # the journal (shmwheel.journal.writer.JournalOptions); journal_dir "" for none
+    # the journal (shmwheel.journal.write.writer.JournalOptions); journal_dir "" for none
     journal_dir: str = ""
     journal_fsync: str = "interval"
     journal_fsync_ms: int = 100

@@ -80,7 +80,7 @@ def encode(payload: Any, key: Any = None) -> tuple[bytes, int]:
 def encode_lease(payload: Any, holder: str | None) -> tuple[bytes, int]:
     """(blob, flags) of a lease's timer (Client.lease): keyed by the list [holder], which
     no key of schedule() can be (those are str, bytes or int), so the running task's
-    context tells a lease's holder apart from a key (service/context.py)."""
+    context tells a lease's holder apart from a key (service/processes/context.py)."""
     if holder is not None and not isinstance(holder, str):
         raise TypeError(f"holder must be a str or None, got {type(holder).__name__}")
     try:

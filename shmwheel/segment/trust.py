@@ -1,7 +1,7 @@
 """Whether a path belongs to this process's user and is safe to use: the one module of the
 package that reads a file's owner or mode (``st_uid``, ``st_mode``) or this process's user.
 Shared memory (``shm``, ``census``), journal directories (``journal.directory``, salvage,
-repair, ``shmwheel journal``, the held files of ``journal/spill.py``), the working
+repair, ``shmwheel journal``, the held files of ``journal/write/spill.py``), the working
 directory ``shmwheel run`` imports tasks from, the job link's peers (``service/jobs``) and
 the JVM class archive all ask it.
 

@@ -8,7 +8,7 @@ is computed (``next_ms``). The re-arm after each run is the repeating timer's,
 deadline + period, done natively when the outcome is settled (shmwheel/native/slots.c,
 ``slot_settle``); the period is rewritten during the run so that the sum is the next fire
 time: the executor (shmwheel/native/executor.c) calls ``Executor._on_calendar``
-(service/executor.py) before the task, which decides a misfire (``runs``), and after it,
+(service/processes/executor.py) before the task, which decides a misfire (``runs``), and after it,
 which computes the next fire time after the run's end (``next_ms``). So the next time is
 computed in Python, once per run, in the executor that ran it; the journal records it as any
 repeating timer's next deadline (its OUTCOME), so a restart keeps it.

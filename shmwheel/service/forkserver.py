@@ -1,8 +1,8 @@
-"""The supervisor's side of the fork server ("zygote"; its own side: zygote.py) that starts
-a service's processes: one process per service, started once by ``start()``, that imports
-numpy and the service layer once and then forks the coordinator, the reaper and the
-executors, first and on every restart, already imported (docs/operating.md, "How the
-processes start"). ``multiprocessing``'s forkserver
+"""The supervisor's side of the fork server ("zygote"; its own side:
+service/processes/zygote.py) that starts a service's processes: one process per service,
+started once by ``start()``, that imports numpy and the service layer once and then forks
+the coordinator, the reaper and the executors, first and on every restart, already
+imported (docs/operating.md, "How the processes start"). ``multiprocessing``'s forkserver
 is the model: the embedding process is multithreaded, so it is never forked itself; the
 zygote is single-threaded when it forks.
 
@@ -55,11 +55,11 @@ MAX_REQUEST = 1 << 20  # bytes of one request (its environment)
 # what the zygote runs: SIGINT ignored before anything is imported (a Ctrl-C meant for
 # the embedding program must not kill a service process), -P: nothing in front of
 # sys.path (the path is PYTHONPATH, tasks.service_path). One "-Pc" keeps the code at
-# argv[2] and "shmwheel.service.main" in it, where tools look for service processes.
+# argv[2] and "shmwheel.service.processes.main" in it, where tools look for service processes.
 CODE = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "signal.signal(signal.SIGTERM, signal.SIG_IGN); import sys; "
-    "from shmwheel.service.main import main; main(sys.argv)"
+    "from shmwheel.service.processes.main import main; main(sys.argv)"
 )
 # library thread pools the roles do not use (issue 33): one thread unless the embedding
 # environment asks for more

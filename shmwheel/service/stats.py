@@ -97,7 +97,7 @@ def read_stats(
         "processes": processes,
         "restarts": dict(restarts) if restarts is not None else restarts_of(mem),
         "clients": int((mem.ring_table[:, L.RT_STATE] != L.RING_FREE).sum()),
-        # the supervisor's watchdog's verdict (watchdog.py): state and reasons
+        # the supervisor's watchdog's verdict (service/supervisor/watchdog.py): state and reasons
         "health": read_health(mem.header),
         "operations": {
             "watched": int(c[C.C_OPS_WATCHED]),
@@ -114,7 +114,7 @@ def read_stats(
 
 def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
     """What the journal has written, what its directory holds on disk, and its faults."""
-    from ..journal.faults import read_faults
+    from ..journal.write.faults import read_faults
 
     directory = mem.config.journal_dir
     disk = segments = 0
@@ -135,7 +135,8 @@ def journal_stats(mem: L.ServiceMemory, c: np.ndarray) -> dict[str, Any]:
         "disk_bytes": disk,
         "segments": segments,
         "recovered": int(mem.header[L.W_RECOVERED]),
-        # the writers that cannot write now, by role (writer.py, "Faults"); {} when none
+        # the writers that cannot write now, by role (journal/write/writer.py, "Faults");
+        # {} when none
         "faults": read_faults(mem),
     }
 

@@ -1,5 +1,5 @@
 /* client.c: a client's calls, as producer.c, producer_slow.c, reset.c, watch.c and
- * service/client.py make them: the caches are refilled under the lock; a schedule writes
+ * service/caller/client.py make them: the caches are refilled under the lock; a schedule writes
  * and publishes without it; cancel and reset are lock-free CASes followed by a ring
  * record; a watch stores its operation under the lock, then submits like a schedule. */
 #include <sched.h>
@@ -159,7 +159,7 @@ void client_reset(Client *c, i64 h, i64 deadline, int own) {
     }
 }
 
-/* Client.future (service/outcomes.py): ask, and wait in an entry while the use is live */
+/* Client.future (service/caller/outcomes.py): ask, and wait in an entry while the use is live */
 void client_outcome_watch(Client *c, i64 h) {
     Use *u = use_of(c->w, h);
     i64 gs, out, *slot = NULL;

@@ -147,7 +147,7 @@ void jitter(u64 *s) {
         for (volatile int i = 0; i < (int)r * 40; i++) {}
 }
 
-/* ---- the coordinator (service/coordinator.py: drain, tend_rings) ---------------------- */
+/* ---- the coordinator (service/processes/coordinator.py: drain, tend_rings) ---------------------- */
 static i64 drain(World *w, Seg *cs, int r) {
     i64 recs[BATCH * PRODUCER_RECORD], res[5] = {0, 0, 0, INT64_MAX, 0}, seq0;
     i64 n = ring_peek(&w->prod[r], recs, BATCH, &seq0);
@@ -204,7 +204,7 @@ void *coordinator_main(void *arg) {
     return NULL;
 }
 
-/* ---- the reaper (service/reaper.py: fire, dispatch, settle) -------------------------- */
+/* ---- the reaper (service/processes/reaper.py: fire, dispatch, settle) -------------------------- */
 static i64 settle(World *w, Seg *rs) {
     i64 total = 0;
     for (int e = 0; e < w->nexec; e++) {

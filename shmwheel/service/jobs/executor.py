@@ -89,9 +89,10 @@ class Executor(concurrent.futures.Executor):
     ) -> Job:
         """Run ``fn(*args, **kwargs)`` as a job; its ``Job`` future. ``time_limit`` and
         ``retry`` default to the Executor's."""
-        with self._lock:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new jobs after shutdown")
+        if not self._own:  # an own pool refuses after its shutdown itself, under its lock
+            with self._lock:
+                if self._shutdown:
+                    raise RuntimeError("cannot schedule new jobs after shutdown")
         job = self._pool.submit(
             fn,
             args,

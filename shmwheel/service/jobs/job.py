@@ -7,13 +7,24 @@ BACKOFF (a timer in the pool's wheel) -> QUEUED. ``cancel()`` wins in QUEUED and
 ``stop()`` also in RUNNING (the attempt is stopped). The ``concurrent.futures`` state
 stays PENDING until the outcome is set, so the stdlib's waiters (``wait``,
 ``as_completed``) see a job finish exactly once.
+
+The ``concurrent.futures`` fields are the stdlib's, with one difference: the condition
+that guards them is made on first use (``_condition``), by the first waiter, done-callback
+or cancel, and never for a job whose outcome is set before anyone waits (most of a busy
+pool's). The rule that keeps this safe: the outcome is written (``_result`` or
+``_exception``, then ``_state``) before ``_wake`` looks for the condition, and every
+waiter makes the condition before it reads ``_state``; so a waiter either sees the
+outcome or is woken under the condition. ``_state`` FINISHED is final, so ``done()`` and
+``result()`` of a finished job read it without the condition.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Generator
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +56,12 @@ class Job(concurrent.futures.Future[Any]):
         time_limit: float | None,
         retry: Retry | None,
     ) -> None:
-        super().__init__()
+        # concurrent.futures.Future.__init__'s fields, but no condition yet (module header)
+        self._state = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
         self.id = id
         self.name = name  # the function's qualified name, for messages and logs
         self.attempts = 0
@@ -58,6 +74,46 @@ class Job(concurrent.futures.Future[Any]):
         self.worker = -1  # the worker running the current attempt (RUNNING)
         self.timer = -1  # the back-off timer's wheel handle (BACKOFF)
         self.on_start: Any = None  # called with the job as each attempt is sent (remote.py)
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        """The stdlib's condition, made by whoever needs it first (the module header)."""
+        cond = self.__dict__.get("_cond")
+        if cond is None:  # two threads may make one each: setdefault keeps the first
+            cond = self.__dict__.setdefault("_cond", threading.Condition())
+        return cond  # type: ignore[no-any-return]
+
+    def done(self) -> bool:
+        return self._state in (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The function's value (the stdlib's ``result``: see the class docstring)."""
+        if self._state == FINISHED and self._exception is None:  # final: no lock needed
+            return self._result
+        return super().result(timeout)
+
+    def _outcome(self, value: Any, error: BaseException | None) -> None:
+        """Write the outcome the pool decided (once); ``_wake()`` then tells the waiters.
+        The stdlib's ``set_result`` / ``set_exception`` in two steps, so that a batch of
+        outcomes is written before anyone is woken (state.py, ``settle``)."""
+        self._result, self._exception = value, error
+        self._state = FINISHED
+
+    def _wake(self) -> None:
+        """After the outcome is written: tell the waiters and run the done-callbacks, if
+        any made the condition (the module header)."""
+        cond = self.__dict__.get("_cond")
+        if cond is None:
+            return  # nobody has waited or added a callback: none will miss the outcome
+        error = self._exception
+        with cond:
+            for waiter in self._waiters:
+                if error is None:
+                    waiter.add_result(self)
+                else:
+                    waiter.add_exception(self)
+            cond.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
 
     def running(self) -> bool:
         """True while an attempt runs in a worker."""

@@ -40,6 +40,7 @@ import os
 import pickle
 import time
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any
 
 from ...errors import ShmwheelError, TaskError
@@ -55,6 +56,7 @@ log = logging.getLogger("shmwheel.jobs")
 
 DEFAULT_GRACE_S = 1.0
 DEFAULT_MAX_BYTES = 64 << 20
+SENDABLE_KEPT = 1024  # functions kept pickled (plain functions only: a partial is new each time)
 
 
 def default_workers() -> int:
@@ -83,7 +85,8 @@ class JobPool:
         self._state = PoolState(name, float(grace), max_message_bytes)
         self._ids = 0
         self._recovered: list[Job] = []  # jobs of an earlier run, re-armed (journal())
-        self._sendable: dict[Any, bytes] = {}  # each function submitted, pickled
+        self._sendable: dict[Any, tuple[bytes, str]] = {}  # each function: pickled, its name
+        self._checked: tuple[Any, Any] = (None, None)  # the last (time_limit, retry) checked
         self._mgr = Manager(self._state, n, self.submit, forks)
 
     check_pool_options = staticmethod(check_pool)
@@ -202,26 +205,32 @@ class JobPool:
         name: str | None = None,
     ) -> Job:
         """A job running ``fn(*args, **kwargs)``, queued now or after `delay_s`."""
-        if not callable(fn):
-            raise TypeError(f"fn must be a module-level function, got {fn!r}")
-        check_job(time_limit, retry)
+        if time_limit is not self._checked[0] or retry is not self._checked[1]:
+            check_job(time_limit, retry)  # an Executor's defaults: checked once
+            self._checked = (time_limit, retry)
         try:
-            fn_blob = self._sendable.get(fn)
-            if fn_blob is None:  # a function pickles once: by its name
-                fn_blob = self._sendable[fn] = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
-            blob = W.NO_ARGS if not (args or kwargs) else pickle.dumps((args, kwargs), 5)
-        except Exception as e:
-            raise TypeError(
-                f"a job's function and arguments travel pickled (the function by reference, "
-                f"so it must be a module-level function): {e!r}"
-            ) from None
+            sendable = self._sendable.get(fn)
+        except TypeError:  # unhashable: pickled each time (or refused there)
+            sendable = None
+        if sendable is None:  # a function pickles once: by its name
+            sendable = self._pickled(fn)
+            if len(self._sendable) < SENDABLE_KEPT and isinstance(fn, FunctionType):
+                self._sendable[fn] = sendable
+        fn_blob, fn_name = sendable
+        if not (args or kwargs):
+            blob = W.NO_ARGS
+        else:
+            try:
+                blob = pickle.dumps((args, kwargs), 5)
+            except Exception as e:
+                raise TypeError(f"a job's arguments travel pickled: {e!r}") from None
         st = self._state
         if len(blob) > st.max_bytes:
             raise ValueError(
                 f"the job's function and arguments pickle to {len(blob)} bytes, over the bound "
                 f"of {st.max_bytes} (max_message_bytes)"
             )
-        name = name or str(getattr(fn, "__qualname__", type(fn).__name__))
+        name = name or fn_name
         with st.lock:
             if st.closing:
                 raise RuntimeError("cannot schedule new jobs after shutdown")
@@ -239,6 +248,20 @@ class JobPool:
         if poke:
             self._mgr.poke()
         return job
+
+    @staticmethod
+    def _pickled(fn: Callable[..., Any]) -> tuple[bytes, str]:
+        """`fn` pickled (by reference) and its name, for every job of it."""
+        if not callable(fn):
+            raise TypeError(f"fn must be a module-level function, got {fn!r}")
+        try:
+            blob = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            raise TypeError(
+                f"a job's function travels pickled by reference, so it must be a "
+                f"module-level function: {e!r}"
+            ) from None
+        return blob, str(getattr(fn, "__qualname__", type(fn).__name__))
 
     def cancel(self, job: Job, stop: bool) -> bool:
         """``Job.cancel`` (stop False) and ``Job.stop`` (True): see job.py."""

@@ -127,13 +127,17 @@ class PoolState:
 
     @staticmethod
     def settle(finished: Settled) -> None:
-        """Set the futures of what ``decide`` finished (the lock released)."""
+        """Set the futures of what ``decide`` finished (the lock released): every outcome
+        written first, then the waiters woken, so that a caller woken for one job finds
+        the others of the batch done without waiting again."""
+        woken = []
         for job, how, value in finished:
             if job.done():  # decided once, under the lock; never set twice
                 continue
-            if how == "ok":
-                job.set_result(value)
-            elif how == "cancel":
+            if how == "cancel":
                 job._cancel_future()
-            else:
-                job.set_exception(value)
+                continue
+            job._outcome(value, None) if how == "ok" else job._outcome(None, value)
+            woken.append(job)
+        for job in woken:
+            job._wake()

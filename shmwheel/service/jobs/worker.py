@@ -1,8 +1,8 @@
 """A job worker process: runs the jobs its pool sends, one at a time, in order, and sends
 each outcome back before it starts the next.
 
-Runs in its own process, role ``job`` (``main`` here, from service/main.py), forked by a
-zygote (service/zygote.py: its service's, or its Executor's own), never in the caller's
+Runs in its own process, role ``job`` (``main`` here, from service/processes/main.py), forked by a
+zygote (service/processes/zygote.py: its service's, or its Executor's own), never in the caller's
 process. It imports only the functions its jobs name (pickled by reference), from the
 embedding process's path less ``''`` (tasks.service_path), never the embedding program's
 main module, except on demand: a job whose function (or an argument's class) lives in
@@ -253,7 +253,7 @@ def _loads(blob: bytes) -> Any:
 
 def main(argv: list[str]) -> None:
     """The job role: ``["", "job", POOL, INDEX, MAX_BYTES, MAIN, TASKS, RESULTS, WAKE,
-    SLOT]`` (service/main.py), the last four descriptors this process inherited: the
+    SLOT]`` (service/processes/main.py), the last four descriptors this process inherited: the
     read end of its tasks pipe, the write ends of its result and wake-up pipes, its slot's
     memfd. MAIN is ``main_spec()`` of the pool's process."""
     global _main_spec

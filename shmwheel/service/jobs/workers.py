@@ -11,6 +11,7 @@ import collections
 import os
 import pickle
 import signal
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ Forks = Callable[[list[str], tuple[int, ...]], RoleProcess]
 MAX_WINDOW = 64  # jobs sent ahead to one worker, at the most
 WINDOW_TARGET_S = 0.002  # a worker is sent about this much work ahead
 READ_BYTES = 1 << 20
+_HEAD, _BIG = struct.Struct("!i"), struct.Struct("!Q")
 
 
 class WorkerProc:
@@ -49,6 +51,7 @@ class WorkerProc:
         self.slot: W.Slot | None = None
         self.inflight: collections.deque[Job] = collections.deque()
         self.buf = bytearray()  # the start of a frame not yet whole
+        self.need = 4  # how long ``buf`` must grow before that frame is whole
         self.avg_s = WINDOW_TARGET_S
         self.last_s = 0.0  # when the last frame came (or the first job was sent)
         self.kill_reason: tuple[int, str] | None = None  # (job id, "timeout" | "stop" | ...)
@@ -126,21 +129,29 @@ class WorkerProc:
         if not data:
             return None
         buf = self.buf
-        buf += data
-        frames = []
-        off, end = 0, len(buf)
+        if buf:  # a frame's start came before: read on until it is whole
+            buf += data
+            if len(buf) < self.need:
+                return []
+            data = bytes(buf)
+        frames, self.need = [], 4  # 4: a frame's length not yet whole
+        off, end, head = 0, len(data), _HEAD.unpack_from
+        loads = pickle.loads
         while end - off >= 4:  # multiprocessing.Connection's framing: "!i" length, or -1 + "!Q"
-            n = int.from_bytes(buf[off : off + 4], "big", signed=True)
-            head = 4
+            (n,) = head(data, off)
+            start = off + 4
             if n == -1:
                 if end - off < 12:
+                    self.need = 12
                     break
-                n, head = int.from_bytes(buf[off + 4 : off + 12], "big"), 12
-            if end - off < head + n:
+                (n,) = _BIG.unpack_from(data, start)
+                start += 8
+            if end - start < n:
+                self.need = start - off + n
                 break
-            frames.append(pickle.loads(buf[off + head : off + head + n]))
-            off += head + n
-        del buf[:off]
+            frames.append(loads(data[start : start + n]))
+            off = start + n
+        self.buf = bytearray(data[off:]) if off < end else bytearray()
         return frames
 
     def read_wake(self) -> bytes:
