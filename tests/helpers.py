@@ -4,8 +4,9 @@
   ``repeat_until``, an action repeated until a condition holds (a test driving a clock);
   ``sleep_until_ms``, a wait for a time on the service's clock;
 - services: this run's service processes and /dev/shm files, a module-kept service, the
-  ``shmwheel run`` command in the background, a formatted segment with no processes, and
-  the processes a test checks for (``alive``, an Executor's ``pool_processes``);
+  ``shmwheel run`` command in the background, a process embedding a service, a formatted
+  segment with no processes, and the processes a test checks for (``alive``, an
+  Executor's ``pool_processes``);
 - the service tests' task log (``TASKS`` = workers.tasks): reading it and the
   once-and-never-early check; a journal writer's chain of segments;
 - what the task modules (tests/*_tasks.py, job_fns.py) share: one O_APPEND write of a
@@ -156,6 +157,31 @@ def fake_service(name: str, owner_pid: int, journal: Path | None = None) -> Path
 # workers) would override a pty's size in `top`
 CLI_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 CLI_ENV.update(PYTHONPATH=str(ROOT), TERM="xterm-256color")
+
+
+def embedding_process(
+    name: str | None = None, capacity: int = 1000, new_session: bool = True
+) -> tuple[subprocess.Popen[str], str]:
+    """A child process that starts a service (named `name`, or by default), prints its
+    name and sleeps 120 s, as a user's program embedding one: the test then kills it.
+    Returns the process and the service's name."""
+    named = f"{name!r}, " if name else ""
+    code = (
+        "import time, shmwheel\n"
+        f"svc = shmwheel.TimerService({named}tasks={{'boom': 'workers.tasks:fail'}}, "
+        f"capacity={capacity}, executors=1).start()\n"
+        "print(svc.name, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=CLI_ENV,
+        start_new_session=new_session,
+    )
+    assert p.stdout is not None
+    return p, p.stdout.readline().strip()
 
 
 def start_run(args: list[str], log_path: Path) -> tuple[subprocess.Popen[str], str]:

@@ -21,7 +21,16 @@ import textwrap
 import time
 
 import pytest
-from helpers import CLI_ENV, MINE, ROOT, service_processes, start_run, stop_run, wait_for
+from helpers import (
+    CLI_ENV,
+    MINE,
+    ROOT,
+    embedding_process,
+    service_processes,
+    start_run,
+    stop_run,
+    wait_for,
+)
 
 import shmwheel
 from shmwheel.segment import shm
@@ -267,21 +276,8 @@ def test_status_and_top_of_a_missing_service_exit_1(cli):
 def _stale_service(name: str) -> None:
     """Start a service in a child process in its own session, then SIGKILL the whole
     group: nobody is left to unlink the segment."""
-    code = textwrap.dedent(f"""
-        import time, shmwheel
-        svc = shmwheel.TimerService({name!r}, tasks={{"boom": "workers.tasks:fail"}},
-                                    capacity=100, executors=1).start()
-        print(svc.name, flush=True)
-        time.sleep(120)
-    """)
-    p = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=CLI_ENV,
-        start_new_session=True,
-    )
-    assert p.stdout is not None and p.stdout.readline().strip() == name
+    p, started = embedding_process(name, capacity=100)
+    assert started == name
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     wait_for(lambda: not service_processes(name), timeout=10, what="the group to die")

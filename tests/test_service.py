@@ -20,6 +20,7 @@ from helpers import (
     MINE,
     TASKS,
     assert_once_never_early,
+    embedding_process,
     read_log,
     service_processes,
     sleep_until_ms,
@@ -515,29 +516,8 @@ def test_client_refuses_use_after_close_and_across_fork(service):
         assert service.stats()["scheduled"] == 0
 
 
-def _embedding_process(new_session: bool) -> tuple[subprocess.Popen[str], str]:
-    """A process that embeds a service and sleeps; returns it and the service's name."""
-    code = textwrap.dedent("""
-        import time, shmwheel
-        svc = shmwheel.TimerService(tasks={"boom": "workers.tasks:fail"}, capacity=1000,
-                                    executors=1).start()
-        print(svc.name, flush=True)
-        time.sleep(120)
-    """)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    p = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=new_session,
-    )
-    name = p.stdout.readline().strip() if p.stdout else ""
-    return p, name
-
-
 def test_embedding_process_killed_service_exits_and_cleans_up():
-    p, name = _embedding_process(new_session=False)
+    p, name = embedding_process(new_session=False)
     try:
         assert name and service_processes(name)
     finally:
@@ -549,7 +529,7 @@ def test_embedding_process_killed_service_exits_and_cleans_up():
 
 @pytest.mark.exclusive  # plants a stale segment any start would sweep
 def test_next_start_sweeps_segments_of_a_dead_owner():
-    p, name = _embedding_process(new_session=True)
+    p, name = embedding_process(new_session=True)
     os.killpg(p.pid, signal.SIGKILL)  # the whole group: nobody is left to unlink
     p.wait()
     wait_for(lambda: not service_processes(name), timeout=10, what="group to die")
