@@ -374,6 +374,7 @@ def service_workloads(
                 f"{S} TimerService.stop()",
                 f"{S} executor replaced: SIGKILL -> next timer run",
                 "import shmwheel + first use of TimerService",
+                f"{S} modules without a bytecode cache",
             ],
             goals=[
                 Goal(
@@ -393,8 +394,10 @@ def service_workloads(
                     "issue 33: a test suite starts a service per test, a scheduler one per "
                     "pool (issue 8 asked 2 s)",
                     "start() waits for one interpreter (the zygote) to import numpy and the "
-                    "service layer, 130-150 ms of CPU on the 2-core VM (docs/performance.md, "
-                    "issue 33): below 100 ms needs service processes without numpy",
+                    "service layer, 110-130 ms of CPU on the loaded 2-core VM, 20-40 ms more "
+                    "when it compiles shmwheel from source (the 'without a bytecode cache' figure: "
+                    "PYTHONDONTWRITEBYTECODE; docs/performance.md, issue 33); a loaded "
+                    "machine stretches it",
                 ),
                 Goal(
                     "TimerService.stop()",
@@ -421,7 +424,11 @@ def service_workloads(
             explain={
                 f"{S} TimerService.start() (1M capacity)": "start() creates the segment for "
                 "1 M timers (W3's size) and starts the coordinator, the reaper and the "
-                "executors, waiting until each is ready; the pool only starts its workers."
+                "executors, waiting until each is ready; the pool only starts its workers.",
+                f"{S} modules without a bytecode cache": "shmwheel modules "
+                "this process loaded without a usable bytecode cache while Python writes "
+                "none (PYTHONDONTWRITEBYTECODE): each start()'s zygote compiles those the "
+                "roles import (25) from source, 20-40 ms of CPU.",
             },
         ),
         Workload(

@@ -121,7 +121,15 @@ def reads(adv: float | None, unit: str) -> str:
     return f"{times(adv)} {u.ahead}" if adv >= 1 else f"{times(1 / adv)} {u.behind}"
 
 
-_COUNTS = ("early", "completed", "shmwheel executors", "redis timers", "timers", "pending")
+_COUNTS = (
+    "early",
+    "completed",
+    "shmwheel executors",
+    "shmwheel modules",
+    "redis timers",
+    "timers",
+    "pending",
+)
 
 
 def figure_text(w: Workload, key: str, value: float) -> str:

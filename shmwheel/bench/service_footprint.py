@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib.util
 import multiprocessing as mp
 import os
 import signal
@@ -127,7 +128,8 @@ def svc_startup(n: int) -> Figures:
     use of TimerService, which loads the service layer and numpy), and
     ``TimerService.start()`` of a 1M-capacity service (the default, with a stdlib no-op
     task: LIGHT_TASKS) until every process is ready, the replacement of a SIGKILLed
-    executor (``replacement_ms``), and its stop(). Peer: ``import asyncio`` in a fresh
+    executor (``replacement_ms``), its stop(), and how many of shmwheel's modules have no
+    bytecode cache for the zygote (``uncached_modules``). Peer: ``import asyncio`` in a fresh
     interpreter, and starting a ProcessPoolExecutor with as many workers and running one
     no-op in each."""
     code = "import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
@@ -164,6 +166,7 @@ def svc_startup(n: int) -> Figures:
         svc.stop()
         t3 = time.perf_counter()
     fig[f"{S} TimerService.start() (1M capacity)"] = (t1 - t0) * 1000
+    fig[f"{S} modules without a bytecode cache"] = float(uncached_modules())
     fig[f"{S} TimerService.stop()"] = (t3 - t2) * 1000
     t0 = time.perf_counter()
     with ProcessPoolExecutor(svc.config.executors) as pool:
@@ -174,6 +177,28 @@ def svc_startup(n: int) -> Figures:
 
 def _noop_pool(i: int) -> int:
     return i
+
+
+def uncached_modules() -> int:
+    """shmwheel's modules loaded in this process whose bytecode cache is missing or older
+    than the source while Python writes none (PYTHONDONTWRITEBYTECODE): every service's
+    zygote, which has this process's environment, compiles each of them from source on
+    every start() (20-40 ms of CPU for the roles' 25 modules on the 2-core VM;
+    docs/performance.md)."""
+    if not sys.flags.dont_write_bytecode:
+        return 0  # the first start wrote them (or the install did)
+    n = 0
+    for name, module in list(sys.modules.items()):
+        source = getattr(module, "__file__", None) or ""
+        if not (name == "shmwheel" or name.startswith("shmwheel.")) or not source.endswith(".py"):
+            continue
+        cache = importlib.util.cache_from_source(source)
+        try:
+            fresh = os.stat(cache).st_mtime >= os.stat(source).st_mtime
+        except OSError:
+            fresh = False
+        n += not fresh
+    return n
 
 
 REPLACE_N = 5  # kills per repetition (median)
@@ -198,6 +223,12 @@ def replacement_ms(svc: TimerService) -> float:
                 os.kill(pid, signal.SIGKILL)
             c.schedule("noop", delay_ms=0).result(timeout=30)
             times.append((time.perf_counter() - t0) * 1000)
-            if any(svc.procs[f"exec{i}"].pid == pid for i, pid in enumerate(old)):
-                raise RuntimeError("the timer ran before its executors died")
+            # a replacement can run the timer before the supervisor has recorded its pid
+            # (or, with several executors, the others'): the next kill must find every
+            # executor replaced
+            end = time.monotonic() + 30
+            while any(svc.procs[f"exec{i}"].pid == pid for i, pid in enumerate(old)):
+                if time.monotonic() > end:
+                    raise RuntimeError("the killed executors were not replaced within 30 s")
+                time.sleep(0.001)
     return float(np.median(times))

@@ -175,12 +175,13 @@ def report(insp: Any, verbose: bool = False) -> dict[str, Any]:
 
 
 def _jobs(directory: str) -> dict[str, Any]:
-    """The jobs' ledger (service/jobs/ledger.py): jobs a start would re-arm, and the
+    """The jobs' ledger (service/jobs/ledger/): jobs a start would re-arm, and the
     violations of its rules."""
     from ..service.jobs import ledger
+    from ..service.jobs.ledger import audit
 
     pending, _ = ledger.pending(directory)
-    return {"pending": len(pending), "violations": ledger.audit(directory)}
+    return {"pending": len(pending), "violations": audit.audit(directory)}
 
 
 def _segment(r: Any) -> dict[str, Any]:

@@ -70,6 +70,7 @@ OPTIONS: dict[str, tuple[type, ...]] = {
     "journal_fsync_ms": (int,),
     "journal_segment_bytes": (int,),
     "journal_keep_hours": (int, float),
+    "journal_jobs_bytes": (int,),
     "journal_on_damage": (str,),
 }
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

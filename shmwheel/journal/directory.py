@@ -38,6 +38,7 @@ class JournalOptions:
     segment_bytes: int = 64 << 20
     keep_hours: float = 0.0
     epoch: int = 1
+    jobs_bytes: int = 16 << 20  # the jobs' ledger's file size before rotation (0: never)
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
@@ -47,6 +48,7 @@ class JournalOptions:
         for what, v, low in (
             ("journal_fsync_ms", self.fsync_ms, 1),
             ("journal_segment_bytes", self.segment_bytes, 1 << 16),
+            ("journal_jobs_bytes", self.jobs_bytes, 0),
         ):
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"{what} must be an integer >= {low}, got {v!r}")

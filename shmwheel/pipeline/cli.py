@@ -245,6 +245,12 @@ def text_summary(s: dict, out: str) -> str:
             f"completed {t['completed']:,}  expired {t['expired']:,}  pending {t['pending']:,}"
             f"  runs {t['runs']:,}  repeats in the crash window {t['repeats_in_window']:,}"
         )
+    from .report import jobs_line, verdict
+
+    if jobs_line(s):
+        counts = ", ".join(f"{r.removeprefix('jobs: ')} {n:,}"
+                           for r, n in s["jobs"]["violations_by_rule"].items())  # fmt: skip
+        lines.append(f"  jobs: {jobs_line(s)}; violations: {counts}")
     if lat["fires"]:
         lines.append(
             f"  lateness ms: p50 {lat['p50_ms']:.3f}  p99 {lat['p99_ms']:.3f}  "
@@ -256,8 +262,6 @@ def text_summary(s: dict, out: str) -> str:
         lines.append(f"    {v['rule']}: {v['detail']}")
     for r in s["reject_sample"][:5]:
         lines.append(f"  REJECT {r}")
-    from .report import verdict
-
     head, covers = verdict(s)
     for t in s.get("task_failures") or []:
         rate = (t["error_rate"] or 0) + (t["crash_rate"] or 0)

@@ -12,6 +12,8 @@
              timers break each rule (``audit.count_violations``)
     rules    violations/: Spark's filter of timers/, with each violation's detail, when
              the tasks counted any; else written empty
+    jobs     the jobs' rules on every service's jobs' ledger (``jobs.py``): their
+             violations added to violations/, their counts beside the timers' rules
     figures  lateness/, throughput/, per_producer/, per_task/, the operations, from
              what the tasks added up
     report   report/summary.json, the plots, report/index.md
@@ -35,6 +37,7 @@ from pyspark.sql import functions as f
 from . import audit as A
 from . import decode, fleet, parts
 from . import events as E
+from . import jobs as JB
 from . import pertimer as P
 from . import timers as T
 from .datasource import NAME, binaryfile_events
@@ -212,6 +215,18 @@ def run(
         parts.write(
             A.VIOLATIONS_SCHEMA.empty_table(), parts.prepare(viol_dir), "part-00000.parquet"
         )
+    # the jobs' rules, on every service's jobs' ledger (jobs.py), beside the timers'
+    service_of = {os.path.realpath(d): svc for svc, g in groups.items() for d in g.directories}
+    job_found, jobs_summary = JB.audit(spark, dirs, service_of)
+    for svc, counts in sorted(jobs_summary.pop("by_service", {}).items()):
+        by_service_rule += sorted((svc, rule, n) for rule, n in counts.items())
+    if job_found is not None and sum(jobs_summary["violations_by_rule"].values()):
+        job_found.write.mode("append").parquet(viol_dir)
+        sample += [
+            r.asDict() for r in job_found.orderBy("rule", "service", "id").limit(SAMPLE).collect()
+        ]
+    stage("jobs", f"{jobs_summary['jobs']:,} jobs, {jobs_summary['attempts']:,} attempts in "
+                  f"{jobs_summary['files']} ledger file(s)")  # fmt: skip
     by_rule: dict[str, int] = {}
     for _, rule, n in by_service_rule:
         by_rule[rule] = by_rule.get(rule, 0) + n
@@ -253,7 +268,8 @@ def run(
         "timers": tally,
         "violations": sum(by_rule.values()),
         "violations_by_rule": by_rule,
-        "violation_sample": sample,
+        "violation_sample": sample[:SAMPLE],
+        "jobs": jobs_summary,
         "lateness_ms": {k: v for k, v in overall.items() if k != "cdf"},
         "operations": ops,
         "per_task": _records(small["per_task"]),
@@ -312,7 +328,8 @@ def _services(
 ) -> list[dict[str, Any]]:
     """The summary's row of each service (the report's Services table)."""
     out = []
-    for svc in sorted(set(groups) | {s for s in secs_of if s is not None}):
+    named = {s for s in secs_of if s is not None} | {s for s, _, _ in by_service_rule}
+    for svc in sorted(set(groups) | named):  # a jobs' ledger's run may name no segment's
         x = secs_of.get(svc)
         g = groups.get(svc)
         lat = x.overall() if x else {}

@@ -245,6 +245,26 @@ def _failure(t: dict[str, Any]) -> str:
             f"{t['crashed']:,} crashed)")  # fmt: skip
 
 
+def jobs_line(s: dict[str, Any]) -> str:
+    """What the jobs' rules judged (the summary's "jobs"), "" without a jobs' ledger."""
+    j = s.get("jobs") or {}
+    if not j.get("files"):
+        return ""
+    return (f"{j['jobs']:,} jobs, {j['attempts']:,} attempts, {j['records']:,} records in "
+            f"{j['files']} file(s) of {j['ledgers']} jobs' ledger(s)")  # fmt: skip
+
+
+def _jobs(s: dict[str, Any]) -> list[str]:
+    """The report's Jobs section: each of the jobs' rules and its violations."""
+    what = jobs_line(s)
+    if not what:
+        return []
+    out = ["", "## Jobs", "", f"{what}; the jobs' rules (docs/journal.md, \"The jobs' "
+           "rules\"):", "", "| rule | violations |", "|---|---|"]  # fmt: skip
+    out += [f"| {r} | {n:,} |" for r, n in s["jobs"]["violations_by_rule"].items()]
+    return out
+
+
 def index_md(s: dict[str, Any], plots: list[str]) -> str:
     """The report's front page (Markdown)."""
     head, covers = verdict(s)
@@ -271,6 +291,7 @@ def index_md(s: dict[str, Any], plots: list[str]) -> str:
             f"| {typ} | {t['n']:,} | {t['ran']:,} | {t['cancelled']:,} | {t['completed']:,} "
             f"| {t['expired']:,} | {t['pending']:,} | {t['runs']:,} | {t['repeats_in_window']:,} |"
         )
+    lines += _jobs(s)
     lines += _tasks(s)
     lat = s["lateness_ms"]
     lines += ["", "## Lateness (ms after the deadline, every fire)", ""]

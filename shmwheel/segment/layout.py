@@ -24,8 +24,8 @@ is read.
 from __future__ import annotations
 
 import logging
+import os
 import platform
-import secrets
 import time
 from dataclasses import asdict, dataclass
 
@@ -325,7 +325,9 @@ class ServiceMemory:
             h[W_VERSION] = LAYOUT_VERSION
             h[W_TOTAL] = off["total"] * 8
             h[W_META_LEN] = len(blob)
-            h[W_INSTANCE] = secrets.randbits(62) | 1  # never 0 (an unbound client's)
+            # never 0 (an unbound client's); os.urandom, as secrets would (whose import,
+            # hmac and hashlib, roles would pay for in their zygote)
+            h[W_INSTANCE] = int.from_bytes(os.urandom(8), "little") >> 2 | 1
             seg.bytes[off["meta"] * 8 : off["meta"] * 8 + len(blob)] = np.frombuffer(blob, np.uint8)
             # the magic last: until it is there, another process's census reads the entry
             # as damaged and leaves it alone; after, it finds the owner pid and the config

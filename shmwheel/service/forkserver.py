@@ -55,15 +55,20 @@ MAX_REQUEST = 1 << 20  # bytes of one request (its environment)
 # what the zygote runs: SIGINT ignored before anything is imported (a Ctrl-C meant for
 # the embedding program must not kill a service process), -P: nothing in front of
 # sys.path (the path is PYTHONPATH, tasks.service_path). One "-Pc" keeps the code at
-# argv[2] and "shmwheel.service.processes.main" in it, where tools look for service processes.
+# argv[2] and "shmwheel.service.processes.main" in it, where tools look for service
+# processes. The collector is off while the zygote imports (zygote.serve turns it on
+# again): its 48 passes over the growing heap took 10-25 ms of the start (measured with
+# gc.callbacks), for a few hundred cyclic objects, which now stay, frozen with the rest.
 CODE = (
-    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "import gc; gc.disable(); import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "signal.signal(signal.SIGTERM, signal.SIG_IGN); import sys; "
     "from shmwheel.service.processes.main import main; main(sys.argv)"
 )
 # library thread pools the roles do not use (issue 33): one thread unless the embedding
 # environment asks for more
 ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# one fork request: the role's argv, its environment, the descriptors it inherits
+Request = tuple[Sequence[str], Mapping[str, str], Sequence[int]]
 
 
 def zygote_env(path: Sequence[str], log_level: str) -> dict[str, str]:
@@ -134,30 +139,49 @@ class ForkServer:
         """Fork a role running ``main(["", *argv])`` (with `fd_args`, its descriptors'
         numbers appended) with environment `env`; waits for its pid (the first request
         also waits for the zygote's imports)."""
-        request = json.dumps(
-            {"argv": list(argv), "env": dict(env), "session": session, "fd_args": fd_args}
-        )
+        got = self.spawn_all([(argv, env, fds)], timeout, session, fd_args)[0]
+        if isinstance(got, ForkServerError):
+            raise got
+        return got
+
+    def spawn_all(self, requests: Sequence[Request],
+                  timeout: float = 60.0, session: bool = False,
+                  fd_args: bool = False) -> list[RoleProcess | ForkServerError]:  # fmt: skip
+        """``spawn`` each of `requests` (argv, env, fds), every request sent before the
+        first answer is read, so that the zygote forks them back to back as soon as its
+        imports are done; a request it could not answer gets its ForkServerError."""
         with self._lock:
-            if self.dead:
-                raise ForkServerError("the zygote has exited")
-            try:
-                socket.send_fds(self.sock, [request.encode()], list(fds))
-            except OSError as e:
-                self.dead = True
-                raise ForkServerError(f"the zygote is gone ({e})") from e
+            sent, failed = 0, ForkServerError("the zygote has exited")
+            for argv, env, fds in requests:
+                if self.dead:
+                    break
+                request = {"argv": list(argv), "env": dict(env), "session": session,
+                           "fd_args": fd_args}  # fmt: skip
+                try:
+                    socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+                except OSError as e:
+                    self.dead, failed = True, ForkServerError(f"the zygote is gone ({e})")
+                    break
+                sent += 1
             deadline = time.monotonic() + timeout
-            while True:
-                msg = self._receive(max(0.0, deadline - time.monotonic()))
-                if msg is None:
-                    raise ForkServerError(
-                        f"the zygote exited with code {self._exit_code()} (see stderr)"
-                        if self.dead
-                        else f"the zygote did not answer within {timeout} s"
-                    )
-                if "pid" in msg:
-                    return RoleProcess(self, int(msg["pid"]))
-                if "error" in msg:
-                    raise ForkServerError(str(msg["error"]))
+            out: list[RoleProcess | ForkServerError]
+            out = [self._answer(deadline, timeout) for _ in range(sent)]
+            return out + [failed] * (len(requests) - sent)
+
+    def _answer(self, deadline: float, timeout: float) -> RoleProcess | ForkServerError:
+        """The zygote's answer to the oldest request not yet answered."""
+        while True:
+            msg = self._receive(max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                return ForkServerError(
+                    f"the zygote exited with code {self._exit_code()} (see stderr)"
+                    if self.dead
+                    else f"the zygote did not answer within {timeout} s"
+                )
+            if "pid" in msg:
+                return RoleProcess(self, int(msg["pid"]))
+            if "error" in msg:
+                return ForkServerError(str(msg["error"]))
 
     def _exit_code(self) -> int | None:
         """The zygote's exit code, once its socket has closed (None if it is still
@@ -213,6 +237,25 @@ class ForkServer:
             self.proc.wait()
 
 
+def fork_roles(live: Callable[[], ForkServer], requests: Sequence[Request], timeout: float,
+               fd_args: bool = False) -> list[RoleProcess | ForkServerError]:  # fmt: skip
+    """``spawn_all`` from ``live()`` (the owner's zygote, a new one started if the last is
+    known dead); what a zygote that died left unanswered goes once more to a new one (the
+    supervisor's roles, a job pool's workers)."""
+    server = live()
+    out = server.spawn_all(requests, timeout, fd_args=fd_args)
+    redo = [i for i, got in enumerate(out) if isinstance(got, ForkServerError)]
+    if redo and server.dead:
+        import logging  # here: a zygote, which imports this module, never needs it
+
+        logging.getLogger("shmwheel").warning("a zygote exited (%s); starting a new one",
+                                              out[redo[0]])  # fmt: skip
+        again = live().spawn_all([requests[i] for i in redo], timeout, fd_args=fd_args)
+        for i, got in zip(redo, again, strict=True):
+            out[i] = got
+    return out
+
+
 def fork_role(
     live: Callable[[], ForkServer],
     argv: list[str],
@@ -221,20 +264,11 @@ def fork_role(
     timeout: float,
     fd_args: bool = False,
 ) -> RoleProcess:
-    """``spawn`` from ``live()`` (the owner's zygote, a new one started if the last is
-    known dead), once more if that zygote turns out to have died (the supervisor's roles,
-    a job pool's workers)."""
-    for attempt in (1, 2):
-        server = live()
-        try:
-            return server.spawn(argv, env, fds, timeout=timeout, fd_args=fd_args)
-        except ForkServerError as e:
-            if attempt == 2 or not server.dead:
-                raise
-            import logging  # here: a zygote, which imports this module, never needs it
-
-            logging.getLogger("shmwheel").warning("a zygote exited (%s); starting a new one", e)
-    raise AssertionError("unreachable")
+    """One role (``fork_roles``); its ForkServerError raised."""
+    got = fork_roles(live, [(argv, env, fds)], timeout, fd_args)[0]
+    if isinstance(got, ForkServerError):
+        raise got
+    return got
 
 
 class RoleProcess:

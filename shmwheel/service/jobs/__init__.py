@@ -5,7 +5,7 @@ Where each module runs:
 * ``executor.py``, ``job.py``, ``retry.py``: the caller's process (the public face:
   ``Executor``, ``Job``, ``Retry``); ``link.py`` (a client's side of the job link) and
   ``wire.py`` (the link's frames) there too.
-* ``pool.py``, ``manager.py``, ``state.py``, ``failures.py``, ``ledger.py``, ``remote.py``,
+* ``pool.py``, ``manager.py``, ``state.py``, ``failures.py``, ``ledger/``, ``remote.py``,
   ``timers.py``, ``workers.py``: the process that owns the pool (the supervisor's, or the
   caller's for an Executor's own pool): the pool, the manager thread that serves its job
   workers and the job link, and what they share (``wire.py`` too, for the link).

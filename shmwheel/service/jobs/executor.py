@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,8 @@ from .pool import JobPool
 from .retry import Retry
 
 __all__ = ["Executor"]
+
+_names = itertools.count(1)  # an own pool's job link name: executor-<pid>-<n>
 
 
 class HasJobPool(Protocol):
@@ -38,8 +41,9 @@ class Executor(concurrent.futures.Executor):
     """Run module-level functions as jobs in worker processes.
 
     ``time_limit`` (seconds) and ``retry`` are the defaults of every ``submit`` and
-    ``map``; ``service_options`` (``grace``, ``max_message_bytes``) configure the pool
-    this Executor starts when ``service`` is None. See docs/api.md, "Jobs".
+    ``map``; ``service_options`` (``grace``, ``max_message_bytes``, ``outcome_ttl``)
+    configure the pool this Executor starts when ``service`` is None. See docs/api.md,
+    "Jobs".
     """
 
     def __init__(
@@ -60,6 +64,11 @@ class Executor(concurrent.futures.Executor):
         if service is None:
             self._pool = JobPool(max_workers, **service_options).start()
             self._own = True
+            try:  # its jobs pickle: their copies reach the pool by this name's job link
+                self._pool.listen(f"executor-{os.getpid()}-{next(_names)}", {})
+            except BaseException:
+                self._pool.shutdown(wait=True, kill=True)
+                raise
         else:
             if service_options:
                 raise TypeError(

@@ -32,9 +32,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class JobOwner(Protocol):
-    """What decides a job's cancel: its pool (pool.py), or the job link to one (link.py)."""
+    """What decides a job's cancel and how it pickles: its pool (pool.py), or the job
+    link to one (link.py: a ``Client.submit`` job, or a job unpickled in this process)."""
 
     def cancel(self, job: Job, stop: bool) -> bool: ...
+    def reduce(self, job: Job) -> tuple[Any, ...]: ...
 
 
 QUEUED, RUNNING, BACKOFF, DONE = "queued", "running", "backoff", "done"
@@ -44,7 +46,8 @@ class Job(concurrent.futures.Future[Any]):
     """One job: ``result()`` is its function's value, or raises ``TaskError`` (the last
     attempt raised, or its worker died), ``JobTimeout`` (the last attempt passed its time
     limit) or ``CancelledError`` (cancelled or stopped). ``attempts`` counts the
-    attempts started so far. Awaitable in an event loop."""
+    attempts started so far. Awaitable in an event loop. Picklable: another process of
+    the same user that unpickles it follows the same job (docs/api.md, "Jobs")."""
 
     def __init__(
         self,
@@ -72,8 +75,10 @@ class Job(concurrent.futures.Future[Any]):
         self._blob = blob  # its arguments pickled (worker.NO_ARGS: none)
         self.where = QUEUED
         self.worker = -1  # the worker running the current attempt (RUNNING)
+        self.began_us = -1  # when its worker began the current attempt, as the pool saw it
         self.timer = -1  # the back-off timer's wheel handle (BACKOFF)
         self.on_start: Any = None  # called with the job as each attempt is sent (remote.py)
+        self._token = 0  # its pool's instance token, in a process the link told it (link.py)
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
@@ -140,10 +145,10 @@ class Job(concurrent.futures.Future[Any]):
         return asyncio.wrap_future(self).__await__()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        raise TypeError(
-            "a Job cannot be pickled: it is bound to the pool of the process that "
-            "submitted it (docs/api.md, Jobs)"
-        )
+        """Pickled as (service, id): unpickled in another process of the same user it is a
+        Job bound to its pool over the job link (link.py, ``restore``); in this process it
+        is this very Job. A job that has ended pickles its outcome with it."""
+        return self._pool.reduce(self)
 
     def label(self) -> str:
         """ "job 7 (fn) attempt 2", for log lines."""

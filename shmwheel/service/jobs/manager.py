@@ -61,7 +61,7 @@ class Manager:
         self._env: dict[str, str] = {}
         self._sel = selectors.DefaultSelector()
         self._ctl_r, self._ctl_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._link: Listener | None = None  # Client.submit's server, once listen() ran
+        self.link: Listener | None = None  # the job link's server, once listen() ran
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -97,19 +97,19 @@ class Manager:
                 self.state.ledger.close()
                 self.state.ledger = None
         self._close_zygote()
-        if self._link is not None:
-            self._link.close()
-            self._link = None
+        if self.link is not None:  # kept: an ended job still pickles with its outcome
+            self.link.close()
         self._sel.close()
         os.close(self._ctl_r)
         os.close(self._ctl_w)
 
     def listen(
-        self, service: str, tasks: dict[str, str], stats: Callable[[], dict[str, Any]]
-    ) -> None:
-        """Serve ``Client.submit`` and the pool's `stats()` to `service`'s processes
-        (remote.py)."""
-        self._link = Listener(self.submit, service, tasks, self.watch, self.unwatch, stats)
+        self, service: str, tasks: dict[str, str], stats: Callable[[], dict[str, Any]],
+        ttl: float,
+    ) -> None:  # fmt: skip
+        """Serve ``Client.submit``, the pool's `stats()` and pickled jobs' copies (their
+        outcomes kept `ttl` s) to `service`'s processes (remote.py)."""
+        self.link = Listener(self.submit, service, tasks, self.watch, self.unwatch, stats, ttl)
 
     def idle(self) -> bool:
         """No worker holds a job (caller holds the pool's lock)."""
@@ -157,12 +157,12 @@ class Manager:
                 elif kind == "s":
                     self._on_death(w)
                 elif kind == "l":
-                    self._link.accept()  # type: ignore[union-attr]
+                    self.link.accept()  # type: ignore[union-attr]
                 elif kind == "c":
                     if ev & selectors.EVENT_READ:
-                        self._link.readable(w)  # type: ignore[union-attr]
+                        self.link.readable(w)  # type: ignore[union-attr]
                     if ev & selectors.EVENT_WRITE:
-                        self._link.writable(w)  # type: ignore[union-attr]
+                        self.link.writable(w)  # type: ignore[union-attr]
                 else:
                     try:
                         while os.read(self._ctl_r, 4096):
@@ -203,6 +203,7 @@ class Manager:
                         continue  # cancelled where it stood
                     job.where, job.worker = RUNNING, w.index
                     job.attempts += 1
+                    job.began_us = -1
                     if not w.inflight:
                         w.last_s = time.monotonic()
                     w.inflight.append(job)
@@ -234,9 +235,12 @@ class Manager:
         with self.state.lock:
             per = (t - w.last_s) / len(frames)
             w.avg_s = 0.8 * w.avg_s + 0.2 * per
+            # the first began by the last read (or its dispatch); the rest, as late as t
+            began = [int(w.last_s * 1e6)] + [int(t * 1e6)] * (len(frames) - 1)
             w.last_s = t
-            for job_id, kind, value in frames:
+            for (job_id, kind, value), job_began in zip(frames, began, strict=True):
                 job = w.inflight.popleft()
+                job.began_us = job_began
                 if job.id != job_id:  # a worker that breaks the protocol is not trusted
                     log.error(
                         "job worker %d answered job %d for %d: killed", w.index, job_id, job.id
@@ -382,7 +386,9 @@ class Manager:
             reason, w.kill_reason = w.kill_reason, None
             running = w.running()
             if w.inflight and w.inflight[0].id == running:
-                finished += self._died_in(w.inflight.popleft(), reason, how)
+                head = w.inflight.popleft()
+                head.began_us = int(w.last_s * 1e6)  # its start, or the last job's end
+                finished += self._died_in(head, reason, how)
             for job in reversed(w.inflight):  # never started: back to the front, uncounted
                 if job.where == RUNNING:
                     job.where, job.attempts = QUEUED, job.attempts - 1

@@ -44,10 +44,13 @@ from types import FunctionType
 from typing import Any
 
 from ...errors import ShmwheelError, TaskError
+from ...journal.directory import JournalOptions
 from . import ledger as LG
 from . import worker as W
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
+from .ledger.compact import compact
 from .manager import Manager
+from .remote import DEFAULT_TTL_S
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
 from .workers import Forks
@@ -72,6 +75,7 @@ class JobPool:
         *,
         grace: float = DEFAULT_GRACE_S,
         max_message_bytes: int = DEFAULT_MAX_BYTES,
+        outcome_ttl: float = DEFAULT_TTL_S,
         name: str = "jobs",
         forks: Forks | None = None,
     ) -> None:
@@ -81,7 +85,14 @@ class JobPool:
             raise ValueError(
                 f"max_message_bytes must be an integer >= 1024, got {max_message_bytes!r}"
             )
+        if (
+            isinstance(outcome_ttl, bool)
+            or not isinstance(outcome_ttl, (int, float))
+            or not (0 <= outcome_ttl < float("inf"))
+        ):
+            raise ValueError(f"outcome_ttl must be a number of seconds >= 0, got {outcome_ttl!r}")
         self.size = n
+        self._outcome_ttl = float(outcome_ttl)
         self._state = PoolState(name, float(grace), max_message_bytes)
         self._ids = 0
         self._recovered: list[Job] = []  # jobs of an earlier run, re-armed (journal())
@@ -103,23 +114,28 @@ class JobPool:
         return self
 
     def serve(
-        self, service: str, tasks: dict[str, str], journal: tuple[str, int] | None
+        self, service: str, tasks: dict[str, str], journal: JournalOptions | None
     ) -> dict[str, dict[str, int]]:
-        """Start as `service`'s pool: its journal's ledger first (`journal`: its directory
-        and this run's epoch; what earlier runs left undone is re-armed), then the workers,
-        then the job link; returns {"jobs": what was re-armed} with a journal, else {}."""
-        recovered = {"jobs": self.journal(*journal)} if journal is not None else {}
+        """Start as `service`'s pool: its journal's ledger first (`journal`: the service's
+        journal options, this run's epoch; what earlier runs left undone is re-armed),
+        then the workers, then the job link; returns {"jobs": what was re-armed} with a
+        journal, else {}."""
+        j = journal
+        recovered = {"jobs": self.journal(j.directory, j.epoch, j.jobs_bytes, service)} if j else {}
         self.start()
         self.listen(service, tasks)
         return recovered
 
-    def journal(self, journal: str, epoch: int) -> dict[str, int]:
-        """Journal this pool's jobs in `journal`'s ledger (ledger.py), this run's file
-        numbered `epoch`, after re-arming the jobs earlier runs left undone; before
-        ``start()``. Returns what it re-armed: {"jobs": n, "crashed": attempts}."""
+    def journal(
+        self, journal: str, epoch: int, max_bytes: int = LG.DEFAULT_MAX_BYTES, service: str = ""
+    ) -> dict[str, int]:
+        """Journal this pool's jobs in `journal`'s ledger (ledger.py), this run's files
+        numbered `epoch`, rotated past `max_bytes` (0: never; ledger/compact.py), after re-arming
+        the jobs earlier runs left undone; before ``start()``. Returns what it re-armed:
+        {"jobs": n, "crashed": attempts}."""
         pending, top = LG.pending(journal)
         st = self._state
-        st.ledger = LG.Ledger(journal, epoch)
+        st.ledger = LG.Ledger(journal, epoch, service, top, max_bytes, compactor=compact)
         self._ids = max(self._ids, top)
         crashed = 0
         with st.lock:
@@ -149,13 +165,14 @@ class JobPool:
             text = f"job {p.id} ({p.name}) attempt {p.attempts} was running at a crash"
             crash = TaskError(text, id=p.id, run=p.attempts, task=p.name)
             if retry is None or not retry.retries(crash, p.attempts):
-                lg.record(LG.ENDED, p.id, p.attempts, "crashed", LG.now_us(), -1)
+                lg.record(LG.ENDED, p.id, p.attempts, "crashed", LG.now_us(), -1, -1)
                 lg.record(LG.DONE, p.id, "error", LG.now_us())
                 job.where = DONE
                 st.counts["failed"] += 1
                 return
+            t = LG.now_us()  # before the back-off is drawn: it counts from here
             due = st.later(job, retry.backoff_s(p.attempts))
-            lg.record(LG.ENDED, p.id, p.attempts, "crashed", LG.now_us(), due)
+            lg.record(LG.ENDED, p.id, p.attempts, "crashed", t, due, -1)
             st.counts["retried"] += 1
         elif due:
             st.later(job, 0.0, due)
@@ -164,9 +181,19 @@ class JobPool:
         self._recovered.append(job)
 
     def listen(self, service: str, tasks: dict[str, str]) -> None:
-        """Serve ``Client.submit`` of `service`'s processes (remote.py): `tasks` maps the
-        service's task names to their specs."""
-        self._mgr.listen(service, tasks, self.stats)
+        """Serve ``Client.submit`` of `service`'s processes and the copies of pickled jobs
+        (remote.py): `tasks` maps the service's task names to their specs."""
+        self._mgr.listen(service, tasks, self.stats, self._outcome_ttl)
+
+    def reduce(self, job: Job) -> tuple[Any, ...]:
+        """How a job of this pool pickles (``Job.__reduce__``): by the job link."""
+        link = self._mgr.link
+        if link is None:
+            raise TypeError(
+                f"job {job.id} cannot be pickled: its pool serves no job link (a pool of a "
+                "TimerService or an Executor does)"
+            )
+        return link.reduce(job)
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False, kill: bool = False) -> None:
         """Accept no new job; with `cancel_futures` cancel what has not started; with

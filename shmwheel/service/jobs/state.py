@@ -68,28 +68,30 @@ class PoolState:
         """The outcome of `job`'s attempt (an outcome kind of worker.py, or KILLED): done,
         or backing off before its next attempt."""
         lg = self.ledger
+        t, began = L.now_us(), job.began_us  # the outcome's time, before any back-off's
+        how = HOW.get(kind, "failed")
         if job.where == DONE:  # stopped or cancelled meanwhile: its future is decided
             if lg is not None:
-                lg.record(L.ENDED, job.id, job.attempts, HOW.get(kind, "failed"), L.now_us(), -1)
+                lg.record(L.ENDED, job.id, job.attempts, how, t, -1, began)
             return []
         if kind == W.OK:
             job.where = DONE
             self.counts["succeeded"] += 1
             if lg is not None:
-                lg.record(L.ENDED, job.id, job.attempts, "ok", L.now_us(), -1)
+                lg.record(L.ENDED, job.id, job.attempts, "ok", t, -1, began)
                 lg.record(L.DONE, job.id, "ok", L.now_us())
             return [(job, "ok", value)]
         if kind == W.STOPPED:
             job.where = DONE
             if lg is not None:
-                lg.record(L.ENDED, job.id, job.attempts, "stopped", L.now_us(), -1)
+                lg.record(L.ENDED, job.id, job.attempts, "stopped", t, -1, began)
             return [(job, "cancel", None)]
         summary, error, match, text = attempt_error(job, kind, value, self.grace)
         if job.retry is not None and job.retry.retries(match, job.attempts):
             pause = job.retry.backoff_s(job.attempts)
             due = self.later(job, pause)
             if lg is not None:
-                lg.record(L.ENDED, job.id, job.attempts, HOW.get(kind, "failed"), L.now_us(), due)
+                lg.record(L.ENDED, job.id, job.attempts, how, t, due, began)
             self.counts["retried"] += 1
             log.warning("%s failed: %s; retrying in %.3f s", job.label(), summary, pause)
             if text:
@@ -98,7 +100,7 @@ class PoolState:
         job.where = DONE
         self.counts["timed_out" if isinstance(error, JobTimeout) else "failed"] += 1
         if lg is not None:
-            lg.record(L.ENDED, job.id, job.attempts, HOW.get(kind, "failed"), L.now_us(), -1)
+            lg.record(L.ENDED, job.id, job.attempts, how, t, -1, began)
             lg.record(L.DONE, job.id, "error", L.now_us())
         log.error("%s failed: %s%s", job.label(), summary, f"\n{text}" if text else "")
         return [(job, "error", error)]

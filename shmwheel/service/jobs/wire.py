@@ -6,16 +6,22 @@ server is the service's supervisor (the segment's owner pid).
 
 Requests (client -> pool): ``[SUBMIT, req, task, payload_blob, delay_ms, limit_ms, retry]``
 with ``retry`` None or ``[attempts, backoff, factor, max_backoff, jitter, [names]]``;
-``[CANCEL, req, job, stop]``; ``[STATS, req]``. Replies and reports (pool -> client):
-``[ACCEPTED, req, job]``, ``[REFUSED, req, text]``, ``[ANSWER, req, value]`` (a bool to a
-CANCEL, the pool's ``stats()`` dict to a STATS), ``[RUNNING, job, attempt]``,
-``[DONE, job, attempts, outcome, ...]`` with outcome "ok" and the value, "cancelled", or
-"error" and ``[kind, text, type_name, message, traceback, limit, killed]``.
+``[CANCEL, req, job, stop]``; ``[STATS, req]``; ``[EXPORT, req, job]`` (a job of this
+connection is being pickled: keep its outcome once it ends); ``[WATCH, req, job, token]``
+(a pickled job unpickled: report its attempts and outcome here; `token` is the pool
+instance it was pickled from). Replies and reports (pool -> client):
+``[ACCEPTED, req, job, token]``, ``[REFUSED, req, text]``, ``[ANSWER, req, value]`` (a bool
+to a CANCEL or an EXPORT, the pool's ``stats()`` dict to a STATS, ``[state, attempts]`` or
+``["gone", text]`` to a WATCH), ``[RUNNING, job, attempt]``, ``[DONE, job, attempts,
+outcome, ...]`` with outcome "ok" and the value, "cancelled", "error" and ``[kind, text,
+type_name, message, traceback, limit, killed]``, or "pickled" and the pickled
+``(kind, value)`` (an Executor job's outcome, to a WATCH).
 """
 
 from __future__ import annotations
 
 import builtins
+import pickle
 import socket
 import struct
 from typing import Any
@@ -25,7 +31,7 @@ import msgpack
 from ... import errors
 from .retry import Retry
 
-SUBMIT, CANCEL, ACCEPTED, REFUSED, ANSWER, RUNNING, DONE, STATS = range(8)
+SUBMIT, CANCEL, ACCEPTED, REFUSED, ANSWER, RUNNING, DONE, STATS, EXPORT, WATCH = range(10)
 HEAD = struct.Struct("!I")
 MAX_FRAME = 64 << 20
 _unpack = msgpack.Unpacker
@@ -113,3 +119,42 @@ def decode_error(job: int, attempts: int, task: str, fields: list[Any]) -> BaseE
     if isinstance(err, errors.JobTimeout):
         err.limit, err.killed = limit, killed
     return err
+
+
+def done_frame(job: Any, pickled: bool) -> bytes:
+    """`job`'s outcome (its future is done) as a DONE frame: msgpack values for a task
+    submitted over the link (`pickled` False: ``Client.submit``'s contract), else the
+    pickled ``(kind, value)`` so that an Executor job's value and exception come back as
+    they are."""
+    head: list[Any] = [DONE, job.id, job.attempts]
+    if job.cancelled():
+        return frame([*head, "cancelled"])
+    e = job.exception()
+    if pickled:
+        try:
+            out = ("ok", job.result()) if e is None else ("error", e)
+            return frame([*head, "pickled", pickle.dumps(out, protocol=5)])
+        except Exception as bad:
+            if e is None:
+                e = errors.TaskError(f"job {job.id}'s result cannot be pickled: {bad}",
+                                     id=job.id, run=job.attempts, task=job.name)  # fmt: skip
+    elif e is None:
+        try:
+            return frame([*head, "ok", job.result()])
+        except Exception as bad:
+            e = errors.TaskError(f"job {job.id}'s result is not msgpack-encodable: {bad}",
+                                 id=job.id, run=job.attempts, task=job.name)  # fmt: skip
+    return frame([*head, "error", encode_error(e)])
+
+
+def decode_done(job: Any, msg: list[Any]) -> tuple[str, Any]:
+    """A DONE report's outcome for `job`: ("ok", value), ("cancel", None) or ("error", e)."""
+    outcome = msg[3]
+    if outcome == "ok":
+        return "ok", msg[4]
+    if outcome == "cancelled":
+        return "cancel", None
+    if outcome == "pickled":
+        kind, value = pickle.loads(msg[4])  # from the service's own pool (peer checked)
+        return kind, value
+    return "error", decode_error(job.id, job.attempts, job.name, msg[4])

@@ -28,7 +28,6 @@ import time
 from typing import TYPE_CHECKING
 
 import numpy as np
-import psutil
 
 from ...segment import contract as C
 from ...segment import layout as L
@@ -249,6 +248,8 @@ class Reaper(ServiceProcess):
 
 def _running(pid: int) -> bool:
     """Whether process `pid` exists and has not exited (a zombie has)."""
+    import psutil  # here: only a journaled stop asks, and the zygote's start stays shorter
+
     if not shm.pid_alive(pid):
         return False
     try:

@@ -41,8 +41,10 @@ def serve(service: str, fd: int, flags: Sequence[str]) -> list[str]:
 
     # what every role shares stays out of the collector's (and copy-on-write's) way; no
     # collection first: the imports leave no garbage cycles (measured: 0), and it costs
-    # 5-9 ms of the start
+    # 5-9 ms of the start. The collector, off during the imports (forkserver.CODE), is on
+    # again for the zygote and every role it forks.
     gc.freeze()
+    gc.enable()
     _set_name("zygote")
     parent = os.getppid()
     sock = socket.socket(fileno=fd)

@@ -31,6 +31,7 @@ def journal_options(
     fsync_ms: int,
     segment_bytes: int,
     keep_hours: float,
+    jobs_bytes: int = 16 << 20,
 ) -> JournalOptions | None:
     """The journal's options, None without a journal directory; ValueError for a bad one."""
     if journal is None:
@@ -38,7 +39,12 @@ def journal_options(
     if not isinstance(journal, (str, os.PathLike)) or not os.fspath(journal):
         raise ValueError(f"journal must be a directory path, got {journal!r}")
     return JournalOptions(
-        os.path.abspath(os.fspath(journal)), fsync, fsync_ms, segment_bytes, keep_hours
+        os.path.abspath(os.fspath(journal)),
+        fsync,
+        fsync_ms,
+        segment_bytes,
+        keep_hours,
+        jobs_bytes=jobs_bytes,
     )
 
 

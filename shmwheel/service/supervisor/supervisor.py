@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +29,7 @@ from ...segment import layout as L
 from ...segment import sizes as Z
 from ..caller.client import Client, connect, now_ms
 from ..caller.outcomes import mark_stopped
-from ..forkserver import ForkServer, ForkServerError, RoleProcess, fork_role, zygote_env
+from ..forkserver import ForkServer, ForkServerError, RoleProcess, fork_roles, zygote_env
 from ..jobs.executor import Executor
 from ..jobs.pool import DEFAULT_GRACE_S, JobPool
 from ..stats import read_stats
@@ -83,6 +83,7 @@ class TimerService:
         journal_fsync_ms: int = 100,
         journal_segment_bytes: int = 64 << 20,
         journal_keep_hours: float = 0.0,
+        journal_jobs_bytes: int = 16 << 20,
         watch_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         waiter_capacity: int = Z.DEFAULT_TABLE_CAPACITY,
         journal_on_damage: str = "refuse",
@@ -98,8 +99,9 @@ class TimerService:
         # what start() does with a damaged journal (docs/journal.md, "Damage")
         self.journal_on_damage = journal_on_damage
         self.journal: JournalOptions | None = O.journal_options(
-            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours
-        )
+            journal, journal_fsync, journal_fsync_ms, journal_segment_bytes, journal_keep_hours,
+            journal_jobs_bytes,
+        )  # fmt: skip
         self.name = (
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
@@ -166,8 +168,7 @@ class TimerService:
                 self._recover(plan)
             for role in L.semaphore_roles(self.config):
                 shm.open_semaphore(self.name, role, create=True).close()
-            for role in L.semaphore_roles(self.config):
-                self._spawn(role)
+            self._spawn(*L.semaphore_roles(self.config))  # forked back to back
             self._await_ready()
         except BaseException:
             self._teardown(5.0)
@@ -176,10 +177,10 @@ class TimerService:
             try:
                 self._jobs = JobPool(self._job_options[0], grace=self._job_options[1],
                     name=f"{self.name}-jobs",  # its workers forked by the zygote too
-                    forks=lambda argv, fds: self._fork("job worker", argv, fds, True),
+                    forks=lambda argv, fds: self._fork(["job worker"], [(argv, fds)], True)[0],
                 )  # fmt: skip
-                j = (self.journal.directory, self.journal.epoch) if self.journal else None
-                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks), j))
+                self.recovery.update(self._jobs.serve(self.name, dict(self.config.tasks),
+                                                      self.journal))  # fmt: skip
             except BaseException:
                 self._teardown(5.0)
                 raise
@@ -310,26 +311,27 @@ class TimerService:
                 os.close(fd)
         self._wake = (-1, -1)
 
-    def _spawn(self, role: str) -> None:
-        """Start `role` (coordinator, reaper, execN). The journal's lock goes with its
-        writers, which never run tasks: it is free once they are gone, whatever processes
-        a task left behind."""
-        argv = ["executor", self.name, role[4:]] if role.startswith("exec") else [role, self.name]
-        writer = self._journal_fd >= 0 and not role.startswith("exec")
-        self.procs[role] = self._fork(role, argv, (self._journal_fd,) if writer else ())
+    def _spawn(self, *roles: str) -> None:
+        """Fork `roles` back to back; the journal's lock goes only to its writers, not executors."""
+        lock = (self._journal_fd,) if self._journal_fd >= 0 else ()
+        reqs = [(["executor", self.name, r[4:]], ()) if r.startswith("exec")
+                else ([r, self.name], lock) for r in roles]  # fmt: skip
+        self.procs.update(zip(roles, self._fork(roles, reqs), strict=True))
 
-    def _fork(self, what: str, argv: list[str], fds: tuple[int, ...], fd_args: bool = False
-              ) -> RoleProcess:  # fmt: skip
-        """Fork `argv` from the zygote, a new zygote first if the last one died (any
-        thread: the monitor's restarts, the job pool's manager)."""
+    def _fork(self, whats: Sequence[str], reqs: Sequence[tuple[list[str], tuple[int, ...]]],
+              fd_args: bool = False) -> list[RoleProcess]:  # fmt: skip
+        """Fork `reqs` (argv, fds) from a live zygote; if one fails, kill the rest, raise it."""
         with self._forking:
-            try:
-                return fork_role(self._live_zygote, argv, self._env(), fds, START_TIMEOUT_S,
-                                 fd_args)  # fmt: skip
-            except ForkServerError as e:
-                raise ShmwheelError(
-                    f"service {self.name!r}: cannot start its {what} process: {e}"
-                ) from e
+            env = self._env()
+            got = fork_roles(self._live_zygote, [(a, env, f) for a, f in reqs], START_TIMEOUT_S,
+                             fd_args)  # fmt: skip
+        done = [p for p in got if isinstance(p, RoleProcess)]
+        for what, p in zip(whats, got, strict=True):
+            if isinstance(p, ForkServerError):
+                for q in done:
+                    q.kill()
+                raise ShmwheelError(f"service {self.name!r}: cannot start its {what} process: {p}")
+        return done
 
     def _live_zygote(self) -> ForkServer:
         if self._zygote is None or self._zygote.dead:
