@@ -82,7 +82,8 @@ def test_native_crc_and_encoding_match_zlib_and_msgpack(tmp_path):
     for data in (b"", b"a", os.urandom(3), os.urandom(4097)):
         assert N.journal_crc32(data) == zlib.crc32(data)
     # the native encoder's records (written by a service) are byte-for-byte what
-    # msgpack-python packs for the same values, and their CRCs are zlib's
+    # msgpack-python packs for the same values, framed with their CRC-32C
+    # (test_journal_versions.py checks the CRC-32C functions)
     d = tmp_path / "j"
     with TimerService(tasks=TASKS, capacity=1000, executors=1, journal=d) as svc:
         with svc.client() as c:
@@ -100,7 +101,9 @@ def test_native_crc_and_encoding_match_zlib_and_msgpack(tmp_path):
             wait_for(lambda: svc.stats()["completed"] + svc.stats()["task_errors"] >= 9)
     kinds = Counter()
     for path in F.segment_files(d):
+        data = Path(path).read_bytes()
         for at, body in frames(path):
+            assert data[at + 4 : at + 8] == N.journal_crc32c(body).to_bytes(4, "little")
             rec = msgpack.unpackb(body)
             kinds[rec[0]] += 1
             assert msgpack.packb(rec) == body, f"{path} at {at}: not msgpack's encoding"
@@ -119,7 +122,7 @@ def test_torn_and_corrupt_records_are_reported_with_file_and_offset(tmp_path):
     Path(path).write_bytes(bytes(bad))
     seg = reader.read_segment(path)
     assert [r[1] for r in seg.records] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
-    assert [(r.file, r.offset, r.reason) for r in seg.rejects] == [(path, fr[4][0], "bad CRC-32")]
+    assert [(r.file, r.offset, r.reason) for r in seg.rejects] == [(path, fr[4][0], "bad CRC-32C")]
 
     # a torn tail: the writer died mid-record (the last frame is the END its close wrote)
     last = fr[-2][0]
@@ -178,7 +181,7 @@ def test_records_shorter_than_the_scanners_guess_are_all_read(tmp_path):
     Path(path).write_bytes(bytes(bad))
     seg = reader.read_segment(path)
     assert [r[1] for r in seg.records] == [i for i in range(3000) if i != 2499]
-    assert [r.reason for r in seg.rejects] == ["bad CRC-32"]
+    assert [r.reason for r in seg.rejects] == ["bad CRC-32C"]
 
 
 def test_the_clock_pair_is_read_as_one_instant(monkeypatch):

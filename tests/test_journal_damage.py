@@ -193,7 +193,7 @@ def _body(d: Path) -> tuple[str, list[str], tuple[str, ...]]:
     p = segs(d, "coordinator")[0]
     fr = frame_offsets(p)
     flip(p, fr[len(fr) // 2] + 8 + 2)
-    return f"{p.name} at byte {fr[len(fr) // 2]}: bad CRC-32", [p.name], ()
+    return f"{p.name} at byte {fr[len(fr) // 2]}: bad CRC-32C", [p.name], ()
 
 
 def _length(d: Path) -> tuple[str, list[str], tuple[str, ...]]:
@@ -356,13 +356,14 @@ def test_repair_then_check_and_a_refusing_start(golden, tmp_path):
 def test_version_1_segments_are_unchained_and_options_are_checked(tmp_path):
     """A version 1 segment (no prev, no END) is read, without chain checks."""
     for role, pid in (("coordinator", 7), ("reaper", 8)):
-        buf = journal.format.N.JournalBuffer()
         code = F.ROLE_CODES[role]
-        buf.append(msgpack.packb([F.HEADER, 1, code, pid, "old", 1, 1, 0, 0, "", ["noop"], 0, 1]))
+        buf = F.frame(
+            msgpack.packb([F.HEADER, 1, code, pid, "old", 1, 1, 0, 0, "", ["noop"], 0, 1]), 1
+        )
         if role == "coordinator":
-            buf.append(msgpack.packb([F.SCHEDULED, 5, 0, 1 << 40, 0, 0, 0, 0, 1, b""]))
+            buf += F.frame(msgpack.packb([F.SCHEDULED, 5, 0, 1 << 40, 0, 0, 0, 0, 1, b""]), 1)
         name = F.SegmentName(1, 10 + pid, role, pid).filename()
-        (tmp_path / name).write_bytes(F.MAGIC[:7] + b"\x01" + bytes(memoryview(buf)))
+        (tmp_path / name).write_bytes(F.MAGIC[:7] + b"\x01" + buf)  # (version 1: CRC-32)
     insp = check.inspect(str(tmp_path))
     assert [r.version for r in insp.reports] == [1, 1]
     assert not insp.problems and insp.state.pending.ids.tolist() == [5]

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
+from test_journal_versions import copy_fixture
 
 from shmwheel import journal as J
 from shmwheel.journal import format as F
@@ -240,6 +241,41 @@ def test_both_readers_write_the_same_bucketed_events(spark, tmp_path):
         decode.write_events(spark, j, ds_dir, 3, "datasource", ("kind",))
 
 
+def test_both_readers_read_version_2_and_version_3_journals(spark, tmp_path):
+    """A version 2 journal (tests/fixtures/journal-v2, CRC-32 frames) and a version 3 one
+    (CRC-32C): the data source and the binaryFile reader give the decoder's rows for each,
+    and a byte flipped in one record of each is that record's reject, named by its
+    version's checksum."""
+    copy_fixture(tmp_path / "v2")
+    synthetic(tmp_path / "v3", faults=False)
+    cols = ("file", "offset", "kind", "id", "t_us", "run", "reason")
+    for d, version, crc in (
+        (tmp_path / "v2", 2, "bad CRC-32"),
+        (tmp_path / "v3", 3, "bad CRC-32C"),
+    ):
+        segs = list(J.read(d))
+        assert {s.data[7] for s in segs} == {version} and not any(s.rejects for s in segs)
+        path, at = segs[0].path, int(segs[0].rows[2, 0])
+        data = bytearray(Path(path).read_bytes())
+        data[at + F.FRAME_BYTES + 1] ^= 0x10
+        Path(path).write_bytes(bytes(data))
+        want = sorted(
+            (s.path, off, F.as_dict(rec)["kind"], F.as_dict(rec)["id"])
+            for s in J.read(d)
+            for off, rec in zip(s.rows[:, 0].tolist(), s.records, strict=True)
+            if off != at or s.path != path
+        )
+        a = job.read_journal(spark, str(d), "datasource", cols)
+        assertDataFrameEqual(a, binaryfile_events(spark, str(d), cols))
+        rows = a.collect()
+        got = sorted(
+            (r["file"], r["offset"], r["kind"], r["id"]) for r in rows if r["kind"] != "reject"
+        )
+        assert got == want and len(want) > 20
+        rejects = [(r["file"], r["offset"], r["reason"]) for r in rows if r["kind"] == "reject"]
+        assert rejects == [(path, at, crc)], rejects
+
+
 # -- the audit ------------------------------------------------------------------------------
 def test_audit_of_a_real_service_run_is_clean_and_counts_what_was_scheduled(spark, demo, tmp_path):
     journal, n = demo
@@ -290,7 +326,7 @@ def test_audit_finds_exactly_the_planted_faults(spark, tmp_path):
     rejects = pq.read_table(tmp_path / "out" / "rejects").to_pylist()
     got = {(r["file"], r["offset"], r["reason"].split(":")[0]) for r in rejects}
     assert got == {
-        (where["crc"][0], where["crc"][1], "bad CRC-32"),
+        (where["crc"][0], where["crc"][1], "bad CRC-32C"),
         (where["torn"][0], where["torn"][1], "torn"),
     }
     # the clean version of the same journal: nothing

@@ -138,10 +138,13 @@ COMMON = [
 def test_native_watch_writes_what_the_python_path_writes(svc_client, slow_calls):
     svc, c = svc_client
     for args, kwargs in COMMON:
+        start = time.monotonic()
         fast = c.watch(*args, **kwargs)
         assert slow_calls["watch"] == 0, f"{args!r} went to the Python path"
         slow = python_watch(c, *args, **kwargs)
-        assert type(fast) is type(slow) and abs(fast.deadline_ms - slow.deadline_ms) <= 5
+        apart_ms = (time.monotonic() - start) * 1000  # a loaded machine may pause between
+        assert type(fast) is type(slow)
+        assert abs(fast.deadline_ms - slow.deadline_ms) <= 5 + apart_ms
         assert _record(c, fast) == _record(c, slow), args
         keys, payload = msgpack.unpackb(_record(c, fast)[1][C.OP_HEADER :])
         assert keys == list(dict.fromkeys(args[0])) and payload == kwargs.get("payload")

@@ -10,7 +10,7 @@ Every problem has a severity:
   crash case): the records before it are read, the journal is not damaged.
 * ``warning``: a gap in an epoch a later start has superseded (its pending timers were
   carried into that start's compaction segment, so nothing depends on it).
-* ``damage``: anything else — a record that fails its CRC-32 or does not decode, a bad
+* ``damage``: anything else — a record that fails its checksum or does not decode, a bad
   magic, header or frame length, a segment cut short that its writer had gone on from, a
   segment missing from a chain, an epoch without one of its writers' chains, a segment of
   another service. A start refuses it unless told to salvage.

@@ -2,8 +2,9 @@
 fields of each (docs/journal.md describes the same, for readers outside Python).
 
 A segment file is the 8-byte magic (``SHWJRNL`` and the format version) followed by
-framed records: ``u32 body length | u32 CRC-32 of the body | body`` (little-endian), each
-body a msgpack array of fixed arity whose first element is the record's kind. The first
+framed records: ``u32 body length | u32 CRC-32C of the body | body`` (little-endian), each
+body a msgpack array of fixed arity whose first element is the record's kind. Versions 1
+and 2 framed with zlib's CRC-32 (``crc_of`` gives a version's). The first
 record of every file is its HEADER. The hot records are encoded by the native core
 (shmwheel/native/journal.c); this module encodes the rare ones (headers, recovery) with
 msgpack, and both frame through ``_native.JournalBuffer``, so there is one framing.
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import time
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +26,10 @@ import msgpack
 from .. import _native as N
 from ..wheel import constants as K
 
-VERSION = 2
-VERSIONS = (1, 2)  # what the reader reads: version 1 has no chain (no prev, END, RETIRED)
+VERSION = 3
+# what the reader reads: version 1 has no chain (no prev, END, RETIRED); versions 1 and 2
+# frame with CRC-32 (zlib's), 3 with CRC-32C (the CPU's crc32 instruction computes it)
+VERSIONS = (1, 2, 3)
 MAGIC = b"SHWJRNL" + bytes([VERSION])
 MAGIC_PREFIX = MAGIC[:7]
 FRAME_BYTES = K.J_FRAME_BYTES
@@ -160,24 +166,35 @@ def body(kind: int, *fields: Any) -> bytes:
     return blob
 
 
-def frame(body_: bytes) -> bytes:
-    """One record framed (length, CRC-32, body) by the native framing."""
-    buf = N.JournalBuffer()
-    buf.append(body_)
-    return bytes(memoryview(buf))
+def crc_of(version: int) -> Callable[[bytes], int]:
+    """The checksum of the frames of format `version`: CRC-32C from version 3, else
+    CRC-32 (zlib's)."""
+    return N.journal_crc32c if version >= 3 else N.journal_crc32
 
 
-def intact_prefix(data: bytes) -> int:
-    """How many bytes of `data`, frames from its start, are whole records whose CRC-32
-    checks out (the rest is cut or damaged)."""
-    at = 0
+def frame(body_: bytes, version: int = VERSION) -> bytes:
+    """One record framed (length, checksum, body): by the native framing in this version,
+    or as `version` framed it (the jobs' ledger keeps version 2's)."""
+    if version >= 3:
+        buf = N.JournalBuffer()
+        buf.append(body_)
+        return bytes(memoryview(buf))
+    if len(body_) > MAX_BODY:
+        raise ValueError(f"a journal record body is at most {MAX_BODY} bytes")
+    return struct.pack("<II", len(body_), zlib.crc32(body_)) + body_
+
+
+def intact_prefix(data: bytes, version: int = VERSION) -> int:
+    """How many bytes of `data`, frames of format `version` from its start, are whole
+    records whose checksum checks out (the rest is cut or damaged)."""
+    at, crc_fn = 0, crc_of(version)
     while at + FRAME_BYTES <= len(data):
         n = int.from_bytes(data[at : at + 4], "little")
         crc = int.from_bytes(data[at + 4 : at + 8], "little")
         end = at + FRAME_BYTES + n
         if n == 0 or n > MAX_BODY or end > len(data):
             break
-        if N.journal_crc32(data[at + FRAME_BYTES : end]) != crc:
+        if crc_fn(data[at + FRAME_BYTES : end]) != crc:
             break
         at = end
     return at

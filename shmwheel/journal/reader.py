@@ -3,7 +3,8 @@ through it.
 
 Nothing is trusted. A segment whose magic is wrong or whose version is unknown is
 rejected whole; a record whose frame runs past the end of the file is a torn tail (a
-writer killed mid-write) and ends the file; a record whose CRC-32 does not match, or whose
+writer killed mid-write) and ends the file; a record whose checksum (CRC-32C; CRC-32 in
+versions 1 and 2) does not match, or whose
 body is not a msgpack array of the right kind and arity, is rejected and skipped (its
 length was plausible); a length that cannot be right ends the file. Every reject names
 its file and byte offset.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +80,7 @@ class Segment:
         return self._records
 
 
+_CRC_NAME = {False: "CRC-32", True: "CRC-32C"}  # what frames carry, by version >= 3
 _ROW_GUESS_BYTES = 24  # a journal's records average about 28 bytes with their frame
 _END = {  # why the scanner stopped short (journal.h's SCAN_END_*)
     K.SCAN_END_TORN_FRAME: "torn: the file ends inside a frame",
@@ -133,7 +134,7 @@ def parse_segment(path: str, data: bytes) -> Segment:
     while True:
         if count == len(out):
             out = np.concatenate([out, np.empty_like(out)])
-        n, at, end = N.journal_scan(data, at, out[count:])
+        n, at, end = N.journal_scan(data, at, out[count:], data[7])
         count += n
         if end != K.SCAN_END_FULL:
             break
@@ -144,7 +145,7 @@ def parse_segment(path: str, data: bytes) -> Segment:
         off, bad = int(rows[i, K.SCAN_OFFSET]), int(status[i]) == K.SCAN_BAD_CRC
         rec = None if bad else _decode(data, off, seg)
         if bad:
-            seg.rejects.append(Reject(path, off, "bad CRC-32"))
+            seg.rejects.append(Reject(path, off, f"bad {_CRC_NAME[data[7] >= 3]}"))
         elif rec is not None:
             if rec[0] == F.HEADER:
                 if seg.header is None and i == 0:
@@ -178,12 +179,14 @@ def parse_segment(path: str, data: bytes) -> Segment:
 
 
 def frame_after(data: bytes, start: int) -> int | None:
-    """The offset of the first whole frame (a plausible length, its CRC-32 right) that
-    begins after `start`, or None: a torn tail has none after its cut; a bad length word
-    in the middle of a file has the rest of the file's frames after it."""
+    """The offset of the first whole frame (a plausible length, its checksum right) that
+    begins after `start` in a segment's `data`, or None: a torn tail has none after its
+    cut; a bad length word in the middle of a file has the rest of the file's frames
+    after it."""
     n = len(data) - start - 1 - F.FRAME_BYTES
     if n <= 0:
         return None
+    crc_of = F.crc_of(data[7])
     b = np.frombuffer(data, np.uint8, offset=start + 1).astype(np.uint32)
     lens = b[:n] | b[1 : n + 1] << 8 | b[2 : n + 2] << 16 | b[3 : n + 3] << 24
     pos = np.arange(n, dtype=np.int64) + start + 1
@@ -191,7 +194,7 @@ def frame_after(data: bytes, start: int) -> int | None:
     for p in pos[ok][:100_000].tolist():
         length, crc = int.from_bytes(data[p : p + 4], "little"), data[p + 4 : p + 8]
         body = data[p + F.FRAME_BYTES : p + F.FRAME_BYTES + length]
-        if zlib.crc32(body).to_bytes(4, "little") == crc:
+        if crc_of(body).to_bytes(4, "little") == crc:
             return int(p)
     return None
 

@@ -87,7 +87,7 @@ static PyObject *jbo_append(JournalBuffer *b, PyObject *arg) {
 
 static PyMethodDef jbo_methods[] = {
     {"append", (PyCFunction)jbo_append, METH_O,
-     "append(body): frame one msgpack-encoded record body (length, CRC-32) and add it."},
+     "append(body): frame one msgpack-encoded record body (length, CRC-32C) and add it."},
     {"clear", (PyCFunction)jbo_clear, METH_NOARGS, "Forget the records (after writing them)."},
     {"check", (PyCFunction)jbo_check, METH_NOARGS,
      "Raise MemoryError if records were dropped for want of memory since the last clear()."},
@@ -113,6 +113,23 @@ static PyObject *py_crc32(PyObject *m, PyObject *arg) {
     uint32_t c = jcrc32(0, v.buf, (size_t)v.len);
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLong(c);
+}
+
+/* journal_crc32c(data, portable=False): the table form when `portable` is true */
+static PyObject *py_crc32c(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "journal_crc32c(data, portable=False)");
+    int portable = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+    if (portable < 0) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c = (portable ? jcrc32c_portable : jcrc32c)(0, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *py_crc32c_hardware(PyObject *m, PyObject *unused) {
+    return PyBool_FromLong(jcrc32c_hardware());
 }
 
 /* ---- scanning: the reader's fast path ------------------------------------------------ */
@@ -171,16 +188,21 @@ static int native_arity(i64 kind, int *bin_last) {
     }
 }
 
-/* journal_scan(data, start, out) -> (rows, next offset, end): frames from `start`, one
+/* journal_scan(data, start, out, version) -> (rows, next offset, end): frames from
+ * `start` of a segment of format `version` (its CRC: CRC-32C from 3, else CRC-32), one
  * row of SCAN_WORDS per frame in out (journal.h, JOURNAL_SCAN: offset, status, kind, up
  * to SCAN_MAX_FIELDS integer fields, the blob's offset and length, and the blob as a
  * little-endian word when it has at most 8 bytes: the payload word); `end` says why the
  * scan stopped (SCAN_END_*). */
 static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "journal_scan(data, start, out)");
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "journal_scan(data, start, out, version)");
     Py_buffer d, o;
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     if (start < 0 && PyErr_Occurred()) return NULL;
+    long version = PyLong_AsLong(args[3]);
+    if (version == -1 && PyErr_Occurred()) return NULL;
+    uint32_t (*crc_of)(uint32_t, const void *, size_t) = version >= 3 ? jcrc32c : jcrc32;
     if (PyObject_GetBuffer(args[0], &d, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(args[2], &o, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&d);
@@ -203,7 +225,7 @@ static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         memset(row, 0, 8 * SCAN_WORDS);
         row[SCAN_OFFSET] = at;
         at += J_FRAME_BYTES + n;
-        if (jcrc32(0, b, n) != crc) { row[SCAN_STATUS] = SCAN_BAD_CRC; continue; }
+        if (crc_of(0, b, n) != crc) { row[SCAN_STATUS] = SCAN_BAD_CRC; continue; }
         row[SCAN_STATUS] = SCAN_UNDECODED;   /* unless decoded below */
         int bin_last, arity = (*p & 0xf0) == 0x90 ? (*p & 0x0f) - 1 : -1;
         p++;
@@ -229,10 +251,18 @@ static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 static PyMethodDef journal_functions[] = {
     {"journal_scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
-     "journal_scan(data, start, out) -> (rows, next offset, end reason): the frames of a "
-     "segment as rows of SCAN_WORDS int64 (journal.h, JOURNAL_SCAN)."},
+     "journal_scan(data, start, out, version) -> (rows, next offset, end reason): the "
+     "frames of a segment of that format version as rows of SCAN_WORDS int64 (journal.h, "
+     "JOURNAL_SCAN)."},
     {"journal_crc32", (PyCFunction)py_crc32, METH_O,
-     "journal_crc32(data) -> the CRC-32 the journal frames records with (= zlib.crc32)."},
+     "journal_crc32(data) -> the CRC-32 format versions 1 and 2 framed records with "
+     "(= zlib.crc32)."},
+    {"journal_crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL,
+     "journal_crc32c(data, portable=False) -> the CRC-32C (Castagnoli) version 3 frames "
+     "records with; `portable`: computed by the table form, not the CPU's instruction."},
+    {"journal_crc32c_hardware", (PyCFunction)py_crc32c_hardware, METH_NOARGS,
+     "journal_crc32c_hardware() -> True iff journal_crc32c uses the CPU's crc32 "
+     "instruction (SSE4.2)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,10 @@
 /* journal.h: encoding journal records (the format is docs/journal.md's; the one decoder is
  * shmwheel/journal/reader.py). A record is framed as
  *
- *     u32 length of body (little-endian) | u32 CRC-32 of body (zlib's) | body
+ *     u32 length of body (little-endian) | u32 CRC-32C of body (Castagnoli) | body
  *
- * and its body is a msgpack array of fixed arity whose first element is the kind code
+ * (format version 3; versions 1 and 2 framed with zlib's CRC-32, which jcrc32 computes for
+ * the scanner of their files), and its body is a msgpack array of fixed arity whose first element is the kind code
  * (J_*). Integers are packed in msgpack's smallest form, as msgpack-python packs them, so
  * a record encoded here is byte-for-byte what the Python side (format.py) would write.
  *
@@ -73,8 +74,11 @@ typedef struct JBuf {
     long exports;    /* buffer views handed out: the buffer may not move while > 0 */
 } JBuf;
 
-void jcrc_init(void);   /* the CRC table: once, before the first record (module init) */
-uint32_t jcrc32(uint32_t crc, const void *data, size_t n);
+void jcrc_init(void);   /* the CRC tables: once, before the first record (module init) */
+uint32_t jcrc32(uint32_t crc, const void *data, size_t n);   /* zlib's: versions 1, 2 */
+uint32_t jcrc32c(uint32_t crc, const void *data, size_t n);  /* version 3's frames */
+uint32_t jcrc32c_portable(uint32_t crc, const void *data, size_t n);   /* the table form */
+int jcrc32c_hardware(void);   /* 1: jcrc32c uses the CPU's crc32 instruction (SSE4.2) */
 
 /* Each appends one framed record (or sets failed). */
 void jrec_scheduled(JBuf *j, i64 id, i64 t_us, i64 deadline, i64 task, i64 producer, i64 flags,

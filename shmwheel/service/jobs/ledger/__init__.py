@@ -9,9 +9,10 @@ in this package: the retention (``compact.py``) and the jobs' rules (``audit.py`
 Where: ``DIR/jobs/`` of the service's journal directory (``TimerService(journal=DIR,
 job_workers=N)``), files ``ledger-EPOCH-PART.shwj`` (format 1 wrote one file a run,
 ``ledger-EPOCH.shwj``, read as part 0), in order of (epoch, part); each record framed as
-the journal frames its own (journal/format.py: length, CRC-32, a msgpack body) and appended
-by one writer. The directory and every file must pass the trust rules (segment/trust.py)
-before anything is read.
+version 2 of the journal framed its own (journal/format.py: length, zlib's CRC-32, a
+msgpack body; ``FRAMING``: a ledger file has no version byte before its first frame, so
+every format of the ledger keeps that framing) and appended by one writer. The directory
+and every file must pass the trust rules (segment/trust.py) before anything is read.
 
 Records (a msgpack array, its kind first):
 
@@ -67,6 +68,7 @@ from ..job import Job
 log = logging.getLogger("shmwheel.jobs")
 
 FORMAT = 2
+FRAMING = 2  # the journal format version whose framing every ledger file keeps (module doc)
 HEADER, SUBMITTED, STARTED, ENDED, DONE = 0, 1, 2, 3, 4
 KINDS = {SUBMITTED: "submitted", STARTED: "started", ENDED: "ended", DONE: "done"}
 SYNC_S = 0.1
@@ -112,7 +114,7 @@ def read(path: str, most: int = -1) -> list[list[Any]]:
     with open(path, "rb") as f:
         data = f.read() if most < 0 else f.read(F.FRAME_BYTES + (1 << 16))
     records: list[list[Any]] = []
-    at, end = 0, F.intact_prefix(data)
+    at, end = 0, F.intact_prefix(data, FRAMING)
     while at < end and len(records) != most:
         n = int.from_bytes(data[at : at + 4], "little")
         records.append(msgpack.unpackb(data[at + F.FRAME_BYTES : at + F.FRAME_BYTES + n]))
@@ -233,7 +235,7 @@ class Ledger:
             self.running.discard(fields[1])
         elif kind == SUBMITTED:
             self.top = max(self.top, fields[1])
-        self.buf += F.frame(msgpack.packb(list(fields)))
+        self.buf += F.frame(msgpack.packb(list(fields)), FRAMING)
 
     def submitted(self, job: Job, due_ms: int, grace: float) -> None:
         r = job.retry

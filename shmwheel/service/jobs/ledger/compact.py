@@ -79,9 +79,9 @@ def compact(lg: Ledger, part: int, step: Callable[[str], None] | None = None) ->
         return 0
     everything = [r for _, recs in files for r in recs]
     kept = kept_records([recs for _, recs in files], settled(everything, lg.running))
-    data = bytearray(F.frame(msgpack.packb(lg.header(part, True))))
+    data = bytearray(F.frame(msgpack.packb(lg.header(part, True)), L.FRAMING))
     for rec in kept:
-        data += F.frame(msgpack.packb(rec))
+        data += F.frame(msgpack.packb(rec), L.FRAMING)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o600)
     try:
