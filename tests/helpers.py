@@ -8,7 +8,8 @@
   segment with no processes, and the processes a test checks for (``alive``, an
   Executor's ``pool_processes``);
 - the service tests' task log (``TASKS`` = workers.tasks): reading it and the
-  once-and-never-early check; a journal writer's chain of segments;
+  once-and-never-early check; a journal writer's chain of segments; the version 2
+  journal fixture, copied;
 - what the task modules (tests/*_tasks.py, job_fns.py) share: one O_APPEND write of a
   line, a file written whole (``write_whole``), JSON lines, the monotonic clock in ms, a
   memory-mapped count shared by every process of a test; and the racers' skeleton
@@ -283,6 +284,19 @@ def read_ids(directory: Path) -> tuple[list[int], list[Any]]:
 
     segs = [reader.read_segment(p) for p in F.segment_files(directory)]
     return [r[1] for s in segs for r in s.records], segs
+
+
+def copy_v2_journal(to: Path) -> Path:
+    """The journal written in format version 2 (tests/fixtures/journal-v2) copied to `to`,
+    a directory a service trusts (0700, files 0600)."""
+    import shutil
+
+    fixture = Path(__file__).parent / "fixtures" / "journal-v2"
+    shutil.copytree(fixture, to, ignore=shutil.ignore_patterns("*.md", "*.py"))
+    to.chmod(0o700)
+    for p in to.iterdir():
+        p.chmod(0o600)
+    return to
 
 
 def assert_chain(segs: list[Any]) -> None:
