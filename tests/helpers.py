@@ -6,7 +6,7 @@
 - services: this run's service processes and /dev/shm files, a module-kept service, the
   ``shmwheel run`` command in the background, a process embedding a service, a formatted
   segment with no processes, and the processes a test checks for (``alive``, an
-  Executor's ``pool_processes``);
+  Executor's ``pool_processes``); a Python user nobody can run (``nobody_python``);
 - the service tests' task log (``TASKS`` = workers.tasks): reading it and the
   once-and-never-early check; a journal writer's chain of segments; the version 2
   journal fixture, copied;
@@ -221,6 +221,48 @@ def stop_run(p: subprocess.Popen[str], name: str, sig: int, log_path: Path) -> N
     assert not service_processes(name), "service processes left behind"
     assert not shm.service_files(name), "segment or semaphores left in /dev/shm"
     assert "stopped" in log_path.read_text()
+
+
+# what a Python user nobody runs must do: import the dependencies and start itself
+_NOBODY_PROBE = (
+    "import subprocess, sys; import numpy, msgpack, posix_ipc, psutil; "
+    "subprocess.run([sys.executable, '-c', 'import numpy'], check=True)"
+)
+
+
+def nobody_python(env: dict[str, str]) -> tuple[list[str], str]:
+    """(command prefix, what it is): a Python of this version that user nobody can run.
+    This venv's interpreter may not be one (a pyenv Python under /root, mode 0700): then
+    the system's python3.X of the same minor version, with this venv's site-packages on
+    PYTHONPATH for the dependencies."""
+    import shutil
+
+    import pytest
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("running as root, but setpriv (util-linux) is missing: cannot switch user")
+    switch = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    tried = []
+    for python in (sys.executable, shutil.which(minor, path="/usr/local/bin:/usr/bin")):
+        if python is None:
+            continue
+        # it must also start itself, as the supervisor does (setpriv may exec a binary
+        # that the user then cannot exec again, and that cannot find its own stdlib)
+        probe = subprocess.run(
+            switch + [python, "-c", _NOBODY_PROBE],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=60,
+            check=False,
+        )
+        if probe.returncode == 0:
+            return switch + [python], python
+        tried.append(f"{python}: {probe.stderr.strip()[-300:]}")
+    pytest.fail("no Python that user nobody can run with the dependencies:\n" + "\n".join(tried))
 
 
 def alive(pids: set[int]) -> list[int]:

@@ -352,9 +352,14 @@ class SlotMachine(RuleBasedStateMachine):
         may not have had effects): the replacement reports it crashed, runs none twice."""
         ring, results = self.mem.dispatch[0], self.mem.results[0]
         last = int(results.record_at(results.head - 1)[C.RR_SEQ]) if results.head else -1
-        self.mem.exec_table[0, L.X_STARTED] = max(ring.tail, last + 1)
-        if max(ring.tail, last + 1) >= ring.head:
+        seq = max(ring.tail, last + 1)
+        self.mem.exec_table[0, L.X_STARTED] = seq
+        if seq >= ring.head:
             return
+        # it claimed the record before running it (executor.c, ring.h): a record only
+        # `started`, not claimed, never ran, and its replacement runs it
+        rec = ring.data[seq & ring.mask]
+        rec[C.DR_FIRED_NS] |= C.DR_CLAIM_RUN << C.DR_CLAIM_SHIFT
         h = recover_rings(self.mem, 0)
         assert h is not None
         self.crashed.add(h)

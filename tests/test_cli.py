@@ -257,7 +257,8 @@ def test_wrong_arguments_exit_2_with_usage(cli, tmp_path):
     code, _, err = cli("run", "--tasks", "a=workers.tasks:no_such_function", "--name", "x1")
     assert code == 2 and "cannot import" in err
     r = shmwheel_cmd("status")  # the real exit status of the real program
-    assert r.returncode == 2 and r.stderr.startswith("usage: shmwheel status")
+    assert r.returncode == 2 and r.stderr.startswith("shmwheel status: error: ")
+    assert len(r.stderr.splitlines()) == 1 and "(usage: shmwheel status " in r.stderr
     r = shmwheel_cmd("--help")
     assert r.returncode == 0 and "examples:" in r.stdout
     for command in ("run", "status", "top", "ls", "clean"):

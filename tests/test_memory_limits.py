@@ -52,8 +52,8 @@ def test_a_timer_costs_its_node_and_side_record_only():
 
 
 # issue 10's layout and issue 22's (error logs) both wrote "SHWSVC06"; issue 26's (the
-# waiter table) "SHWSVC08"
-@pytest.mark.parametrize("version, magic", [(6, "06"), (7, "06"), (8, "08")])
+# waiter table) "SHWSVC08", its waiter count "SHWSVC09"
+@pytest.mark.parametrize("version, magic", [(6, "06"), (7, "06"), (8, "08"), (9, "09")])
 def test_a_segment_of_a_previous_layout_is_refused_clearly(version, magic):
     name = f"t{os.getpid()}-old"
     seg = shm.Segment(shm.segment_name(name), 1 << 16)
@@ -62,7 +62,7 @@ def test_a_segment_of_a_previous_layout_is_refused_clearly(version, magic):
         seg.words[L.W_VERSION] = version
         said = (
             rf"layout version {version} \(magic SHWSVC{magic}\); "
-            r"this shmwheel reads version 9 \(SHWSVC09\)"
+            r"this shmwheel reads version 10 \(SHWSVC10\)"
         )
         with pytest.raises(LayoutError, match=said):
             shmwheel.connect(name)

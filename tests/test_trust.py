@@ -163,7 +163,7 @@ def test_a_segment_of_another_user_is_refused_by_connect_and_status(cli):
             with pytest.raises(ShmwheelError, match=HOLDER):
                 shmwheel.connect(svc.name)
             code, _, err = cli("status", svc.name)
-            assert code == 1 and re.search(HOLDER, err), err
+            assert code == 2 and re.search(HOLDER, err), err  # a refusal
         finally:
             os.chown(path, 0, 0)
         with svc.client() as c:  # its own user's again
@@ -229,7 +229,7 @@ def test_squatted_and_damaged_entries_break_nothing_but_their_own_name(cli):
             code, out, _ = cli("clean")
             assert code == 0 and all(p.exists() for p in planted), out
             code, _, err = cli("status", squat)
-            assert code == 1 and re.search(HOLDER, err), err
+            assert code == 2 and re.search(HOLDER, err), err  # a refusal
         _start_fails(squat, HOLDER)
         with pytest.raises(ShmwheelError, match=HOLDER):
             shmwheel.connect(squat)

@@ -1,10 +1,11 @@
 """The native core's cross-process protocols, checked rather than assumed (tests/tsan/).
 
 The C harness in tests/tsan/ plays every protocol the service's processes play against one
-another (ring publish/consume, schedule vs link, cancel vs fire, reset vs fire and cancel,
-arena blocks, watch vs complete, the outcome notify, crash repair) with threads standing in
-for processes, over the core's own C files, and checks each protocol's functional invariant
-(tests/tsan/README.md). It is built twice with the system gcc:
+another (ring publish/consume, a dispatch record's claim vs its take-over, schedule vs
+link, cancel vs fire, reset vs fire and cancel, arena blocks, watch vs complete, the
+outcome notify, crash repair) with threads standing in for processes, over the core's own
+C files, and checks each protocol's functional invariant (tests/tsan/README.md). It is
+built twice with the system gcc:
 
 - with ``-fsanitize=thread``: ThreadSanitizer reports any data race of the C11 model
   (the run exits 66), whatever the hardware would have made of it;
@@ -68,6 +69,7 @@ RUN_ENV = {"TSAN_OPTIONS": f"halt_on_error=1 exitcode={TSAN_EXIT}"}
 # its summary line: a run that exercised nothing proves nothing)
 SCENARIOS: dict[str, tuple[int, tuple[str, ...]]] = {
     "ring": (20000, (r"(\d+) records",)),
+    "claim": (20000, (r"(\d+) ran by their executor", r"(\d+) taken")),
     "schedule": (1500, (r"(\d+) ran",)),
     "cancel": (1500, (r"(\d+) ran", r"(\d+) cancelled")),
     "reset": (1500, (r"(\d+) ran", r"(\d+) cancelled", r"(\d+) resets won")),
@@ -194,6 +196,17 @@ PLANTS: dict[str, Plant] = {
         "ring",
         "ThreadSanitizer: data race",
         "tsan",
+    ),
+    # a dispatch record claimed without the CAS (a plain store of the claim): a stuck
+    # executor that wakes runs a record the reaper took, which another executor runs too
+    "claim-no-cas": Plant(
+        "ring.h",
+        "    return __atomic_compare_exchange_n(w, &seen, seen | (who << DR_CLAIM_SHIFT), 0,\n"
+        "                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);",
+        "    __atomic_store_n(w, seen | (who << DR_CLAIM_SHIFT), __ATOMIC_RELEASE);\n    return 1;",
+        "claim",
+        "ran twice",
+        200000,
     ),
     # a freed slot's meta word rewritten with a plain store while a reset reads it
     "meta-plain-store": Plant(

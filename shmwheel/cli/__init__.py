@@ -4,9 +4,12 @@ remove what dead ones left (``clean``), and check or repair a journal directory
 (``journal check``, ``journal repair``). One module per command: ``run``, ``status``,
 ``top``, ``segments`` (ls and clean), ``journal``; ``observe`` reads a running service.
 
-Exit status: 0 on success, 1 when a service is not there or cannot start, 2 for bad
-arguments (with a usage message). Diagnostics go to stderr through ``logging``; a
-command's own output goes to stdout.
+Exit status: 0 on success, 1 when a service is not there (or stopped while watched), or a
+journal check's verdict is "damaged"; 2 for every refusal: bad arguments, or a service,
+path or journal the command will not use (missing, not a directory, not safe, damaged, in
+use, not permitted). A refusal is one line on stderr, never a traceback: `_execute` is the
+one place a CommandError, ShmwheelError or OSError becomes that line. Diagnostics go to
+stderr through ``logging``; a command's own output goes to stdout.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
 
 from .. import __version__
 from . import journal, run, segments, status, top
@@ -39,9 +43,27 @@ examples:
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+def one_line(text: str) -> str:
+    """`text` with its runs of whitespace (newlines included) made one space."""
+    return " ".join(text.split())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage error is one line on stderr (the message, then the
+    usage) and exit status 2; its subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} ({usage(self.format_usage)})\n")
+
+
+def usage(format_usage: Callable[[], str]) -> str:
+    """A parser's usage message on one line."""
+    return one_line(format_usage())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="shmwheel",
         description="Run and watch shmwheel timer services.",
         epilog=EPILOG,
@@ -111,13 +133,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    """Run the parsed command; a CommandError becomes its exit status and a logged line."""
+    """Run the parsed command. The one place a failure becomes one line on stderr and an
+    exit status: a CommandError its own (a usage error's line ends with the usage); a
+    ShmwheelError or OSError that no command turned into one is a refusal (2)."""
+    from ..errors import ShmwheelError
+
     try:
         code: int = args.execute(args)
     except CommandError as e:
-        if e.status == 2 and not isinstance(e, Refused):  # a usage error, like argparse's:
-            sys.stderr.write(args.usage())  # the usage, then the message
-        log.error("%s", e)
+        line = one_line(str(e))
+        if e.status == 2 and not isinstance(e, Refused):  # a usage error, like argparse's
+            line = f"{line} ({usage(args.usage)})"
+        log.error("%s", line)
         return e.status
     except KeyboardInterrupt:
         return 130
@@ -125,7 +152,18 @@ def _execute(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush does not fail too
         return 1
+    except (ShmwheelError, OSError) as e:
+        log.error("%s", one_line(_describe(e)))
+        return 2
     return code
+
+
+def _describe(e: BaseException) -> str:
+    """An error as its line: an OSError's strerror and file name, another's message."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f": {e.filename}" if e.filename else ""
+        return f"{e.strerror}{where}"
+    return str(e) or type(e).__name__
 
 
 __all__ = ["CommandError", "build_parser", "main"]

@@ -8,6 +8,7 @@ Neither needs the audit pipeline (Spark); check writes nothing."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -43,8 +44,9 @@ takes the journal's lock (no service may be running on it), writes every timer a
 operation the intact records prove pending into a new segment, synced, then moves each
 damaged segment, untouched, to DIR/damaged/. Nothing is deleted. Afterwards the journal
 checks clean and a service starts on it. Exit status: 0 repaired (or nothing to repair),
-1 it could not be repaired (or a service holds it), 2 not a journal, not safe to use
-(another user's, or writable by others) or not writable by this user.
+1 it could not be repaired, 2 not a journal, not safe to use (another user's, or
+writable by others), held by a running service, or not writable by this user (one line
+on stderr).
 """
 
 
@@ -119,7 +121,8 @@ def _journal(directory: str) -> str | None:
 
 def _refused(directory: str, e: Exception) -> CommandError:
     """The one-line refusal (exit 2, no usage) of a journal command: a directory that is
-    not safe to use (UntrustedPath), or one this user may not write (PermissionError)."""
+    not safe to use (UntrustedPath), in use (JournalInUse), or one this user may not
+    write (PermissionError)."""
     if isinstance(e, PermissionError):
         where = f": {e.filename}" if e.filename else ""
         return Refused(f"cannot use the journal {directory}: {e.strerror or e}{where}")
@@ -271,6 +274,19 @@ def print_report(insp: Any, verbose: bool) -> None:
         )
 
 
+def _writable(directory: str) -> None:
+    """A repair writes a segment in `directory` and moves others within it: a user who may
+    not write it is refused (PermissionError) before anything is read, as one that is not
+    safe to use is (UntrustedPath: judged first, it says more)."""
+    from ..journal.directory import trusted
+
+    trusted(directory)
+    if not os.access(
+        directory, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
+    ):
+        raise PermissionError(errno.EACCES, "Permission denied (this user may not write it)")
+
+
 def execute_repair(args: argparse.Namespace) -> int:
     """Repair a journal (or with --dry-run say how); 0 done or nothing to do."""
     from ..errors import UntrustedPath
@@ -282,10 +298,10 @@ def execute_repair(args: argparse.Namespace) -> int:
         log.error("%s", why)
         return NOT_A_JOURNAL
     try:
+        if not args.dry_run:
+            _writable(args.directory)
         done = repair(args.directory, dry_run=args.dry_run)
-    except JournalInUse as e:
-        raise CommandError(str(e)) from None
-    except (UntrustedPath, PermissionError) as e:
+    except (JournalInUse, UntrustedPath, PermissionError) as e:
         raise _refused(args.directory, e) from None
     before, st = done.before, done.before.state
     if not before.damage:

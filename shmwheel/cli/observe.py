@@ -94,8 +94,9 @@ def compact_json(value: Any, indent: int = 2, level: int = 0) -> str:
 
 
 def attach(name: str) -> ServiceMemory:
-    """Map the running service `name`, or raise CommandError saying why it is not there:
-    no segment, a segment this code cannot read, a dead owner (stale), or stopping."""
+    """Map the running service `name`, or raise CommandError saying why it is not there
+    (exit 1): no segment, a dead owner (stale), or stopping; Refused (exit 2) for a
+    segment this code will not read (damaged, another user's, not permitted)."""
     import posix_ipc
 
     from ..errors import LayoutError
@@ -111,9 +112,9 @@ def attach(name: str) -> ServiceMemory:
                 f"no service {name!r} on this host (no {path}); "
                 f"`shmwheel ls` lists the services there are"
             ) from None
-        raise CommandError(f"cannot read service {name!r}: {e}") from None
+        raise Refused(f"cannot read service {name!r}: {e}") from None
     except (posix_ipc.Error, OSError) as e:
-        raise CommandError(f"cannot open service {name!r} ({path}): {e}") from None
+        raise Refused(f"cannot open service {name!r} ({path}): {e}") from None
     owner = int(mem.header[L.W_OWNER])
     if not shm.pid_alive(owner):
         mem.close()

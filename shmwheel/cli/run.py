@@ -294,7 +294,7 @@ def _serve_metrics(svc: Any, host: str, port: int | None) -> Any:
 
 def _run(svc: Any, stop_timeout: float) -> int:
     """Start `svc` and serve it until a stop signal; 0 after a clean stop."""
-    from ..errors import ShmwheelError, UntrustedPath
+    from ..errors import ShmwheelError
 
     stopper = _Stopper()
     stopper.install()
@@ -306,9 +306,10 @@ def _run(svc: Any, stop_timeout: float) -> int:
             svc.stop(stop_timeout)  # a signal that came just after it returned
             log.warning("interrupted while starting: service %s was not started", svc.name)
             return 128 + (stopper.signum or signal.SIGINT)
-        except (UntrustedPath, PermissionError) as e:  # a refusal: one line, exit 2
+        except (ShmwheelError, OSError) as e:  # a refusal (a journal or name in use, a
+            # path not safe or not permitted, a damaged journal, no room): one line, exit 2
             raise Refused(f"cannot start service {svc.name}: {e}") from None
-        except (ShmwheelError, OSError, RuntimeError) as e:
+        except RuntimeError as e:  # its processes did not come up
             raise CommandError(f"cannot start service {svc.name}: {e}") from None
         finally:
             stopper.starting = False

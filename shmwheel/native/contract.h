@@ -2,10 +2,9 @@
  *
  * Everything that reads or writes the wheel array, the side table, the payload arena or a
  * ring takes its word indices, shifts and masks from here: the C core directly, Python
- * through the extension's export of the same rows (shmwheel/wheel/constants.py, with
- * the accessor pairs of segment/contract.py). Nobody re-derives a shift or a mask.
- *
- * All words are int64 in host byte order (x86-64 / aarch64 little-endian).
+ * through the extension's export of the same rows (shmwheel/wheel/constants.py, with the
+ * accessor pairs of segment/contract.py). Nobody re-derives a shift or a mask. All words
+ * are int64 in host byte order (x86-64 / aarch64 little-endian).
  *
  * How a constant is written: as a row X(NAME, value) of one of the lists below, and
  * nowhere else. Each list becomes C constants here, once: CONTRACT_INT makes its rows the
@@ -100,8 +99,7 @@ CONTRACT_INT(STATE_WORD)
  * (slot_move(w, seen, want, TR_x), atomics.h); Python reads the same rows from the
  * extension (shmwheel/segment/states.py); the state diagram in docs/concepts.md is
  * generated from them; the hypothesis state machines (tests/test_slot_machine.py) check
- * every transition they observe against them. slots.h says why the rules hold.
- *
+ * every transition they observe against them. slots.h says why the rules hold. Below:
  * SLOT_STATES(X): X(name, value, meaning) */
 #define SLOT_STATES(X)                                                                     \
     X(FREE, 0, "on the free stack")                                                        \
@@ -197,8 +195,7 @@ enum { SLOT_TRANSITIONS(TR_ENUM_) TR_COUNT };
 
 /* A handle names one use of a slot: generation << 32 | slot. Freeing a slot bumps its
  * generation, so a stale handle never matches a reused slot. Handles are >= 0. Beside it:
- * the results of the wheel's insert besides a handle (>= 0), and the two times that are
- * no deadline. */
+ * the wheel insert's results other than a handle, and the two times that are no deadline. */
 #define HANDLES(X)                                                                         \
     X(INS_ALREADY_DUE, -1)                                                                 \
     X(INS_OUT_OF_RANGE, -2)                                                                \
@@ -334,10 +331,13 @@ _Static_assert(ARENA_CLASS_BYTES(ARENA_CLASSES - 1) == MAX_PAYLOAD, "MAX_PAYLOAD
     X(PRODUCER_RECORD, 2)                                                                  \
     X(PR_HANDLE, 0)                                                                        \
     X(PR_CHECK, 1)                                                                         \
-    /* dispatch ring (reaper -> executor) */                                              \
+    /* dispatch ring (reaper -> executor); DR_FIRED_NS's top bits: who claimed it (ring.h) */ \
     X(DISPATCH_RECORD, 2)                                                                  \
     X(DR_HANDLE, 0)                                                                        \
     X(DR_FIRED_NS, 1)                                                                      \
+    X(DR_CLAIM_SHIFT, 62)                                                                  \
+    X(DR_CLAIM_RUN, 1)    /* its executor claimed it: it runs (or ran, or crashed) there */ \
+    X(DR_CLAIM_TAKEN, 2)  /* the reaper took it from a stuck executor: runs elsewhere */   \
     /* result ring (executor -> reaper) */                                                \
     X(RESULT_RECORD, 5)                                                                    \
     X(RR_HANDLE, 0)                                                                        \
@@ -479,7 +479,8 @@ CONTRACT_I64(WAITER_WORDS)
     X(C_OPS_COMPLETED, 15) /* operations this writer's completions won */                  \
     X(C_OPS_WATCHED, 16)  /* operations this client watched */                             \
     X(C_OPS_EXPIRED, 17)  /* operations the reaper took at their timeout */                \
-    X(C_RESETS, 18)       /* resets won (counted by the resetting client) */
+    X(C_RESETS, 18)       /* resets won (counted by the resetting client) */              \
+    X(C_TAKEN_OVER, 19)   /* dispatch records the reaper took from stuck executors */
 CONTRACT_INT(COUNTERS)
 
 /* ---- the journal's retention, and the lateness histogram: bucket 0 is < 1 us; i >= 1
@@ -489,7 +490,6 @@ CONTRACT_INT(COUNTERS)
     X(HIST_BUCKETS, 256)                                                                   \
     X(HIST_PER_OCTAVE, 8)
 CONTRACT_INT(WINDOWS)
-
 
 /* Every list above, for the extension's export (module.c) and Python */
 #define CONTRACT_LISTS(L)                                                                  \

@@ -1,11 +1,13 @@
 /* executor.c: an executor process's batch loop. For each dispatch record, in this order:
- * store `started = seq`, check the slot, decode its payload, run the task (if it raised:
+ * store `started = seq`, claim the record (a CAS, ring.h: one the reaper took over from us
+ * while we were stuck is skipped, unreported), check the slot, decode its payload, run the task (if it raised:
  * log it and write its error record, errlog.c), publish the outcome (handle, outcome, seq,
  * lateness_us, duration_us) on the result ring. After the batch the
  * dispatch ring's tail advances and `started` goes back to -1. A replacement executor on
  * the same rings therefore knows what its predecessor did (shmwheel/service/processes/executor.py,
  * `recover`): outcomes up to the last published seq are done, the `started` record (if
- * unreported) crashed with it, the rest are still to run. No task runs twice.
+ * unreported) crashed with it, as does any record it claimed and did not report, and
+ * the rest are still to run. No task runs twice.
  *
  * A forked copy of the executor (a task that called fork() and returned in the child)
  * ends with _exit(0) as soon as the task returns in it, before it touches anything shared.
@@ -200,12 +202,13 @@ static void publish_counts(Executor *e) {
 /* run() -> records handled (0 when the dispatch ring is empty) */
 static PyObject *ex_run(Executor *e, PyObject *unused) {
     if (!e->holds.n) return PyErr_Format(PyExc_ValueError, "executor is closed");
-    i64 buf[BATCH * DISPATCH_RECORD], seq0;
-    i64 n = ring_peek(&e->dispatch, buf, BATCH, &seq0);
+    i64 seq0, n = ring_avail(&e->dispatch, &seq0);
     if (n <= 0) return PyLong_FromLongLong(n);
+    if (n > BATCH) n = BATCH;
     for (i64 i = 0; i < n; i++) {
-        const i64 *d = &buf[DISPATCH_RECORD * i];
-        i64 h = d[DR_HANDLE], fired_ns = d[DR_FIRED_NS], seq = seq0 + i;
+        i64 seq = seq0 + i;
+        const i64 *d = ring_rec(&e->dispatch, seq);
+        i64 h = d[DR_HANDLE];   /* written before head's release, never changed after */
         i64 slot = HANDLE_SLOT(h), outcome = OUTCOME_ERROR, late_us = 0, duration_us = 0;
         relaxed_store(e->started, seq);
         /* stopping: the runs done are reported, the records from this one on stay on the
@@ -216,6 +219,10 @@ static PyObject *ex_run(Executor *e, PyObject *unused) {
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
             if (relaxed_load(e->stop)) { n = i; break; }
         }
+        /* the claim (ring.h): a record the reaper took from us while we were stuck runs on
+         * another executor, which reports it; we skip it and report nothing */
+        if (!dispatch_claim(&e->dispatch, seq, DR_CLAIM_RUN)) continue;
+        i64 fired_ns = dispatch_fired_ns(__atomic_load_n(&d[DR_FIRED_NS], __ATOMIC_RELAXED));
         i64 deadline;
         if (slot_fired(&e->seg, h, &deadline)) {
             late_us = now_us() - deadline * 1000;

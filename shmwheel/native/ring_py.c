@@ -82,7 +82,27 @@ static PyObject *py_ring_pending(PyObject *m, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLongLong(n);
 }
 
+/* The reaper (the dispatch ring's producer) takes records over from a stuck executor
+ * (ring.h, dispatch_take). */
+static PyObject *py_dispatch_take(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    I64Buf rb, out;
+    Ring r;
+    i64 from;
+    NARGS(3, "dispatch_take");
+    if (arg_i64(args[1], &from) < 0) return NULL;
+    if (ring_from(args[0], DISPATCH_RECORD, &rb, &r) < 0) return NULL;
+    if (i64buf_get(args[2], &out, 1) < 0) { i64buf_release(&rb); return NULL; }
+    i64 taken = dispatch_take(&r, from, out.p, out.n);
+    i64buf_release(&out);
+    i64buf_release(&rb);
+    return PyLong_FromLongLong(taken);
+}
+
 PyMethodDef shmwheel_slot_methods[] = {
+    {"dispatch_take", (PyCFunction)(void (*)(void))py_dispatch_take, METH_FASTCALL,
+     "dispatch_take(ring, from_seq, out) -> records the reaper claimed from a stuck "
+     "executor's dispatch ring (from from_seq on, stopping at the first claimed already); "
+     "their handles are in out[:n]."},
     {"ring_push", (PyCFunction)(void (*)(void))py_ring_push, METH_FASTCALL,
      "ring_push(ring, record, recs, n) -> records published (as many of n as fit)."},
     {"ring_peek", (PyCFunction)(void (*)(void))py_ring_peek, METH_FASTCALL,

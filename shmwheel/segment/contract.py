@@ -19,6 +19,7 @@ from ..wheel.constants import *  # noqa: F403  (every constant of contract.h and
 from ..wheel.constants import (
     ARENA_CLASSES,
     BLOCK_REF_SHIFT,
+    DR_CLAIM_SHIFT,
     GS_AUX_MASK,
     GS_AUX_SHIFT,
     GS_FROM_MASK,
@@ -219,6 +220,17 @@ def out_code(w: Words) -> Words:
     """The outcome code of an outcome word: OUTCOME_* or OC_CANCELLED, with OC_COMPLETED
     or OC_EXPIRED for an operation; OC_NONE for a use that ended without one."""
     return w & OUT_CODE_MASK
+
+
+def dr_claim(w: Words) -> Words:
+    """Who claimed a dispatch record (its DR_FIRED_NS word, ring.h): 0 nobody yet,
+    DR_CLAIM_RUN its executor, DR_CLAIM_TAKEN the reaper (taken from a stuck executor)."""
+    return (w >> DR_CLAIM_SHIFT) & 3
+
+
+def dr_fired_ns(w: Words) -> Words:
+    """The fire time (monotonic ns) of a dispatch record's DR_FIRED_NS word."""
+    return w & ((1 << DR_CLAIM_SHIFT) - 1)
 
 
 def inline_word(blob: bytes) -> int:

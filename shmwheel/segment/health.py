@@ -30,6 +30,7 @@ REASONS: tuple[tuple[str, int, str], ...] = (
     ("ring_unrepairable", FAILED, "a result ring index could not be re-derived"),
     ("watchdog_off", OK, f"the watchdog is disabled ({ENV}=0)"),
     ("restarts", DEGRADED, "a role restarted several times in a short window"),
+    ("stuck", DEGRADED, "an executor is stuck in one task: the others take its timers"),
 )
 BIT = {name: 1 << i for i, (name, _, _) in enumerate(REASONS)}
 

@@ -53,12 +53,13 @@ from .verify import verify
 
 log = logging.getLogger("shmwheel.segment")
 
-MAGIC = 0x5348575356433039  # "SHWSVC09"
+MAGIC = 0x5348575356433130  # "SHWSVC10"
 MAGIC_FAMILY = MAGIC >> 16  # "SHWSVC": a service segment of any layout version
 # 7: the error logs (issue 22); 8: no purgatory words per slot, the waiter table (issue 26);
 # 9: the waiter table counts the asks under way (WA_WAITING: freers of an older layout
-# would not read it, clients of an older one would not keep it)
-LAYOUT_VERSION = 9
+# would not read it, clients of an older one would not keep it); 10: dispatch records are
+# claimed by CAS (ring.h: an older executor would run a record the reaper took over)
+LAYOUT_VERSION = 10
 HEADER_WORDS = 64
 META_BYTES = 16384
 # the task a lease without on_expire runs on expiry (Client.lease): a no-op every service
@@ -128,6 +129,7 @@ X_STARTED = 0  # dispatch sequence number the executor is running (-1 none)
 X_SLEEPING = 1
 X_PID = 2
 X_RESTARTS = 3  # restarts of this executor, counted by the supervisor
+X_STUCK = 4  # 1 while the reaper judges this executor stuck (reaper.py, take_over)
 
 
 def check_architecture() -> None:
@@ -172,6 +174,9 @@ class ServiceConfig:
     watch_capacity: int = DEFAULT_TABLE_CAPACITY
     # the waiter table: about how many handles may be awaited at once (waiter_buckets)
     waiter_capacity: int = DEFAULT_TABLE_CAPACITY
+    # an executor running one task this long with dispatched timers behind it is stuck:
+    # the reaper takes those timers over to the other executors (reaper.py, take_over)
+    stuck_after_ms: int = 1000
 
     def meta_blob(self) -> bytes:
         d = asdict(self)

@@ -80,13 +80,17 @@ def _last_reported(mem: MemoryShape, i: int) -> int:
 
 def held_places(mem: MemoryShape) -> list[tuple[str, np.ndarray]]:
     """Handles held in each shared place of a FIRING slot: dispatch rings (records not yet
-    reported) and result rings (reported, not yet settled)."""
+    reported, nor taken over by the reaper: ring.h) and result rings (reported, not yet
+    settled)."""
     places = []
     for i, ring in enumerate(mem.dispatch):
         tail, n = ring.tail, ring.pending()
         seqs = tail + np.arange(n)
         recs = ring.data[seqs & ring.mask]
-        held = recs[seqs > _last_reported(mem, i), C.DR_HANDLE].copy()
+        mine = (seqs > _last_reported(mem, i)) & (
+            C.dr_claim(recs[:, C.DR_FIRED_NS]) != C.DR_CLAIM_TAKEN
+        )
+        held = recs[mine, C.DR_HANDLE].copy()
         places.append((f"dispatch{i}", held))
     for i, ring in enumerate(mem.results):
         places.append((f"results{i}", ring.column(C.RR_HANDLE)))

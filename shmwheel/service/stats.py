@@ -89,6 +89,9 @@ def read_stats(
         "ring_garbage": int(c[C.C_GARBAGE]),
         "ring_stale": int(c[C.C_STALE]),
         "retired": int(c[C.C_RETIRED]),
+        # timers the reaper took from a stuck executor's ring to the others (reaper.py)
+        "taken_over": int(c[C.C_TAKEN_OVER]),
+        "stuck_executors": [int(i) for i in np.flatnonzero(mem.exec_table[:, L.X_STUCK])],
         "repairs": int(mem.header[L.W_REPAIRS]),
         "lateness_ms": late,
         "lateness_samples": int(hist.sum()),

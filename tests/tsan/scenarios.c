@@ -365,6 +365,7 @@ static int run_service(const Scenario *sc, i64 n, i64 seed) {
 }
 
 int run_ring(i64 n, i64 seed);   /* ring_scenario.c */
+int run_claim(i64 n, i64 seed);  /* claim_scenario.c */
 
 int main(int argc, char **argv) {
     if (argc != 4) {
@@ -373,6 +374,7 @@ int main(int argc, char **argv) {
     }
     i64 n = atoll(argv[2]), seed = atoll(argv[3]);
     if (!strcmp(argv[1], "ring")) return run_ring(n, seed);
+    if (!strcmp(argv[1], "claim")) return run_claim(n, seed);
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return run_service(&scenarios[i], n, seed);
     fprintf(stderr, "no scenario %s\n", argv[1]);

@@ -119,29 +119,37 @@ def recover_rings(
     mem: L.ServiceMemory, index: int, wait: Callable[[], bool] = lambda: False
 ) -> int | None:
     """Finish what a dead executor on rings `index` left: skip what it reported, report
-    the record it was running as crashed (its handle is returned). `wait` is called while
-    the result ring is full; when it gives up (False), the record stays as it was, for
-    the next recovery to report."""
+    the record it claimed and did not report as crashed (its handle is returned), skip the
+    records the reaper took over from it (they run elsewhere: ring.h). The first record
+    nobody claimed, and those after it, are still to run. `wait` is called while the
+    result ring is full; when it gives up (False), the record stays as it was, for the
+    next recovery to report."""
     ring, results, table = mem.dispatch[index], mem.results[index], mem.exec_table[index]
     if results.head > 0:
         last = int(results.record_at(results.head - 1)[C.RR_SEQ])
         if last >= ring.tail:
             ring.consume(min(last + 1 - ring.tail, ring.pending()))
-    started = int(table[L.X_STARTED])
     handle = None
-    if ring.tail <= started < ring.head:
-        handle = int(ring.record_at(started)[C.DR_HANDLE])
-        rec = np.zeros((1, C.RESULT_RECORD), np.int64)
-        rec[0, C.RR_HANDLE], rec[0, C.RR_OUTCOME], rec[0, C.RR_SEQ] = (
-            handle,
-            C.OUTCOME_CRASHED,
-            started,
-        )
-        while results.push(rec) == 0:
-            if not wait():
-                return None
-        mem.counters[L.FIXED_ROWS + index, C.C_CRASHED] += 1
-        ring.consume(started + 1 - ring.tail)
+    # it claims one record at a time, in order, and reports it before the next, so past
+    # the last report there is at most one of its claims, among records the reaper took
+    while ring.pending() and not ring.corrupt():
+        seq = ring.tail
+        claim = int(C.dr_claim(int(ring.record_at(seq)[C.DR_FIRED_NS])))
+        if claim == 0:
+            break
+        if claim == C.DR_CLAIM_RUN:
+            handle = int(ring.record_at(seq)[C.DR_HANDLE])
+            rec = np.zeros((1, C.RESULT_RECORD), np.int64)
+            rec[0, C.RR_HANDLE], rec[0, C.RR_OUTCOME], rec[0, C.RR_SEQ] = (
+                handle,
+                C.OUTCOME_CRASHED,
+                seq,
+            )
+            while results.push(rec) == 0:
+                if not wait():
+                    return None
+            mem.counters[L.FIXED_ROWS + index, C.C_CRASHED] += 1
+        ring.consume(1)
     table[L.X_STARTED] = -1
     return handle
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ... import _native as N
 from ...segment import contract as C
 from ...segment import layout as L
 from ...segment import shm
@@ -50,6 +51,7 @@ MAX_SLEEP_S = 0.05
 HOT_S, HOT_STEP_S = 0.005, 0.001
 BLOCKED_WAIT_MS = 50  # how often a reaper whose journal holds all it may looks again
 PURGE_BUDGET = 64  # watch-list chains purged per loop (the purgatory's reaper duty)
+STUCK_CHECK_NS = 10_000_000  # how often the reaper looks for stuck executors (take_over)
 
 
 class Reaper(ServiceProcess):
@@ -61,6 +63,13 @@ class Reaper(ServiceProcess):
         self.row = self.mem.counters[L.ROW_REAPER]
         self.backlog = np.empty(0, np.int64)  # fired handles not yet in a dispatch ring
         self.hot_until = 0  # monotonic ns: until then the reaper sleeps HOT_STEP_S at most
+        # take_over: each executor's `started` as last seen and since when (monotonic ns),
+        # the executors judged stuck, and when to look again
+        self.started_seen = [(-1, 0)] * len(self.mem.dispatch)
+        self.stuck: set[int] = set()
+        self.next_stuck_check = 0
+        self.taken = np.empty(len(self.mem.dispatch[0].data), np.int64)
+        self.mem.exec_table[:, L.X_STUCK] = 0  # a new reaper judges afresh
         self.retention: ReaperFiles | None = None
         self.journal: SegmentWriter | None = None
         if self.mem.config.journal_dir:  # the journal's modules load only when it has one
@@ -95,15 +104,67 @@ class Reaper(ServiceProcess):
         return total
 
     # -- dispatch ---------------------------------------------------------------------
+    def take_over(self, now_ns: int) -> int:
+        """Take the timers waiting behind a stuck executor's running task (docs/concepts.md,
+        "Stuck executors"): an executor is stuck when its `started` word has named the same
+        dispatch record for `stuck_after_ms` while records wait behind it on its ring. Those
+        records are claimed for the reaper (a CAS each, ring.h: the executor, should it wake
+        meanwhile, claims the one it reaches first and the reaper stops there) and go to the
+        front of the backlog, which dispatch() spreads over the executors not stuck. The
+        stuck executor skips what was taken when its task returns. Returns how many were
+        taken."""
+        if now_ns < self.next_stuck_check:
+            return 0
+        self.next_stuck_check = now_ns + STUCK_CHECK_NS
+        mem, table = self.mem, self.mem.exec_table
+        after_ns = mem.config.stuck_after_ms * 1_000_000
+        taken = 0
+        for i, s in enumerate(table[:, L.X_STARTED].tolist()):
+            seen, since = self.started_seen[i]
+            if s != seen or s < 0:
+                self.started_seen[i] = (s, now_ns)
+                if i in self.stuck:
+                    self.stuck.discard(i)
+                    table[i, L.X_STUCK] = 0
+                    log.warning("executor %d is running again", i)
+                continue
+            ring = mem.dispatch[i]
+            if now_ns - since < after_ns or (i not in self.stuck and ring.head <= s + 1):
+                continue  # a long task with nothing behind it is not stuck
+            if i not in self.stuck:
+                self.stuck.add(i)
+                table[i, L.X_STUCK] = 1
+                log.warning(
+                    "executor %d has run one task for %.1f s with %d timers waiting behind "
+                    "it: stuck; the other executors take them",
+                    i,
+                    (now_ns - since) / 1e9,
+                    ring.head - s - 1,
+                )
+            if len(self.stuck) == len(table):
+                continue  # nobody to take them
+            n = N.dispatch_take(ring.words, s + 1, self.taken)
+            if n:
+                got = self.taken[:n].copy()
+                self.backlog = np.concatenate([got, self.backlog]) if len(self.backlog) else got
+                taken += n
+        if taken:
+            self.row[C.C_TAKEN_OVER] += taken
+            self.dispatch(now_ns)
+        return taken
+
     def dispatch(self, now_ns: int) -> None:
-        """Spread the backlog over the executors' rings, most free space first."""
+        """Spread the backlog over the executors' rings, most free space first (the stuck
+        ones last: take_over)."""
         mem = self.mem
         rings = mem.dispatch
         left = self.backlog
         if len(left) == 0:
             return
         order = sorted(range(len(rings)), key=lambda i: -rings[i].free())
-        share = -(-len(left) // len(rings))
+        if self.stuck:
+            order = [i for i in order if i not in self.stuck] or order
+        share = -(-len(left) // len(order))
         for i in order:
             if len(left) == 0:
                 break
@@ -210,6 +271,7 @@ class Reaper(ServiceProcess):
         self.mem.header[L.W_READY] |= L.READY_REAPER
         while self.running():
             settled = self.settle()
+            self.take_over(time.monotonic_ns())
             fired, nxt = self.fire()
             if settled or fired:
                 self.hot_until = time.monotonic_ns() + int(HOT_S * 1e9)

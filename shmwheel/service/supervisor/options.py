@@ -63,6 +63,7 @@ def service_config(
     waiter_capacity: int,
     job_workers: int,
     journal: JournalOptions | None,
+    stuck_after_ms: int = 1000,
 ) -> L.ServiceConfig:
     """The segment's configuration, every option checked (ValueError says which)."""
     if isinstance(job_workers, bool) or not isinstance(job_workers, int) or job_workers < 0:
@@ -88,6 +89,7 @@ def service_config(
         ("arena_bytes", arena_bytes, 0),
         ("watch_capacity", watch_capacity, 0),
         ("waiter_capacity", waiter_capacity, 1),
+        ("stuck_after_ms", stuck_after_ms, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
@@ -110,6 +112,7 @@ def service_config(
         tasks=tuple((n, task_spec(n, t)) for n, t in tasks.items()),
         watch_capacity=watch_capacity,
         waiter_capacity=waiter_capacity,
+        stuck_after_ms=stuck_after_ms,
     )
     if journal is not None:
         config = replace(

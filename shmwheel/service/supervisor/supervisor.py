@@ -89,6 +89,7 @@ class TimerService:
         journal_on_damage: str = "refuse",
         job_workers: int = 0,
         job_grace: float = DEFAULT_GRACE_S,
+        stuck_after_ms: int = 1000,
     ) -> None:
         # every option is a named keyword-only parameter (no **options): a misspelt one is
         # a TypeError from the call itself and an error to a type checker
@@ -106,20 +107,12 @@ class TimerService:
             shm.check_name(name) if name is not None else f"s{os.getpid()}-{secrets.token_hex(4)}"
         )
         self.config = O.service_config(
-            tasks,
-            capacity=capacity,
-            executors=executors,
-            tick_ms=tick_ms,
-            wheel_size=wheel_size,
-            max_clients=max_clients,
-            ring_capacity=ring_capacity,
-            dispatch_capacity=dispatch_capacity,
-            arena_bytes=arena_bytes,
-            watch_capacity=watch_capacity,
-            waiter_capacity=waiter_capacity,
-            job_workers=job_workers,
-            journal=self.journal,
-        )
+            tasks, capacity=capacity, executors=executors, tick_ms=tick_ms,
+            wheel_size=wheel_size, max_clients=max_clients, ring_capacity=ring_capacity,
+            dispatch_capacity=dispatch_capacity, arena_bytes=arena_bytes,
+            watch_capacity=watch_capacity, waiter_capacity=waiter_capacity,
+            job_workers=job_workers, journal=self.journal, stuck_after_ms=stuck_after_ms,
+        )  # fmt: skip
         self.mem: L.ServiceMemory | None = None
         self._owner_pid = 0  # the process that started the service: only it stops it
         self.procs: dict[str, RoleProcess] = {}

@@ -14,7 +14,7 @@ Checks (docs/operating.md, "Watchdog and health"):
   dispatch rings are skipped by their consumers already); a process stopped (SIGSTOP)
   for ``STALL_S``, or the coordinator / reaper with work and no progress counter moving
   for ``STALL_S``: SIGKILLed, so the supervisor restarts it; timers due ``LATE_S`` ago
-  and not run;
+  and not run; an executor the reaper judges stuck (``X_STUCK``);
 * on each exit: more than ``RESTARTS_N`` restarts of a role in ``RATE_WINDOW_S`` show
   ``degraded`` (reason ``restarts``) at once, for ``HOLD_S`` after the last;
   more than ``RATE_N`` restarts in ``RATE_WINDOW_S``, or ``START_FAILS``
@@ -131,6 +131,8 @@ class Watchdog:
         self._rings(mem, now)
         self._processes(mem, now)
         self._late(mem, now)
+        if mem.exec_table[:, L.X_STUCK].any():  # the reaper's verdict (reaper.py, take_over)
+            self._flag("stuck", now)
         for role, q in self.restarts.items():
             p = self.svc.procs.get(role)
             if not q or now - q[-1] <= RATE_WINDOW_S or p is None or p.poll() is not None:
@@ -378,7 +380,7 @@ class Watchdog:
         oldest = now_ns
         for ring in mem.dispatch:
             if ring.pending() and not ring.corrupt():
-                oldest = min(oldest, int(ring.record_at(ring.tail)[C.DR_FIRED_NS]))
+                oldest = min(oldest, int(C.dr_fired_ns(ring.record_at(ring.tail)[C.DR_FIRED_NS])))
         wake = int(mem.header[L.W_REAPER_WAKE_AT])
         if wake > 0:
             oldest = min(oldest, wake * 1_000_000)
