@@ -23,10 +23,10 @@ import tempfile
 import time
 
 import shmwheel
-from shmwheel.bench import journal_workloads as JW
-from shmwheel.bench import service_common as SC
-from shmwheel.bench import service_ops as SO
-from shmwheel.segment import layout as L
+from shmwheel.bench.journal import workloads as journal_workloads
+from shmwheel.bench.service import common as service_common
+from shmwheel.bench.service import ops as service_ops
+from shmwheel.segment import layout
 
 
 def cpu_s(pid: int) -> tuple[float, float]:
@@ -40,18 +40,19 @@ def cpu_s(pid: int) -> tuple[float, float]:
 
 
 def one(n: int, journal: str | None) -> dict[str, float]:
-    _, chunks = SO.batch_delays(n)
+    _, chunks = service_ops.batch_delays(n)
     total = sum(map(len, chunks))
     options = {} if journal is None else {"journal": journal}
-    with SC._service(SC._capacity_for(total), **options) as svc, svc.client() as c:
-        SC.warm(c)
-        JW.wait_linked(svc, 0, 30.0)
-        pid = int(svc.mem.header[L.W_PID_COORDINATOR])
+    capacity = service_common._capacity_for(total)
+    with service_common._service(capacity, **options) as svc, svc.client() as c:
+        service_common.warm(c)
+        journal_workloads.wait_linked(svc, 0, 30.0)
+        pid = int(svc.mem.header[layout.W_PID_COORDINATOR])
         c0, p0, t0 = cpu_s(pid), time.process_time(), time.perf_counter()
         for d in chunks:
             c.schedule_many("noop", d)
         t1, p1 = time.perf_counter(), time.process_time()
-        if JW.wait_linked(svc, total, 60.0) < total:
+        if journal_workloads.wait_linked(svc, total, 60.0) < total:
             raise RuntimeError("the coordinator did not link every timer in 60 s")
         c1 = cpu_s(pid)
     return {
@@ -65,7 +66,7 @@ def one(n: int, journal: str | None) -> dict[str, float]:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     off = one(n, None)
-    with tempfile.TemporaryDirectory(prefix=JW.DIR_PREFIX) as d:
+    with tempfile.TemporaryDirectory(prefix=journal_workloads.DIR_PREFIX) as d:
         on = one(n, d)
     out = {"shmwheel": os.path.dirname(shmwheel.__file__), "timers": 5 * n, "off": off}
     out |= {"on": on, "ratio": on["rate"] / off["rate"], "loadavg": os.getloadavg()[0]}

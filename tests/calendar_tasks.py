@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lease_tasks import append_json
+from helpers import append_json
 
 import shmwheel
 

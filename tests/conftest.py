@@ -5,11 +5,10 @@ import fcntl
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
+from helpers import service_processes, settle, shm_files
 
 # the repository's root (workers/, the example programs) is importable here and, through
 # the path the supervisor hands its children, in executors, however pytest was started
@@ -18,46 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # the suite never writes the audit's JVM class archive to the user's cache, and every run
 # starts its JVMs alike (test_jvm_archive.py turns it on in a directory of its own)
 os.environ["SHMWHEEL_JVM_ARCHIVE"] = "off"
-
-# services started in this process are named "s<pid>-<hex>"; others (a bench running
-# beside the tests) are not this suite's business
-MINE = f"s{os.getpid()}-"
-
-
-# services a module-scoped fixture keeps across its tests (module_service): the check
-# after each test leaves their processes and segments alone until the fixture ends
-KEPT: set[str] = set()
-
-
-def service_processes(prefix: str = MINE) -> list[psutil.Process]:
-    """Live service processes whose service name starts with `prefix` (less KEPT ones)."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if any("shmwheel.service.processes.main" in a for a in cmd[:3]) and any(
-            a.startswith(prefix) and a not in KEPT for a in cmd[3:]
-        ):
-            found.append(p)
-    return found
-
-
-def shm_files(prefix: str = MINE) -> set[str]:
-    return {
-        p.name
-        for p in Path("/dev/shm").iterdir()
-        if "shmwheel." + prefix in p.name and not any(f"shmwheel.{k}" in p.name for k in KEPT)
-    }
-
-
-def module_service(svc):
-    """A generator for a module-scoped fixture: `svc` started, kept across the module's
-    tests, stopped at its end (then the usual check applies to it)."""
-    with svc:
-        KEPT.add(svc.name)
-        try:
-            yield svc
-        finally:
-            KEPT.discard(svc.name)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,9 +63,7 @@ def nothing_left_behind():
 
 
 def _check_nothing_left() -> None:
-    deadline = time.monotonic() + 5
-    while (service_processes() or shm_files()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    settle(lambda: not (service_processes() or shm_files()), 5, pause=0.05)
     left = service_processes()
     for p in left:
         p.kill()

@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+from helpers import append_line, settle
+
 
 class Custom(Exception):
     """An exception of this module: travels back pickled, matched by Retry(on=...)."""
@@ -92,11 +94,8 @@ def wait_for_file(path: str, timeout: float, started: str | None = None) -> str:
     Leaves the file `started` first, if given."""
     if started:
         Path(started).write_text("started")
-    end = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > end:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.005)
+    if not settle(lambda: os.path.exists(path), timeout, pause=0.005):
+        raise TimeoutError(f"{path} never appeared")
     return "released"
 
 
@@ -161,11 +160,7 @@ def mark(payload: dict) -> str:
         if (p.exists())
         else 1
     )
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{tag} {attempt} {time.monotonic_ns()}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(path, f"{tag} {attempt} {time.monotonic_ns()}\n")
     if payload.get("sleep_first") and attempt == 1:
         time.sleep(payload["sleep_first"])
     if payload.get("fail_first") and attempt == 1:

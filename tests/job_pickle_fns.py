@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from helpers import settle
+
 import shmwheel
 
 
@@ -75,9 +77,7 @@ def gated(release: str, started: str, fail: str | None = None) -> str:
     """A job busy until `release` exists (60 s at most); leaves `started` first. Then it
     raises ValueError(fail) if `fail`, else returns "released"."""
     Path(started).write_text("started")
-    end = time.monotonic() + 60
-    while not os.path.exists(release) and time.monotonic() < end:
-        time.sleep(0.005)
+    settle(lambda: os.path.exists(release), 60, pause=0.005)
     if fail:
         raise ValueError(fail)
     return "released"
@@ -91,9 +91,7 @@ def task_gated(payload: dict) -> dict:
 def stop_running(blob: bytes) -> dict[str, Any]:
     """Stop a running job from here: cancel() refuses (it runs), stop() wins."""
     job = pickle.loads(blob)
-    end = time.monotonic() + 60
-    while not job.running() and time.monotonic() < end:
-        time.sleep(0.005)
+    settle(job.running, 60, pause=0.005)
     out = {"running": job.running(), "attempts": job.attempts, "cancel": job.cancel()}
     out["stop"] = job.stop()
     out["cancelled"] = job.cancelled()

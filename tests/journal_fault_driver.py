@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from test_service import TASKS, read_log  # noqa: E402
+from helpers import TASKS, read_log, wait_for  # noqa: E402
 
 from shmwheel import JournalError, TimerService  # noqa: E402
 from shmwheel.journal.write import disk  # noqa: E402
@@ -35,11 +35,9 @@ from shmwheel.segment import layout as L  # noqa: E402
 
 
 def wait(pred, timeout: float, what: str) -> float:
+    """wait_for(pred, timeout, what), bounded; returns how long it took (s)."""
     t0 = time.monotonic()
-    while not pred():
-        if time.monotonic() - t0 > timeout:
-            raise SystemExit(f"driver: timed out waiting for {what}")
-        time.sleep(0.005)
+    wait_for(pred, timeout, what, pause=0.005)
     return time.monotonic() - t0
 
 

@@ -3,8 +3,9 @@ tests/ on their PYTHONPATH, which the supervisor hands them from the test proces
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from helpers import append_line
 
 import shmwheel
 
@@ -21,9 +22,4 @@ def fired_seen(payload: Any) -> None:
         r["kind"] == "fired" and r["id"] == ctx.id and r["run"] == ctx.attempt
         for r in J.records(payload[0], rejects=[])  # (a tail being written is a reject)
     )
-    line = f"F {ctx.id} {ctx.attempt} {int(seen)}\n"
-    fd = os.open(payload[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_line(payload[1], f"F {ctx.id} {ctx.attempt} {int(seen)}\n")

@@ -10,37 +10,21 @@ every beat. ``crash_driver`` is the embedding process of the whole-service SIGKI
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from helpers import append_json, wait_for, write_whole
+
 import shmwheel
 import shmwheel.journal
-
-
-def now_ns() -> int:
-    return time.monotonic_ns()
-
-
-def append_json(path: str, row: dict[str, Any]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, (json.dumps(row) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def read_json_lines(path: str | Path) -> list[dict[str, Any]]:
-    p = Path(path)
-    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def expired(payload: dict[str, Any]) -> None:
     """A lease's on_expire task: one line (id, deadline_ms, run_ns, holder, key)."""
     ctx = shmwheel.context()
-    start = now_ns()
+    start = time.monotonic_ns()
     row = {"id": ctx.id, "deadline_ms": ctx.deadline_ms, "run_ns": start, "holder": ctx.holder}
     append_json(payload["path"], {**row, "key": ctx.key})
 
@@ -68,15 +52,15 @@ def hold(
     rows: list[tuple[str, int, int, bool, int]] = []
 
     def call(what: str, fn: Any) -> None:
-        t0 = now_ns()
+        t0 = time.monotonic_ns()
         r = bool(fn())
-        rows.append((what, t0, now_ns(), r, lease.deadline_ms))
+        rows.append((what, t0, time.monotonic_ns(), r, lease.deadline_ms))
 
-    first = now_ns()
+    first = time.monotonic_ns()
     try:
         while not stop.is_set():
             call("beat", lease.beat)
-            if not long.is_set() and now_ns() - first > 1.5 * lease.ttl_ms * 1e6:
+            if not long.is_set() and time.monotonic_ns() - first > 1.5 * lease.ttl_ms * 1e6:
                 long.set()
             stop.wait(beat_ms / 1000)
         if then == "release":
@@ -119,14 +103,13 @@ def crash_driver(workdir: str, name: str, journal: str) -> None:
     for _ in range(3):
         assert kept.beat()
     assert gone.release()
-    give_up = time.monotonic() + 60  # until the journal holds the last beat and the release
-    while not _journaled(journal, kept.id, kept.deadline_ms, gone.id):
-        if time.monotonic() > give_up:
-            raise RuntimeError("the last beat and the release never reached the journal")
-        time.sleep(0.01)
-    tmp = w / "ready.tmp"
-    tmp.write_text(json.dumps({"kept": kept.id, "gone": gone.id, "deadline": kept.deadline_ms}))
-    tmp.rename(w / "ready.json")
+    wait_for(
+        lambda: _journaled(journal, kept.id, kept.deadline_ms, gone.id),
+        60,
+        "the last beat and the release to reach the journal",
+    )
+    ready = {"kept": kept.id, "gone": gone.id, "deadline": kept.deadline_ms}
+    write_whole(w / "ready.json", json.dumps(ready))
     time.sleep(120)  # killed long before
 
 

@@ -1,4 +1,4 @@
-"""A task for tests/test_surprises.py: print many lines, each in several writes."""
+"""A task for tests/test_user_messages.py: print many lines, each in several writes."""
 
 from __future__ import annotations
 

@@ -13,22 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from helpers import racer_client, share, shared_array, sleep_until_ms
 
 import shmwheel
-
-from .race_tasks import share
 
 COMPLETED_ENV = "SHMWHEEL_OPS_COMPLETED"  # int32[n]: runs of operation i's on_complete
 EXPIRED_ENV = "SHMWHEEL_OPS_EXPIRED"  # int32[n]: runs of its on_expire
 
-_maps: dict[str, np.ndarray] = {}
-
 
 def _count(env: str, i: int) -> None:
-    m = _maps.get(env)
-    if m is None:
-        m = _maps[env] = np.memmap(os.environ[env], dtype=np.int32, mode="r+")
-    m[i] += 1
+    shared_array(env, np.int32)[i] += 1
 
 
 def completed(i: Any) -> None:
@@ -59,26 +53,17 @@ def keys_of(i: int) -> tuple[list[str], int, list[tuple[str, int]]]:
     return [f"k{i}"], 3, [(f"k{i}", 3)]
 
 
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 def completer(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: Any, go: Any) -> None:
     """Completer j of k (a spawned process): for operations i = j, j + k, ..., at the
     operation's timeout plus a random offset in [-jitter_ms, +jitter_ms], send its signals;
     record in won[i] how many operations the last signal completed (0 or 1), or 2 if an
     earlier signal of i completed something (it must not)."""
     d = Path(workdir)
-    with shmwheel.connect(name) as client:
-        ready.set()
-        if not go.wait(60):
-            raise RuntimeError("no go signal")
+    with racer_client(name, ready, go) as client:
         won = np.memmap(d / "won", dtype=np.int8, mode="r+")
         mine, at = share(np.load(d / "deadlines.npy"), k, j, jitter_ms, seed=2000)
         for i, t in zip(mine.tolist(), at.tolist(), strict=True):
-            wait = t - now_ms()
-            if wait > 0:
-                time.sleep(wait / 1000)
+            sleep_until_ms(t)
             signals = keys_of(i)[2]
             early = sum(client.check_and_complete(key, a) for key, a in signals[:-1])
             last = client.check_and_complete(*signals[-1])

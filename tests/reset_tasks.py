@@ -10,13 +10,12 @@ ms ahead (most of the time) or a cancel, and records what each call returned.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from race_tasks import now_ms, share
+from helpers import now_ms, racer_client, share, shared_array, sleep_until_ms
 
 import shmwheel
 
@@ -24,31 +23,24 @@ RUN_ENV = "SHMWHEEL_RESET_RUNS"  # int64[n, 3]: runs, the run's deadline_ms, its
 CANCEL_SHARE = 0.15  # the part of a racer's actions that are cancels
 AHEAD_MS = 6  # a reset moves the deadline to now + [0, AHEAD_MS] ms
 
-_runs: np.ndarray | None = None  # opened once per executor
-
 
 def stamp(i: Any) -> None:
     """The raced task: runs[i] = (runs + 1, this run's deadline, its start in ns)."""
-    global _runs
     start = time.monotonic_ns()
-    if _runs is None:
-        _runs = np.memmap(os.environ[RUN_ENV], dtype=np.int64, mode="r+").reshape(-1, 3)
-    _runs[i, 0] += 1
-    _runs[i, 1] = shmwheel.context().deadline_ms
-    _runs[i, 2] = start
+    runs = shared_array(RUN_ENV, np.int64).reshape(-1, 3)
+    runs[i, 0] += 1
+    runs[i, 1] = shmwheel.context().deadline_ms
+    runs[i, 2] = start
 
 
 def resetter(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: Any, go: Any) -> None:
-    """Racer j of k (a spawned process; see race_tasks.racing): every timer, at its
+    """Racer j of k (a spawned process; see helpers.racing): every timer, at its
     deadline + [-jitter_ms, jitter_ms], is reset to now + [0, AHEAD_MS] ms or cancelled.
     Writes acts_<j>.npy: per timer (kind 1 reset / 2 cancel, returned 1 True / 0 False,
     the deadline a reset asked for)."""
     d = Path(workdir)
     rng = np.random.default_rng(7000 + j)
-    with shmwheel.connect(name) as client:
-        ready.set()
-        if not go.wait(60):
-            raise RuntimeError("no go signal")
+    with racer_client(name, ready, go) as client:
         ids = np.load(d / "ids.npy")
         deadlines = np.load(d / "deadlines.npy")
         # every racer acts on every timer: racer j's "share" of a k = 1 split
@@ -57,8 +49,7 @@ def resetter(name: str, workdir: str, k: int, j: int, jitter_ms: int, ready: Any
         cancels = rng.random(len(ids)) < CANCEL_SHARE
         ahead = rng.integers(0, AHEAD_MS + 1, len(ids))
         for i, t in zip(order.tolist(), at.tolist(), strict=True):
-            while now_ms() < t:
-                time.sleep(0.0002)
+            sleep_until_ms(t)
             if cancels[i]:
                 acts[i] = (2, client.cancel(int(ids[i])), 0)
             else:

@@ -10,7 +10,8 @@ import uuid
 from pathlib import Path
 
 import psutil
-from test_bench_report import check_tables, longest_lines
+from bench_tables import check_tables, longest_lines
+from helpers import settle
 
 from shmwheel.bench.baselines import HeapTimer, RedisDelayQueue, redis_status
 from shmwheel.bench.journal import workloads as JW
@@ -259,17 +260,16 @@ def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
         preexec_fn=_sigint_default,
     )
     try:
-        end = time.monotonic() + 60
-        producers_seen = False
-        while time.monotonic() < end and proc.poll() is None:
+
+        def producers() -> str | None:
             # the spawn context is in use: its resource tracker and a producer are up (the
             # interrupt then lands in the producers or in the thread baselines after them)
             kids = _marked_processes(mark)
             if sum("multiprocessing" in " ".join(p.cmdline()) for p in kids if p.is_running()) >= 2:
-                producers_seen = True
-                break
-            time.sleep(0.1)
-        assert producers_seen, "the producer processes never started"
+                return "up"
+            return "ended" if proc.poll() is not None else None
+
+        assert settle(producers, 60, pause=0.1) == "up", "the producer processes never started"
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -279,9 +279,7 @@ def test_bench_ctrl_c_stops_services_and_producers(tmp_path):
             proc.communicate()
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    deadline = time.monotonic() + 5
-    while _marked_processes(mark) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    settle(lambda: not _marked_processes(mark), 5, pause=0.1)
     assert _marked_processes(mark) == [], "a process the bench started survived Ctrl-C"
     assert _shm_files(proc.pid) - before == set(), "Ctrl-C left a segment in /dev/shm"
 
@@ -387,13 +385,12 @@ def test_threads_interrupted_before_release_leaves_no_worker_waiting(monkeypatch
         pass
     else:
         raise AssertionError("the interrupt did not propagate")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        left = [t for t in threading.enumerate() if t.name.startswith("bench-worker-")]
-        if not left:
-            break
-        time.sleep(0.01)
-    assert left == [], "a worker thread is still waiting after the interrupt"
+
+    def workers_left() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("bench-worker-")]
+
+    settle(lambda: not workers_left(), 5)
+    assert workers_left() == [], "a worker thread is still waiting after the interrupt"
     assert ran == [], "a worker ran its work although the caller gave up"
 
 

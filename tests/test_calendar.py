@@ -12,8 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from cronsim import CronSim
-from lease_tasks import read_json_lines
-from test_service import wait_for
+from helpers import now_ms, read_json_lines, wait_for
 
 from shmwheel import TimerService
 from shmwheel.service import calendar as CAL
@@ -150,9 +149,9 @@ def test_misfires_after_a_restart_on_the_journal(tmp_path, misfire):
     with TimerService(**opts) as svc, svc.client() as c:
         h = c.schedule("stamp", {"path": str(log)}, cron="* * * * * *", misfire=misfire)
         wait_for(lambda: len(read_json_lines(log)) >= 2, timeout=30, what="two runs")
-    stopped_ms = time.monotonic_ns() // 1_000_000
+    stopped_ms = now_ms()
     before = read_json_lines(log)
-    wait_for(lambda: time.monotonic_ns() // 1_000_000 > stopped_ms + 2500, what="time down")
+    wait_for(lambda: now_ms() > stopped_ms + 2500, what="time down")
     with TimerService(**opts) as svc:
         assert svc.recovery["recovered"] == 1
         wait_for(lambda: len(read_json_lines(log)) >= len(before) + 2, timeout=30, what="runs")
@@ -174,7 +173,7 @@ def test_misfires_after_a_restart_on_the_journal(tmp_path, misfire):
 
 def test_bad_calendars_raise_at_the_call():
     with TimerService(tasks=TASKS, capacity=64, executors=1) as svc, svc.client() as c:
-        now = time.monotonic_ns() // 1_000_000
+        now = now_ms()
         for kw in (
             {"cron": "61 * * * *"},
             {"cron": "* * * *"},

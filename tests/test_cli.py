@@ -19,28 +19,24 @@ import sys
 import termios
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
-from conftest import MINE, service_processes
+from helpers import (
+    CLI_ENV,
+    MINE,
+    ROOT,
+    embedding_process,
+    service_processes,
+    start_run,
+    stop_run,
+    wait_for,
+)
 
 import shmwheel
 from shmwheel.segment import shm
 
-ROOT = Path(__file__).resolve().parent.parent
-# COLUMNS / LINES (set in xdist's workers) would override the pty's size in `top`
-ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-ENV.update(PYTHONPATH=str(ROOT), TERM="xterm-256color")
 TASKS = ["record=shmwheel.examples.tasks:append_line", "boom=shmwheel.examples.tasks:fail"]
 ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-Za-z]|[=>78])")
-
-
-def wait_for(pred, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def shmwheel_cmd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -48,46 +44,10 @@ def shmwheel_cmd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess
         [sys.executable, "-m", "shmwheel", *args],
         capture_output=True,
         text=True,
-        env=ENV,
+        env=CLI_ENV,
         cwd=ROOT,
         timeout=timeout,
     )
-
-
-def start_run(args: list[str], log_path: Path) -> tuple[subprocess.Popen[str], str]:
-    """`python -m shmwheel run ARGS` in the background; returns it and its first line."""
-    with log_path.open("w") as err:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "shmwheel", "run", *args],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env=ENV,
-            cwd=ROOT,
-        )
-    assert p.stdout is not None
-    ready, _, _ = select.select([p.stdout], [], [], 30)
-    if not ready:
-        p.kill()
-        p.wait()
-        raise AssertionError(f"`run` printed nothing in 30 s: {log_path.read_text()}")
-    line = p.stdout.readline()
-    assert line, f"`run` exited with {p.wait()}: {log_path.read_text()}"
-    return p, line
-
-
-def stop_run(p: subprocess.Popen[str], name: str, sig: int, log_path: Path) -> None:
-    """Signal `run`, check it exits 0 and leaves no process and nothing in /dev/shm."""
-    p.send_signal(sig)
-    try:
-        rc = p.wait(20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        raise
-    assert rc == 0, f"`run` exited {rc}: {log_path.read_text()}"
-    assert not service_processes(name), "service processes left behind"
-    assert not shm.service_files(name), "segment or semaphores left in /dev/shm"
-    assert "stopped" in log_path.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +156,7 @@ def test_top_on_a_pty_shows_the_figures_and_quits_on_q(served):
         stdin=slave,
         stdout=slave,
         stderr=slave,
-        env=ENV,
+        env=CLI_ENV,
         cwd=ROOT,
         start_new_session=True,
     )
@@ -319,21 +279,8 @@ def test_status_and_top_of_a_missing_service_exit_1(cli):
 def _stale_service(name: str) -> None:
     """Start a service in a child process in its own session, then SIGKILL the whole
     group: nobody is left to unlink the segment."""
-    code = textwrap.dedent(f"""
-        import time, shmwheel
-        svc = shmwheel.TimerService({name!r}, tasks={{"boom": "shmwheel.examples.tasks:fail"}},
-                                    capacity=100, executors=1).start()
-        print(svc.name, flush=True)
-        time.sleep(120)
-    """)
-    p = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=ENV,
-        start_new_session=True,
-    )
-    assert p.stdout is not None and p.stdout.readline().strip() == name
+    p, started = embedding_process(name, capacity=100)
+    assert started == name
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     wait_for(lambda: not service_processes(name), timeout=10, what="the group to die")

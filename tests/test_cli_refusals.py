@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import KEPT, MINE, module_service, service_processes, shm_files
+from helpers import KEPT, MINE, module_service, nobody_python, service_processes, shm_files
 
 from shmwheel import TimerService
 from shmwheel.journal import format as F
@@ -34,7 +34,8 @@ NOBODY_ENV.update(
     PYTHONPATH=os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]]),
     PYTHONNOUSERSITE="1",
 )
-TASK = "a=workers.tasks:noop"
+TASK = "a=shmwheel.examples.tasks:noop"
+NOPE = "a=shmwheel.examples.tasks:nope"  # a module that has no such function
 ABSENT = f"{MINE}absent"
 BUSY = f"{MINE}refusals"
 DAMAGED = f"{MINE}damaged"  # /dev/shm/shmwheel.DAMAGED: a segment file of garbage
@@ -62,7 +63,7 @@ CASES = [
     ("run: capacity not a number", [*RUN, "--capacity", "x"], 2),
     ("run: capacity 0", [*RUN, "--capacity", "0"], 2),
     ("run: task without =", ["run", "--name", NEW, "--tasks", "noeq"], 2),
-    ("run: task not importable", ["run", "--name", NEW, "--tasks", "a=workers.tasks:nope"], 2),
+    ("run: task not importable", ["run", "--name", NEW, "--tasks", NOPE], 2),
     ("run: bad name", ["run", "--name", "bad/name", "--tasks", TASK], 2),
     ("run: config missing", [*RUN, "--config", "{missing}/c.toml"], 2),
     ("run: config a directory", [*RUN, "--config", "{empty}"], 2),
@@ -111,7 +112,7 @@ def _shmwheel(
 def _a_journal(path: Path) -> Path:
     """A journal directory with segments (a service started and stopped on it)."""
     TimerService(
-        tasks={"a": "workers.tasks:noop"}, capacity=64, executors=1, journal=path
+        tasks={"a": "shmwheel.examples.tasks:noop"}, capacity=64, executors=1, journal=path
     ).start().stop()
     return path
 
@@ -156,7 +157,7 @@ def places(tmp_path_factory):
     _damage(damaged)
     (base / "empty").mkdir()
     (base / "a_file").write_text("not a journal\n")
-    (base / "bad.toml").write_text('capcity = 5\n[tasks]\na = "workers.tasks:noop"\n')
+    (base / "bad.toml").write_text('capcity = 5\n[tasks]\na = "shmwheel.examples.tasks:noop"\n')
     (base / "not.toml").write_text("this is [not toml\n")
     garbage = Path("/dev/shm") / f"shmwheel.{DAMAGED}"
     KEPT.add(DAMAGED)  # the check after each test leaves it alone until the module ends
@@ -165,7 +166,7 @@ def places(tmp_path_factory):
     os.close(fd)
     busy = base / "busy"
     svc = TimerService(
-        BUSY, tasks={"a": "workers.tasks:noop"}, capacity=64, executors=1, journal=busy
+        BUSY, tasks={"a": "shmwheel.examples.tasks:noop"}, capacity=64, executors=1, journal=busy
     )
     try:
         for _ in module_service(svc):
@@ -230,12 +231,10 @@ def as_nobody():
     pytest runs of this user, which prune it)."""
     if os.geteuid() != 0:
         pytest.skip("needs root (to switch to user nobody)")
-    from test_install import _run_as_nobody_python
-
     where = Path(tempfile.mkdtemp(prefix=f"{MINE}nobody-"))
     try:
         os.chmod(where, 0o755)
-        prefix, _ = _run_as_nobody_python(NOBODY_ENV)
+        prefix, _ = nobody_python(NOBODY_ENV)
         yield prefix, where
     finally:
         for d, dirs, _ in os.walk(where):

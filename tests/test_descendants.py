@@ -12,54 +12,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections import Counter
 from pathlib import Path
 
 import psutil
-from test_service import wait_for
+from descendant_tasks import TASKS, assert_each_ran_once_none_early, runs
+from helpers import alive, wait_for
 
 from shmwheel import TimerService, connect
 
 HERE = Path(__file__).resolve().parent
-TASKS = {
-    "record": "descendant_tasks:record",
-    "spawn": "descendant_tasks:spawn_child",
-    "fork": "descendant_tasks:fork_and_return",
-}
-
-
-def runs(directory: Path) -> list[tuple[int, int, int, str]]:
-    """(timer id, pid, deadline_ms, start ms) of every run the tasks recorded."""
-    out = []
-    for p in directory.glob("run.*"):
-        _, tid, pid, _kind = p.name.split(".")
-        deadline, started = map(int, p.read_text().split())
-        out.append((int(tid), int(pid), deadline, started))
-    return out
-
-
-def assert_each_ran_once_none_early(directory: Path, ids: list[int]) -> None:
-    got = runs(directory)
-    counts = Counter(r[0] for r in got)
-    twice = {i: n for i, n in counts.items() if n > 1}
-    assert not twice, f"{len(twice)} timers ran more than once, e.g. {list(twice.items())[:5]}"
-    missing = set(ids) - set(counts)
-    assert not missing, f"{len(missing)} accepted timers never ran, e.g. {sorted(missing)[:5]}"
-    assert set(counts) <= set(ids), f"runs of timers never accepted: {set(counts) - set(ids)}"
-    early = [r for r in got if r[3] < r[2]]
-    assert not early, f"{len(early)} ran before their deadline, e.g. {early[:5]}"
-
-
-def alive(pids: set[int]) -> list[int]:
-    """The pids of `pids` that name a process that has not exited."""
-    left = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                left.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return left
 
 
 def kill_all(pids: set[int]) -> None:

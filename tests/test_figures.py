@@ -1,7 +1,7 @@
-"""What the per-timer table adds up to (shmwheel/pipeline/tables/figures.py) with no Spark: on
-journals drawn by hypothesis (test_pertimer's), the per-producer, per-task and operations
-figures equal a plain reading of the table's rows as the audit's SQL defined them, and
-the figures of any split of the rows, through JSON and merged, equal the whole's."""
+"""What the per-timer table adds up to (shmwheel/pipeline/tables/figures.py) with no Spark:
+on journals drawn by hypothesis (tests/journal_draws.py), the per-producer, per-task and
+operations figures equal a plain reading of the table's rows as the audit's SQL defined
+them, and the figures of any split of the rows, through JSON and merged, equal the whole's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pertimer import journals
+from journal_draws import journals
 
 from shmwheel.pipeline.tables import figures as F
 from shmwheel.pipeline.tables import histogram as H

@@ -9,10 +9,10 @@ import secrets
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
+from helpers import service_processes, settle, shm_files
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time
@@ -72,13 +72,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _leftovers(name: str) -> tuple[list[psutil.Process], list[str]]:
-    procs = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if any("shmwheel.service.processes.main" in a for a in (p.info["cmdline"] or [])[:3])
-        and name in (p.info["cmdline"] or [])
-    ]
-    return procs, sorted(p.name for p in Path("/dev/shm").iterdir() if "shmwheel." + name in p.name)
+    return service_processes(name), sorted(shm_files(name))
 
 
 def test_forked_child_leaving_the_with_block_does_not_stop_the_service(tmp_path):
@@ -97,9 +91,7 @@ def test_forked_child_leaving_the_with_block_does_not_stop_the_service(tmp_path)
         assert out.returncode == 0 and out.stdout == "OK\n", (
             f"exit {out.returncode}\n{out.stdout}\n{out.stderr[-5000:]}"
         )
-        deadline = time.monotonic() + 5
-        while any(_leftovers(name)) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        settle(lambda: not any(_leftovers(name)), 5, pause=0.05)
         procs, files = _leftovers(name)
         assert not procs, f"service processes still alive: {procs}"
         assert not files, f"left in /dev/shm: {files}"

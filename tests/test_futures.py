@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import settle, wait_for
 
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
@@ -39,13 +40,6 @@ def make(c, kind: str, delay_ms: float, task: str = "noop", payload=None):
 
 def ran(kind: str) -> str:
     return "ok" if kind == "timer" else "expired"
-
-
-def until(pred, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -80,7 +74,7 @@ def test_concurrent_futures_helpers(service, kind):
 def test_running_callbacks_and_errors(service, kind):
     _, c = service
     slow = make(c, kind, 0, "slow", 400)
-    until(slow.running)
+    wait_for(slow.running)
     assert not slow.done() and not slow.cancel()
     seen: list[object] = []
     slow.add_done_callback(seen.append)
@@ -88,7 +82,7 @@ def test_running_callbacks_and_errors(service, kind):
     slow.add_done_callback(dropped.append)
     assert slow.remove_done_callback(dropped.append) == 1
     assert slow.result(10) == ran(kind) and not slow.running()
-    until(lambda: seen == [slow])
+    wait_for(lambda: seen == [slow])
     assert not dropped
     bad = make(c, kind, 0, "fail")
     want = "error" if kind == "timer" else "expired"
@@ -116,8 +110,8 @@ def poll_done(handles: list, pause: float) -> tuple[list, list]:
     each turns True, result(timeout=0) must give "ok". Returns (the handles never done,
     the ids whose result(timeout=0) raised TimeoutError)."""
     left, early = list(handles), []
-    end = time.monotonic() + 10
-    while left and time.monotonic() < end:
+
+    def all_done() -> bool:
         for h in list(left):
             if h.done():
                 try:
@@ -125,7 +119,9 @@ def poll_done(handles: list, pause: float) -> tuple[list, list]:
                 except cf.TimeoutError:
                     early.append(h.id)
                 left.remove(h)
-        time.sleep(pause)
+        return not left
+
+    settle(all_done, 10, pause)
     return left, early
 
 
@@ -159,8 +155,7 @@ def test_done_is_false_while_the_listener_is_resolving(service, monkeypatch):
         for h in gone:
             assert other.cancel(h.id)
             time.sleep(0.02)  # (the slot is freed and the listener takes the waiter)
-            while not h.cancelled():
-                time.sleep(0.001)
+            wait_for(h.cancelled, 10, "the handle to learn it was cancelled", pause=0.001)
             assert h.done() and h.result(timeout=0) == "cancelled"
 
 
@@ -216,7 +211,7 @@ def test_a_callback_added_in_an_event_loop_runs_on_that_loop(service):
     assert seen == [(h, me), (h, me)]
     g = c.schedule("noop", delay_ms=20)
     g.add_done_callback(note)
-    until(lambda: len(seen) == 3)
+    wait_for(lambda: len(seen) == 3)
     assert seen[2][0] is g and seen[2][1].startswith("shmwheel-outcomes"), seen[2]
 
 
@@ -252,7 +247,7 @@ def test_wait_for_timeout_cancels_in_the_service(service, kind, tmp_path):
         return h, seen
 
     h, seen = asyncio.run(main())
-    until(lambda: seen == [h])
+    wait_for(lambda: seen == [h])
     time.sleep(0.5)  # past both deadlines: neither ran
     assert not log.exists()
     if kind == "timer":
@@ -294,7 +289,7 @@ def test_stop_decides_what_it_drops(tmp_path, journal):
     c.close()
     if journal:  # the timer is still pending in the journal: the next start re-arms it
         with TimerService(tasks=TASKS, capacity=1000, executors=1, **opts) as again:
-            until(lambda: again.stats()["completed"] >= 1, 10)
+            wait_for(lambda: again.stats()["completed"] >= 1, 10)
             assert log.read_text().count(" t ") == 1
     else:
         time.sleep(1.6)
@@ -357,5 +352,5 @@ def test_a_won_cancel_is_cancelled_for_every_callback_whatever_the_client_does_n
         h.add_done_callback(lambda f: seen.append(f.exception() or f.result()))
         assert h.cancel()
         c.close()
-        until(lambda: seen)
+        wait_for(lambda: seen)
         assert seen == ["cancelled"], seen

@@ -19,8 +19,7 @@ from collections import UserList
 from pathlib import Path
 
 import pytest
-from conftest import MINE  # tests/ is on sys.path
-from test_service import wait_for
+from helpers import MINE, wait_for
 
 from shmwheel import Full, TimerService
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import nobody_python
 
 pytestmark = pytest.mark.system  # builds / type-checks: pytest -m 'not system' skips it
 
@@ -68,43 +69,6 @@ def _service_leftovers(name: str) -> tuple[list[psutil.Process], list[str]]:
         and name in (p.info["cmdline"] or [])
     ]
     return procs, sorted(p.name for p in SHM.iterdir() if "shmwheel." + name in p.name)
-
-
-_PROBE = (
-    "import subprocess, sys; import numpy, msgpack, posix_ipc, psutil; "
-    "subprocess.run([sys.executable, '-c', 'import numpy'], check=True)"
-)
-
-
-def _run_as_nobody_python(env: dict[str, str]) -> tuple[list[str], str]:
-    """(command prefix, what it is): a Python of this version that user nobody can run.
-    This venv's interpreter may not be one (a pyenv Python under /root, mode 0700): then
-    the system's python3.X of the same minor version, with this venv's site-packages on
-    PYTHONPATH for the dependencies."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.fail("running as root, but setpriv (util-linux) is missing: cannot switch user")
-    switch = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-    minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    tried = []
-    for python in (sys.executable, shutil.which(minor, path="/usr/local/bin:/usr/bin")):
-        if python is None:
-            continue
-        # it must also start itself, as the supervisor does (setpriv may exec a binary
-        # that the user then cannot exec again, and that cannot find its own stdlib)
-        probe = subprocess.run(
-            switch + [python, "-c", _PROBE],
-            env=env,
-            capture_output=True,
-            text=True,
-            cwd="/",
-            timeout=60,
-            check=False,
-        )
-        if probe.returncode == 0:
-            return switch + [python], python
-        tried.append(f"{python}: {probe.stderr.strip()[-300:]}")
-    pytest.fail("no Python that user nobody can run with the dependencies:\n" + "\n".join(tried))
 
 
 def test_install_read_only_as_another_user(tmp_path):
@@ -163,7 +127,7 @@ def test_install_read_only_as_another_user(tmp_path):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env.update(PYTHONPATH=os.pathsep.join([str(site), deps]), PYTHONNOUSERSITE="1")
         if os.geteuid() == 0:
-            cmd, python = _run_as_nobody_python(env)
+            cmd, python = nobody_python(env)
             uid = 65534
         else:
             cmd, python, uid = [sys.executable], sys.executable, os.geteuid()

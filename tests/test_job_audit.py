@@ -235,7 +235,7 @@ def test_a_format_1_ledger_is_read_and_audited_alike(spark, real, tmp_path):
 
 
 def test_a_whole_service_sigkill_recovered_audits_clean(spark, tmp_path, capsys):
-    from test_job_journal import sigkill_and_recover
+    from journaled_jobs import sigkill_and_recover
 
     journal = sigkill_and_recover(tmp_path)
     out = tmp_path / "out"

@@ -4,8 +4,7 @@ timers keep running, in order and never early, while every job worker is busy.""
 from __future__ import annotations
 
 import job_fns
-from helpers import wait_for
-from test_service import read_log
+from helpers import read_log, wait_for
 
 import shmwheel
 

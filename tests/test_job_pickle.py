@@ -13,8 +13,7 @@ import pickle
 import job_fns
 import job_pickle_fns as P
 import pytest
-from conftest import module_service
-from helpers import wait_for
+from helpers import module_service, wait_for
 
 import shmwheel
 from shmwheel import JobTimeout, TaskError

@@ -9,8 +9,7 @@ import time
 
 import job_fns
 import pytest
-from conftest import module_service
-from helpers import wait_for
+from helpers import module_service, wait_for
 
 import shmwheel
 from shmwheel import JobTimeout, Retry, TaskError

@@ -19,9 +19,7 @@ from pathlib import Path
 import job_fns
 import psutil
 import pytest
-from helpers import wait_for
-from test_descendants import alive
-from test_jobs import pool_processes
+from helpers import alive, pool_processes, wait_for
 
 import shmwheel
 from shmwheel import Executor, TaskError

@@ -12,20 +12,12 @@ import time
 
 import job_fns
 import pytest
-from helpers import wait_for
-from test_descendants import alive
+from helpers import alive, pool_processes, wait_for
 
 import shmwheel
 from shmwheel import Executor, JobTimeout, Retry, TaskError
 
 FLAG_TIMEOUT = 30.0
-
-
-def pool_processes(ex: Executor) -> set[int]:
-    """The pids of an Executor's own pool: its zygote and its job workers now."""
-    mgr = ex._pool._mgr
-    pids = {w.proc.pid for w in mgr.workers if w.proc is not None}
-    return pids | ({mgr._zygote.proc.pid} if mgr._zygote is not None else set())
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +31,12 @@ def ex():
 def serves_again(ex: Executor) -> None:
     """Every worker of `ex` takes jobs: as many distinct pids answer as there are workers."""
     pids: set[int] = set()
-    deadline = time.monotonic() + 20
-    while len(pids) < ex.max_workers:
-        assert time.monotonic() < deadline, f"only {len(pids)} workers answered"
-        pids |= {j.result(10) for j in [ex.submit(job_fns.sleep_pid, 0.05) for _ in range(4)]}
+
+    def all_answered() -> bool:
+        pids.update(j.result(10) for j in [ex.submit(job_fns.sleep_pid, 0.05) for _ in range(4)])
+        return len(pids) >= ex.max_workers
+
+    wait_for(all_answered, 20, lambda: f"every worker (only {len(pids)} answered)", pause=0)
 
 
 def test_a_job_returns_its_functions_value(ex):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from test_service import TASKS, read_log, wait_for
+from helpers import TASKS, read_log, wait_for
 
 from shmwheel import RecoveryError, TimerService, journal
 from shmwheel import _native as N

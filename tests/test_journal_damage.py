@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from test_service import TASKS, wait_for
+from helpers import TASKS, settle, wait_for
 
 from shmwheel import RecoveryError, TimerService, journal
 from shmwheel.cli import main
@@ -107,9 +107,7 @@ def restarted(golden: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         # the kill must find its writers past their first bytes: one killed between
         # creating its file and writing the magic leaves a torn tail (rightly a warning),
         # which a busy machine makes likely right after start
-        give_up = time.monotonic() + 20
-        while check.inspect(str(d)).problems and time.monotonic() < give_up:
-            time.sleep(0.05)
+        settle(lambda: not check.inspect(str(d)).problems, 20, pause=0.05)
         kill(svc)
     finally:
         svc.stop()

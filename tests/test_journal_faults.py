@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_service import TASKS, read_log, wait_for
+from helpers import TASKS, assert_chain, read_ids, read_log, wait_for
 
 from shmwheel import JournalError, TimerService, journal
 from shmwheel.journal import format as F
@@ -36,22 +36,6 @@ FAULTS = [  # (errno, the calls it fails)
     (errno.EIO, D.OP_WRITE),
     (errno.EIO, D.OP_SYNC),  # a failed fdatasync: what it could not vouch for is rewritten
 ]
-
-
-def read_ids(directory: Path) -> tuple[list[int], list[reader.Segment]]:
-    """The ids of the CANCELLED records of every segment, in file order, and the segments."""
-    segs = [reader.read_segment(p) for p in F.segment_files(directory)]
-    return [r[1] for s in segs for r in s.records], segs
-
-
-def assert_chain(segs: list[reader.Segment]) -> None:
-    """One writer's segments: no rejects, each names the one before, each but the last
-    ends naming the next, the last ends closed."""
-    names = [os.path.basename(s.path) for s in segs]
-    for i, s in enumerate(segs):
-        assert not s.rejects, s.rejects
-        assert s.header is not None and s.header["prev"] == (names[i - 1] if i else "")
-        assert s.end is not None and s.end["next"] == (names[i + 1] if i + 1 < len(segs) else "")
 
 
 # -- the writer alone ----------------------------------------------------------------------

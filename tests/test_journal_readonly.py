@@ -19,9 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_descendants import TASKS, assert_each_ran_once_none_early, runs
-from test_journal_faults import assert_chain, read_ids
-from test_service import wait_for
+from descendant_tasks import TASKS, assert_each_ran_once_none_early, runs
+from helpers import assert_chain, read_ids, wait_for
 
 from shmwheel import JournalError, RecoveryError, TimerService
 from shmwheel.journal import format as F

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_service import TASKS, wait_for
+from helpers import TASKS, copy_v2_journal, wait_for
 
 from shmwheel import TimerService, journal
 from shmwheel import _native as N
@@ -20,7 +19,6 @@ from shmwheel.errors import RecoveryError
 from shmwheel.journal import check, reader
 from shmwheel.journal import format as F
 
-FIXTURE = Path(__file__).parent / "fixtures" / "journal-v2"
 # the timers the fixture's service left pending (its README.md)
 V2_PENDING = {0, 1, 2, 3, 4, 0xC}
 
@@ -68,17 +66,8 @@ def test_version_3_frames_carry_crc32c(tmp_path):
     assert [r[0] for r in got.records] == [F.CANCELLED]
 
 
-def copy_fixture(to: Path) -> Path:
-    """The fixture journal in a directory a service trusts (0700, files 0600)."""
-    shutil.copytree(FIXTURE, to, ignore=shutil.ignore_patterns("*.md", "*.py"))
-    to.chmod(0o700)
-    for p in to.iterdir():
-        p.chmod(0o600)
-    return to
-
-
 def test_a_version_2_journal_reads_and_checks_intact(tmp_path):
-    d = copy_fixture(tmp_path / "j")
+    d = copy_v2_journal(tmp_path / "j")
     segs = list(journal.read(d))
     assert [s.data[7] for s in segs] == [2, 2] and all(s.header["version"] == 2 for s in segs)
     assert all(not s.rejects and s.end is not None for s in segs)
@@ -114,7 +103,7 @@ def test_a_version_2_journal_recovers(tmp_path):
     deadlines (an hour after the fixture was written, in wall time) have passed, so each
     runs at once: exactly those six run, none of its cancelled or finished ones, and what
     the new epoch wrote is version 3."""
-    d = copy_fixture(tmp_path / "j")
+    d = copy_v2_journal(tmp_path / "j")
     with TimerService(tasks=TASKS, capacity=1000, executors=1, journal=d) as svc:
         assert svc.recovery["recovered"] == len(V2_PENDING)
         assert svc.recovery["epoch"] == 2 and not svc.recovery["damage"]
@@ -152,7 +141,7 @@ def test_an_unknown_future_version_is_refused_clearly(tmp_path):
     """A segment of a version this build does not know (written by a newer shmwheel) is not
     guessed at: the reader rejects it whole, naming the version and those it reads, the
     check calls it damage and a start refuses the journal."""
-    d = copy_fixture(tmp_path / "j")
+    d = copy_v2_journal(tmp_path / "j")
     path = sorted(d.glob("*coordinator*.shwj"))[0]
     data = bytearray(path.read_bytes())
     data[7] = F.VERSION + 1

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 
 import numpy as np
+from helpers import repeat_until
 
 from shmwheel import DelayedOperation, DelayedOperationPurgatory, SystemTimer, TimerTask, WheelCore
 
@@ -34,12 +35,6 @@ class Stamp(TimerTask):
         with self.lock:
             self.runs[self.i] += 1
         self.ran_ns.append(time.monotonic_ns())
-
-
-def advance_until(timer, done, limit_s=30.0):
-    end = time.monotonic() + limit_s
-    while not done() and time.monotonic() < end:
-        timer.advance_clock(5)
 
 
 def test_adds_from_many_threads_while_another_advances():
@@ -69,7 +64,11 @@ def test_adds_from_many_threads_while_another_advances():
         a.start()
     go.wait()
     try:
-        advance_until(timer, lambda: sum(runs.values()) >= len(tasks) and timer.size == 0)
+        repeat_until(
+            lambda: timer.advance_clock(5),
+            lambda: sum(runs.values()) >= len(tasks) and timer.size == 0,
+            30,
+        )
         for a in adders:
             a.join()
         time.sleep(0.25)  # a task run twice would show by now (the first adds were 200 ms)
@@ -210,9 +209,8 @@ def test_expiry_never_completes_during_a_try_complete():
             op = Watchful(25)
             added = time.monotonic_ns()
             assert not p.try_complete_else_watch(op, ["k"])
-            end = time.monotonic() + 5
-            while not op.is_completed and time.monotonic() < end:
-                p.check_and_complete("k")  # try_complete, lock held ~1 ms, over and over
+            # try_complete, lock held ~1 ms, over and over
+            repeat_until(lambda: p.check_and_complete("k"), lambda: op.is_completed, 5)
             time.sleep(0.01)
             assert op.completions == 1 and op.expirations == 1
             assert op.overlaps == 0, "on_complete ran while try_complete ran elsewhere"

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import lease_tasks
 import pytest
-from journal_crash_harness import _cleanup_shm, _set_subreaper, kill_group
-from lease_tasks import read_json_lines
-from test_service import wait_for
+from helpers import read_json_lines, wait_for
 
 from shmwheel import Lease, TaskError, TimerService
 from shmwheel.segment import layout as L
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # the crash harness
+from journal_crash_harness import _cleanup_shm, _set_subreaper, kill_group
 
 HERE = Path(__file__).resolve().parent
 TASKS = {"expired": "lease_tasks:expired", "boom": "shmwheel.examples.tasks:fail"}

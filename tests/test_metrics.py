@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MINE
-from test_cli import ROOT, start_run, stop_run, wait_for
+from helpers import MINE, ROOT, start_run, stop_run, wait_for
 
 import shmwheel
 

@@ -16,15 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import now_ms, racing, service_processes, wait_for
 
 import shmwheel
 from shmwheel import Full, ShmwheelError, TimerService
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from tests import ops_tasks
-from tests.conftest import service_processes
-from tests.race_tasks import racing
-from tests.test_service import wait_for
 
 TASKS = {
     "completed": "tests.ops_tasks:completed",
@@ -206,14 +204,14 @@ def test_completion_races_expiry_across_processes(counts, tmp_path):
         with racing(
             ops_tasks.completer, svc.name, str(tmp_path), completers, jitter_ms, "completer"
         ) as release:
-            start = ops_tasks.now_ms() + 1500
+            start = now_ms() + 1500
             ops = []
             for i in range(n):
                 keys, required, _ = ops_tasks.keys_of(i)
                 ops.append(
                     c.watch(
                         keys,
-                        start + i * 2500 / n - ops_tasks.now_ms(),
+                        start + i * 2500 / n - now_ms(),
                         on_complete="completed",
                         on_expire="expired",
                         payload=i,

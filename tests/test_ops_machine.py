@@ -1,5 +1,5 @@
 """The purgatory's state machine without processes: the slot machine of
-test_slot_machine.py, plus operations watched on a few keys, signalled from any client,
+tests/slot_machine.py, plus operations watched on a few keys, signalled from any client,
 cancelled, and crash repairs that scramble the watch lists. After every step: verify()
 (the watch lists included), and every operation that ended had exactly one outcome, the
 right one: completed only once its keys' amounts reached `required` (and then at once),
@@ -19,7 +19,7 @@ from shmwheel import Full
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from tests.local_segment import QuietClient
-from tests.test_slot_machine import RUNS, SlotMachine
+from tests.slot_machine import RUNS, SlotMachine
 
 
 class RacingClient(QuietClient):

@@ -8,12 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from journal_draws import TASKS, journals
 
 from shmwheel.pipeline.tables import pertimer as P
 
 K, OC = P.KIND, P.OUTCOME
-TASKS = ("noop", "fail", "other")
 
 
 def reference(records: list[dict[str, Any]], b: P.Bounds) -> dict[int, dict[str, Any]]:
@@ -131,40 +130,6 @@ def _timer(i: int, rs: list[dict[str, Any]], b: P.Bounds) -> dict[str, Any]:
         idx = _mx([r["task_i"] for r in sched])
     t["run_task"] = TASKS[idx - 1] if idx and idx <= len(TASKS) else None
     return t
-
-
-_KINDS = ("scheduled", "watched", "cancelled", "completed", "expired", "fired", "outcome")
-
-
-@st.composite
-def journals(draw: st.DrawFn) -> tuple[list[dict[str, Any]], P.Bounds]:
-    n = draw(st.integers(0, 40))
-    times = draw(st.lists(st.integers(0, 10_000), min_size=n, max_size=n, unique=True))
-    records = []
-    for t_us in times:
-        records.append({
-            "id": draw(st.integers(1, 6)),
-            "epoch": draw(st.integers(1, 3)),
-            "t_us": t_us,
-            "run": draw(st.integers(0, 3)),
-            "deadline_ms": draw(st.integers(0, 10)),
-            "period_ms": draw(st.sampled_from([0, 0, 5])),
-            "producer": draw(st.integers(0, 2)),
-            "duration_us": draw(st.integers(0, 100)),
-            "next_deadline_ms": draw(st.integers(-1, 10)),
-            "kc": K[draw(st.sampled_from(_KINDS))],
-            "oc": draw(st.sampled_from(sorted(OC.values()))),
-            "task_i": draw(st.integers(0, 3)),
-            "on_complete_i": draw(st.integers(0, 3)),
-            "on_expire_i": draw(st.integers(0, 3)),
-        })  # fmt: skip
-    b = P.Bounds(
-        end_us=draw(st.integers(0, 12_000)),
-        final_epoch=draw(st.integers(1, 3)),
-        grace_us=draw(st.sampled_from([0, 2000])),
-        tasks=TASKS,
-    )
-    return records, b
 
 
 def kernel(records: list[dict[str, Any]], b: P.Bounds) -> dict[int, dict[str, Any]]:

@@ -12,9 +12,9 @@ import msgpack
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from helpers import copy_v2_journal
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
-from test_journal_versions import copy_fixture
 
 from shmwheel import journal as J
 from shmwheel.journal import format as F
@@ -248,7 +248,7 @@ def test_both_readers_read_version_2_and_version_3_journals(spark, tmp_path):
     (CRC-32C): the data source and the binaryFile reader give the decoder's rows for each,
     and a byte flipped in one record of each is that record's reject, named by its
     version's checksum."""
-    copy_fixture(tmp_path / "v2")
+    copy_v2_journal(tmp_path / "v2")
     synthetic(tmp_path / "v3", faults=False)
     cols = ("file", "offset", "kind", "id", "t_us", "run", "reason")
     for d, version, crc in (

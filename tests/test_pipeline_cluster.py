@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from helpers import settle
 
 from shmwheel.pipeline import cli
 from shmwheel.pipeline.demo import write_demo_journal
@@ -69,13 +70,14 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], until: float) -> None:
-    while time.monotonic() < until:
-        if log.exists() and text in log.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    raise AssertionError(f"{text!r} not in {log} in time:\n{log.read_text(errors='replace')}")
+    """Until the monotonic time `until`: `text` shows in `log` (AssertionError if `proc`
+    exits first or the time runs out)."""
+
+    def seen() -> bool:
+        return log.exists() and text in log.read_text(errors="replace")
+
+    settle(lambda: seen() or proc.poll() is not None, until - time.monotonic(), pause=0.5)
+    assert seen(), f"{text!r} not in {log} in time:\n{log.read_text(errors='replace')}"
 
 
 @pytest.fixture

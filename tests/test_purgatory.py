@@ -2,6 +2,7 @@ import threading
 import time
 
 import pytest
+from helpers import settle
 
 from shmwheel import DelayedOperation, DelayedOperationPurgatory, ManualClock, MockTimer
 
@@ -145,9 +146,7 @@ def test_reaper_expires_in_real_time_and_shutdown_joins_it():
     op = Op(20)
     started = time.monotonic_ns()
     p.try_complete_else_watch(op, ["k"])
-    give_up = time.monotonic() + 5
-    while not op.is_completed and time.monotonic() < give_up:
-        time.sleep(0.005)
+    settle(lambda: op.is_completed, 5, pause=0.005)
     assert op.expirations == 1
     assert time.monotonic_ns() - started >= 20_000_000
     reaper = p._expiry_thread

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import race_tasks
+from helpers import now_ms, racing, wait_for
 
 from shmwheel import TimerService
 
@@ -28,22 +29,20 @@ def test_cancel_races_fire_across_processes_one_winner_each(tmp_path, monkeypatc
         TimerService(tasks={"hit": "race_tasks:hit"}, capacity=2 * N, executors=2) as svc,
         svc.client() as c,
     ):
-        with race_tasks.racing(
+        with racing(
             race_tasks.canceller, svc.name, str(tmp_path), CANCELLERS, JITTER_MS, "canceller"
         ) as release:
             hs = c.schedule_many("hit", LEAD_MS + np.arange(N) * (WINDOW_MS / N), list(range(N)))
-            scheduled_by = race_tasks.now_ms()
+            scheduled_by = now_ms()
             np.save(tmp_path / "ids.npy", hs.ids)
             np.save(tmp_path / "deadlines.npy", hs.deadlines_ms)
             release()
             margin = int(hs.deadlines_ms.min()) - scheduled_by  # printed: ~150-250 ms
-        end = time.monotonic() + 30
-        while True:
-            st = svc.stats()
-            if st["completed"] + st["cancelled"] + st["task_errors"] >= N:
-                break
-            assert time.monotonic() < end, f"timed out waiting for every timer: {st}"
-            time.sleep(0.01)
+        wait_for(
+            lambda: (s := svc.stats())["completed"] + s["cancelled"] + s["task_errors"] >= N,
+            30,
+            lambda: f"every timer: {svc.stats()}",
+        )
         time.sleep(0.1)  # a run twice would show up now
         st = svc.stats()
     elapsed = time.monotonic() - t0

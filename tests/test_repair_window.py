@@ -7,7 +7,7 @@ theirs (task errors, or another timer's tag)."""
 from __future__ import annotations
 
 import pytest
-from test_service import TASKS, assert_once_never_early, read_log, wait_for
+from helpers import TASKS, assert_once_never_early, read_log, wait_for
 
 from shmwheel import TimerService
 from shmwheel.segment.verify import verify

@@ -13,10 +13,9 @@ import time
 
 import numpy as np
 import pytest
-import race_tasks
 import reset_tasks
+from helpers import TASKS, racing, read_log, wait_for
 from local_segment import QuietClient, local_memory, small_config
-from test_service import TASKS, read_log, wait_for
 
 from shmwheel import Full, JournalError, TimerService, journal
 from shmwheel.journal import format as F
@@ -386,7 +385,7 @@ def test_resets_race_fires_cancels_and_each_other_across_processes(tmp_path, mon
         ) as s,
         s.client() as c,
     ):
-        with race_tasks.racing(
+        with racing(
             reset_tasks.resetter, s.name, str(tmp_path), RACERS, JITTER_MS, "resetter"
         ) as release:
             hs = c.schedule_many("stamp", LEAD_MS + np.arange(N) * (WINDOW_MS / N), list(range(N)))

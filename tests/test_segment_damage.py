@@ -15,8 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import MINE
-from test_trust import _fake_service
+from helpers import MINE, fake_service
 
 import shmwheel
 from shmwheel import LayoutError, ShmwheelError, TimerService
@@ -31,7 +30,7 @@ META = L.HEADER_WORDS * 8  # where the config blob starts
 
 def fake(name: str, owner_pid: int) -> None:
     """A small formatted service segment with no processes and no semaphores."""
-    _fake_service(name, owner_pid)
+    fake_service(name, owner_pid)
 
 
 def write_config(mem: L.ServiceMemory, blob: bytes, total: int | None = None) -> None:

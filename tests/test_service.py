@@ -12,11 +12,20 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import (
+    MINE,
+    TASKS,
+    assert_once_never_early,
+    embedding_process,
+    read_log,
+    service_processes,
+    sleep_until_ms,
+    wait_for,
+)
 
 import shmwheel
 from shmwheel import Full, LayoutError, ShmwheelError, TimerService
@@ -25,45 +34,6 @@ from shmwheel.segment import layout as L
 from shmwheel.segment import shm
 from shmwheel.segment.verify import verify
 from shmwheel.service.caller import client as client_mod
-
-TASKS = {
-    "record": "shmwheel.examples.tasks:append_line",
-    "boom": "shmwheel.examples.tasks:fail",
-    "slow": "shmwheel.examples.tasks:sleep_ms",
-}
-
-
-from conftest import MINE, service_processes  # noqa: E402  (tests/ is on sys.path)
-
-
-def wait_for(pred, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def read_log(path: Path) -> list[tuple[str, int, int, int, int, str]]:
-    """Rows (tag, id, deadline_ms, run_ns, attempt, key) of shmwheel.examples.tasks.append_line."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        hid, deadline, run_ns, attempt, tag, key = line.split(" ")
-        rows.append((tag, int(hid), int(deadline), int(run_ns), int(attempt), key))
-    return rows
-
-
-def assert_once_never_early(rows, tags):
-    counts = Counter(r[0] for r in rows)
-    assert set(counts) == set(tags), (
-        f"missing {len(set(tags) - set(counts))}, unexpected {len(set(counts) - set(tags))}"
-    )
-    twice = [t for t, c in counts.items() if c > 1]
-    assert not twice, f"{len(twice)} timers ran twice, e.g. {twice[:3]}"
-    early = [r for r in rows if r[3] < r[2] * 1_000_000]
-    assert not early, f"{len(early)} timers ran before their deadline, e.g. {early[:3]}"
 
 
 @pytest.fixture(autouse=True, params=["memory", "journal"])
@@ -173,8 +143,7 @@ def test_cancel_races_fire_with_one_winner(service, tmp_path):
             )
             handles = list(hs)
             first = int(hs.deadlines_ms.min())
-            while client_mod.now_ms() < first + 10:
-                time.sleep(0.001)
+            sleep_until_ms(first + 10)
             won = [h.cancel() for h in handles]
             won_total += sum(won)
             ran |= {f"a{attempt}r{i}" for i in range(n) if not won[i]}
@@ -547,29 +516,8 @@ def test_client_refuses_use_after_close_and_across_fork(service):
         assert service.stats()["scheduled"] == 0
 
 
-def _embedding_process(new_session: bool) -> tuple[subprocess.Popen[str], str]:
-    """A process that embeds a service and sleeps; returns it and the service's name."""
-    code = textwrap.dedent("""
-        import time, shmwheel
-        svc = shmwheel.TimerService(tasks={"boom": "shmwheel.examples.tasks:fail"}, capacity=1000,
-                                    executors=1).start()
-        print(svc.name, flush=True)
-        time.sleep(120)
-    """)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    p = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=new_session,
-    )
-    name = p.stdout.readline().strip() if p.stdout else ""
-    return p, name
-
-
 def test_embedding_process_killed_service_exits_and_cleans_up():
-    p, name = _embedding_process(new_session=False)
+    p, name = embedding_process(new_session=False)
     try:
         assert name and service_processes(name)
     finally:
@@ -581,7 +529,7 @@ def test_embedding_process_killed_service_exits_and_cleans_up():
 
 @pytest.mark.exclusive  # plants a stale segment any start would sweep
 def test_next_start_sweeps_segments_of_a_dead_owner():
-    p, name = _embedding_process(new_session=True)
+    p, name = embedding_process(new_session=True)
     os.killpg(p.pid, signal.SIGKILL)  # the whole group: nobody is left to unlink
     p.wait()
     wait_for(lambda: not service_processes(name), timeout=10, what="group to die")

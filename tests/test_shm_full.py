@@ -19,12 +19,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MINE, service_processes
+from helpers import MINE, service_processes, settle
 from shm_full_child import service
 
 from shmwheel.segment import layout as L
@@ -80,9 +79,8 @@ def run_child(tmp_path: Path, shm_bytes: int, mode: str, capacity: int) -> dict[
         child.kill()
         code = child.wait()
     finally:
-        deadline = time.monotonic() + 10  # orphans exit once they see their owner gone
-        while service_processes(name) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # orphans exit once they see their owner gone
+        settle(lambda: not service_processes(name), 10, pause=0.05)
         for p in service_processes(name):
             p.kill()
     what = f"signal {signal.Signals(-code).name}" if code < 0 else code

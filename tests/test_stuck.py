@@ -12,8 +12,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from test_descendants import assert_each_ran_once_none_early, runs
-from test_service import wait_for
+from descendant_tasks import assert_each_ran_once_none_early, runs
+from helpers import wait_for
 
 from shmwheel import TimerService
 

@@ -3,6 +3,7 @@ import threading
 import time
 
 import pytest
+from helpers import repeat_until
 
 from shmwheel import (
     ManualClock,
@@ -29,9 +30,7 @@ class Recorder(TimerTask):
 
 def drive(timer, until, stop_after_s=10.0):
     """Advance the clock like Kafka's reaper until `until()` or the time limit."""
-    give_up = time.monotonic() + stop_after_s
-    while not until() and time.monotonic() < give_up:
-        timer.advance_clock(20)
+    repeat_until(lambda: timer.advance_clock(20), until, stop_after_s)
 
 
 @pytest.fixture

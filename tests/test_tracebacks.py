@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import wait_for
 
 import shmwheel
 from shmwheel import TaskError, TimerService
@@ -39,13 +40,6 @@ TASKS = {
     "slow": "shmwheel.examples.tasks:sleep_ms",
 }
 BOOM = "tests.error_tasks.Boom"
-
-
-def until(pred, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
 
 
 def assert_boom(e: BaseException | None, payload: object, h: int) -> None:
@@ -114,14 +108,14 @@ def test_a_repeating_timer_gives_the_run_that_ended_it():
     record, not an earlier run's."""
     with TimerService(tasks=TASKS, capacity=4096, executors=2) as svc, svc.client() as c:
         h = c.schedule("run_fails", 150, delay_ms=5, every_ms=10)
-        until(lambda: svc.stats()["task_errors"] >= 2)
-        until(h.running)
+        wait_for(lambda: svc.stats()["task_errors"] >= 2)
+        wait_for(h.running)
         assert not h.cancel()  # in flight: this run goes on, no further runs
         assert h.result(10) == "error"
         e = h.exception()
         # the run in flight at the cancel may be run 2 still (ended, not yet settled): the
         # last run is the count of runs that raised, whichever it was
-        until(lambda: svc.stats()["in_flight"] == 0)
+        wait_for(lambda: svc.stats()["in_flight"] == 0)
         assert e.run >= 2 and e.run == svc.stats()["task_errors"], (e, svc.stats())
         assert e.message == f"failed in run {e.run}"
         assert e.type_name == "ValueError" and e.task == "run_fails"
@@ -155,7 +149,7 @@ def test_a_flood_of_failures_gives_no_longer_known_never_another_record():
         # every slot reserved before any ends, so none is used again (its outcome stays)
         first = [c.schedule("boom", f"first {i}", delay_ms=50) for i in range(20)]
         rest = [c.schedule("boom", f"flood {i}", delay_ms=600) for i in range(flood)]
-        until(lambda: svc.stats()["task_errors"] == 20 + flood, 60)
+        wait_for(lambda: svc.stats()["task_errors"] == 20 + flood, 60)
         found = 0
         for i, h in enumerate(first + rest):
             assert h.result(10) == "error"

@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import MINE
+from helpers import MINE, fake_service, read_log, wait_for
 
 import shmwheel
 from shmwheel import ShmwheelError, TimerService
@@ -36,8 +36,6 @@ pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or pwd.getpwuid(NOBODY).pw_name != "nobody",
     reason="needs root (to chown what it plants) and a user nobody with uid 65534",
 )
-
-from test_service import read_log, wait_for  # noqa: E402  (tests/ is on sys.path)
 
 # a planted module: records who imported it, then hands the importer the real module, so a
 # service that imports it keeps working and only the marker file tells
@@ -56,24 +54,6 @@ def _dead_pid() -> int:
     p = subprocess.Popen(["true"])
     p.wait()
     return p.pid
-
-
-def _fake_service(name: str, owner_pid: int, journal: Path | None = None) -> Path:
-    """A formatted service segment with no processes (small), owned by `owner_pid`."""
-    cfg = TimerService(
-        name,
-        tasks=TASKS,
-        capacity=64,
-        executors=1,
-        max_clients=1,
-        ring_capacity=16,
-        dispatch_capacity=16,
-        arena_bytes=4096,
-        watch_capacity=16,
-        journal=journal,
-    ).config
-    L.ServiceMemory.create(name, cfg, owner_pid, 0).close()
-    return SHM / (shm.PREFIX + name)
 
 
 def _garbage(name: str, uid: int, mode: int = 0o666) -> Path:
@@ -200,7 +180,7 @@ def test_sweep_clean_and_salvage_leave_another_users_dead_segment_alone(tmp_path
     theirs_dir = tmp_path / "theirs"
     theirs_dir.mkdir(mode=0o700)
     os.chown(theirs_dir, NOBODY, NOBODY)
-    foreign = _fake_service(f"{MINE}foreign", _dead_pid(), root_only)
+    foreign = fake_service(f"{MINE}foreign", _dead_pid(), root_only)
     ours = None
     try:
         os.chown(foreign, NOBODY, NOBODY)
@@ -211,7 +191,7 @@ def test_sweep_clean_and_salvage_leave_another_users_dead_segment_alone(tmp_path
         assert code == 0 and foreign.name[len(shm.PREFIX) :] not in out
         salvage_stale(foreign.name[len(shm.PREFIX) :])
         assert foreign.exists() and not list(root_only.iterdir()), "nothing written"
-        ours = _fake_service(f"{MINE}theirs-journal", _dead_pid(), theirs_dir)
+        ours = fake_service(f"{MINE}theirs-journal", _dead_pid(), theirs_dir)
         with TimerService(tasks=TASKS, capacity=100, executors=1):
             pass
         assert not list(theirs_dir.iterdir()), "no salvage into another user's directory"
@@ -228,7 +208,7 @@ def test_squatted_and_damaged_entries_break_nothing_but_their_own_name(cli):
     planted = [_garbage(squat, NOBODY), _garbage(junk, 0), _garbage(f"{MINE}odd\n", 0)]
     planted.append(_garbage(small, 0, 0o600))
     try:
-        planted.append(_fake_service(badpid, 2**62))
+        planted.append(fake_service(badpid, 2**62))
         with TimerService(tasks=TASKS, capacity=1000, executors=1) as svc:
             with shmwheel.connect(svc.name) as c:
                 assert c.stats()["clients"] == 1

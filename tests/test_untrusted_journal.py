@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import MINE
+from helpers import MINE
 
 from shmwheel import TimerService, UntrustedPath
 from shmwheel.journal import format as F

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_service import TASKS, assert_once_never_early, read_log, wait_for
+from helpers import TASKS, assert_once_never_early, read_log, wait_for
 
 from shmwheel import ShmwheelError, TimerService
 from shmwheel.segment import census, shm

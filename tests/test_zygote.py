@@ -18,8 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import service_processes
-from test_service import TASKS, assert_once_never_early, read_log, wait_for
+from helpers import TASKS, assert_once_never_early, read_log, service_processes, wait_for
 
 from shmwheel import TimerService
 from shmwheel.segment import layout as L

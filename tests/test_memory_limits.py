@@ -1,10 +1,11 @@
-"""Issue 26's memory: a timer is 48 bytes of segment (its wheel node and side record) and
-nothing more. An operation's count lives in its arena block; a freed slot's outcome in its
-payload word until the slot is reserved again; who waits for what in the waiter table,
-sized by how many handles are awaited at once (shmwheel/native/purgatory.c). These tests
-show what the futures do with that: a full table refuses clearly, a full outcome ring loses
-nothing, a late ask learns the outcome until the slot is reused, and a gone client's
-entries are emptied. The ordering argument is checked in tests/test_tsan.py."""
+"""What the segment spends, and its tables' limits: a timer is 48 bytes of segment (its wheel
+node and side record) and nothing more. An operation's count lives in its arena block; a
+freed slot's outcome in its payload word until the slot is reserved again; who waits for
+what in the waiter table, sized by how many handles are awaited at once
+(shmwheel/native/purgatory.c). These tests show what the futures do with that: a full table
+refuses clearly, a full outcome ring loses nothing, a late ask learns the outcome until the
+slot is reused, and a gone client's entries are emptied. The ordering argument is checked in
+tests/test_tsan.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import wait_for
 
 import shmwheel
 from shmwheel import Full, ShmwheelError, TimerService
@@ -23,7 +25,6 @@ from shmwheel.errors import LayoutError
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
-from tests.test_service import wait_for
 
 TASKS = {"noop": "shmwheel.examples.tasks:noop"}
 

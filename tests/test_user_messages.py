@@ -1,5 +1,5 @@
-"""The small surprises of issue 23, each as a new user met it: a taken service name says
-who holds it, a subcommand's unknown option prints that subcommand's usage (one line), non-positive
+"""What a new user meets, said plainly: a taken service name says who holds it, a
+subcommand's unknown option prints that subcommand's usage (one line), non-positive
 intervals are refused, ``status --json`` keeps arrays on one line, ids read in hex, and
 executors printing at once never mix inside a line. (The docs' examples run in
 test_doc_examples.py.)"""
@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import MINE
+from helpers import MINE
 
 import shmwheel
 from shmwheel.cli.observe import compact_json
