@@ -98,6 +98,35 @@ static PyObject *py_dispatch_take(PyObject *m, PyObject *const *args, Py_ssize_t
     return PyLong_FromLongLong(taken);
 }
 
+/* word_or / word_and(words, index, bits) -> the word before: one atomic read-modify-write
+ * of a shared word that more than one process updates bit by bit (the header's W_READY:
+ * the coordinator and the reaper each set their bit while starting at the same moment; a
+ * plain read-then-write lost one of the two). */
+static PyObject *word_update(PyObject *const *args, Py_ssize_t nargs, int or, const char *name) {
+    I64Buf w;
+    i64 index, bits;
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "%s takes 3 arguments", name);
+    if (arg_i64(args[1], &index) < 0 || arg_i64(args[2], &bits) < 0) return NULL;
+    if (i64buf_get(args[0], &w, 1) < 0) return NULL;
+    if (index < 0 || index >= w.n) {
+        i64buf_release(&w);
+        return PyErr_Format(PyExc_IndexError, "%s: word %lld of %lld", name, (long long)index,
+                            (long long)w.n);
+    }
+    i64 old = or ? __atomic_fetch_or(&w.p[index], bits, __ATOMIC_SEQ_CST)
+                 : __atomic_fetch_and(&w.p[index], bits, __ATOMIC_SEQ_CST);
+    i64buf_release(&w);
+    return PyLong_FromLongLong(old);
+}
+
+static PyObject *py_word_or(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    return word_update(args, nargs, 1, "word_or");
+}
+
+static PyObject *py_word_and(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    return word_update(args, nargs, 0, "word_and");
+}
+
 PyMethodDef shmwheel_slot_methods[] = {
     {"dispatch_take", (PyCFunction)(void (*)(void))py_dispatch_take, METH_FASTCALL,
      "dispatch_take(ring, from_seq, out) -> records the reaper claimed from a stuck "
@@ -111,6 +140,10 @@ PyMethodDef shmwheel_slot_methods[] = {
      "ring_consume(ring, record, n): done with n records; with a corrupt head, skip to it."},
     {"ring_pending", (PyCFunction)(void (*)(void))py_ring_pending, METH_FASTCALL,
      "ring_pending(ring, record) -> records published, not consumed; -1 if corrupt."},
+    {"word_or", (PyCFunction)(void (*)(void))py_word_or, METH_FASTCALL,
+     "word_or(words, index, bits) -> the word before words[index] |= bits, atomically."},
+    {"word_and", (PyCFunction)(void (*)(void))py_word_and, METH_FASTCALL,
+     "word_and(words, index, mask) -> the word before words[index] &= mask, atomically."},
     {NULL, NULL, 0, NULL},
 };
 

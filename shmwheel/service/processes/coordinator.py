@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ... import _native as N
 from ...segment import contract as C
 from ...segment import layout as L
 from ...segment import shm
@@ -120,7 +121,7 @@ class Coordinator(ServiceProcess):
         header = mem.header
         claimed = mem.ring_table[:, L.RT_STATE]
         header[L.W_PID_COORDINATOR] = os.getpid()
-        header[L.W_READY] |= L.READY_COORDINATOR
+        N.word_or(header, L.W_READY, L.READY_COORDINATOR)  # the reaper sets its bit too
         next_tend = 0
         hot_until = 0
         while self.running():

@@ -268,7 +268,7 @@ class Reaper(ServiceProcess):
     def run(self) -> None:
         self.recover()
         self.mem.header[L.W_PID_REAPER] = os.getpid()
-        self.mem.header[L.W_READY] |= L.READY_REAPER
+        N.word_or(self.mem.header, L.W_READY, L.READY_REAPER)  # the coordinator sets its bit too
         while self.running():
             settled = self.settle()
             self.take_over(time.monotonic_ns())

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ... import _native as N
 from ...errors import ShmwheelError
 from ...journal.directory import JournalOptions
 from ...journal.write import spill
@@ -413,7 +414,7 @@ class TimerService:
                 with self._lock:
                     if not self._stop.is_set() and self.mem is not None:
                         bit = _READY_BITS.get(role, 0)
-                        self.mem.header[L.W_READY] &= ~bit  # the new one sets it when up
+                        N.word_and(self.mem.header, L.W_READY, ~bit)  # set again when up
                         try:
                             self._spawn(role)
                         except ShmwheelError as e:  # no zygote could fork it: the dead

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ... import _native as N
 from ...segment import contract as C
 from ...segment import layout as L
 from ...segment.health import (  # the verdict's encoding in the header, and its reasons
@@ -201,7 +202,7 @@ class Watchdog:
         ready = int(h[L.W_READY])
         if ready & ~(L.READY_COORDINATOR | L.READY_REAPER):
             bad.append((L.W_READY, ready, ready & 3))
-            h[L.W_READY] = ready & (L.READY_COORDINATOR | L.READY_REAPER)
+            N.word_and(h, L.W_READY, L.READY_COORDINATOR | L.READY_REAPER)
         for word, was, now_v in bad:
             log.error(
                 "service %s: header word %d was %d, outside its invariant; restored to %d",
