@@ -104,6 +104,16 @@ class Job(concurrent.futures.Future[Any]):
         self._result, self._exception = value, error
         self._state = FINISHED
 
+    def _end(self, kind: str, value: Any) -> None:
+        """Set an outcome as the pool reports it: "ok" (`value` is the result), "cancel",
+        or anything else (`value` is the exception); the link's jobs end this way."""
+        if kind == "ok":
+            self.set_result(value)
+        elif kind == "cancel":
+            self._cancel_future()
+        else:
+            self.set_exception(value)
+
     def _wake(self) -> None:
         """After the outcome is written: tell the waiters and run the done-callbacks, if
         any made the condition (the module header)."""

@@ -212,14 +212,8 @@ class JobLink:
         with self._lock:
             self._jobs.pop(job.id, None)
             job.where = DONE
-        if job.done():
-            return
-        if kind == "ok":
-            job.set_result(value)
-        elif kind == "cancel":
-            job._cancel_future()
-        else:
-            job.set_exception(value)
+        if not job.done():
+            job._end(kind, value)
 
     def _broken(self, why: str) -> None:
         with self._lock:
@@ -360,11 +354,6 @@ def restore(
         else:
             assert done is not None
             job.attempts, kind, value = done
-            if kind == "ok":
-                job.set_result(value)
-            elif kind == "cancel":
-                job._cancel_future()
-            else:
-                job.set_exception(value)
+            job._end(kind, value)
     with _registry_lock:
         return _same.setdefault((token, id), job)
