@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 from bench_tables import check_tables, longest_lines
 from helpers import settle
 
@@ -78,6 +79,7 @@ def _journal_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob(f"{JW.DIR_PREFIX}*")}
 
 
+@pytest.mark.system  # runs the whole bench (every workload, --quick)
 def test_bench_quick_writes_every_workload(tmp_path):
     out = tmp_path / "out.json"
     mark, env = _marked_env()

@@ -204,6 +204,7 @@ def test_bad_calls_get_the_same_error_on_both_paths(clients):
         assert refusal(lambda: fast.watch(*args, **kwargs)) == want, (args, kwargs)
 
 
+@pytest.mark.system  # runs test_inputs.py again in a child pytest
 def test_the_input_tests_pass_with_the_fast_paths_off():
     """The client's input tests (every refusal at the call, on every path) run whole with
     SHMWHEEL_CLIENT_SLOW_PATHS=1: each call takes its Python path."""

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import kafka_oracle as oracle
+import pytest
 
 import shmwheel._native as N
 
@@ -54,6 +55,7 @@ def test_both_offer_one_interface():
         assert not missing, f"{python.__name__} lacks {sorted(missing)}"
 
 
+@pytest.mark.system  # runs the kafka test modules again in a child pytest
 def test_the_kafka_tests_pass_on_the_oracle():
     r = _child(["-q", "-p", "no:cacheprovider", *PLUGIN, *(str(HERE / t) for t in KAFKA_TESTS)])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

@@ -257,7 +257,8 @@ def test_paths_lists_globs_and_file_uris(spark, chained, tmp_path):
         spark.read.format(D.NAME).load(str(tmp_path / "nope-*")).count()
 
 
-@pytest.mark.xdist_group("spark-cluster")  # a plain session in a subprocess: not the shared one
+@pytest.mark.system  # starts Spark (a plain session in a subprocess: not the shared one)
+@pytest.mark.xdist_group("spark-cluster")
 def test_registered_without_user_code(tmp_path, chained):
     """A plain SparkSession finds the source through Spark's lookup of ``pyspark_*``
     modules. An editable install's packages are not on sys.path (an import hook finds
