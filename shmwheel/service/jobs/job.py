@@ -9,13 +9,14 @@ stays PENDING until the outcome is set, so the stdlib's waiters (``wait``,
 ``as_completed``) see a job finish exactly once.
 
 The ``concurrent.futures`` fields are the stdlib's, with one difference: the condition
-that guards them is made on first use (``_condition``), by the first waiter, done-callback
-or cancel, and never for a job whose outcome is set before anyone waits (most of a busy
-pool's). The rule that keeps this safe: the outcome is written (``_result`` or
-``_exception``, then ``_state``) before ``_wake`` looks for the condition, and every
-waiter makes the condition before it reads ``_state``; so a waiter either sees the
-outcome or is woken under the condition. ``_state`` FINISHED is final, so ``done()`` and
-``result()`` of a finished job read it without the condition.
+that guards them (and its lists of waiters and done-callbacks) is made on first use
+(``_condition``), by the first waiter, done-callback or cancel, and never for a job whose
+outcome is set before anyone waits (most of a busy pool's); every stdlib path takes the
+condition before it touches either list. The rule that keeps this safe: the outcome is
+written (``_result`` or ``_exception``, then ``_state``) before ``_wake`` looks for the
+condition, and every waiter makes the condition before it reads ``_state``; so a waiter
+either sees the outcome or is woken under the condition. ``_state`` FINISHED is final, so
+``done()`` and ``result()`` of a finished job read it without the condition.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ class Job(concurrent.futures.Future[Any]):
     attempts started so far. Awaitable in an event loop. Picklable: another process of
     the same user that unpickles it follows the same job (docs/api.md, "Jobs")."""
 
+    # Defaults every job starts with, as class attributes: a job's own dict holds only what
+    # it set (a busy pool makes and drops tens of thousands a second).
+    _state = PENDING
+    _result: Any = None
+    _exception: BaseException | None = None
+    attempts = 0  # the attempts started so far
+    where = QUEUED
+    worker = -1  # the worker running the current attempt (RUNNING)
+    began_us = -1  # when its worker began the current attempt, as the pool saw it
+    timer = -1  # the back-off timer's wheel handle (BACKOFF)
+    on_start: Any = None  # called with the job as each attempt is sent (remote.py)
+    _token = 0  # its pool's instance token, in a process the link told it (link.py)
+
     def __init__(
         self,
         pool: JobOwner,
@@ -59,33 +73,26 @@ class Job(concurrent.futures.Future[Any]):
         time_limit: float | None,
         retry: Retry | None,
     ) -> None:
-        # concurrent.futures.Future.__init__'s fields, but no condition yet (module header)
-        self._state = PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        # concurrent.futures.Future.__init__'s fields are the class defaults above, and its
+        # condition, waiters and callbacks are made on first use (``_condition``)
         self.id = id
         self.name = name  # the function's qualified name, for messages and logs
-        self.attempts = 0
         self.time_limit = time_limit
         self.retry = retry
         self._pool = pool
         self._fn = fn  # the function pickled (by reference), the same bytes for each job of it
         self._blob = blob  # its arguments pickled (worker.NO_ARGS: none)
-        self.where = QUEUED
-        self.worker = -1  # the worker running the current attempt (RUNNING)
-        self.began_us = -1  # when its worker began the current attempt, as the pool saw it
-        self.timer = -1  # the back-off timer's wheel handle (BACKOFF)
-        self.on_start: Any = None  # called with the job as each attempt is sent (remote.py)
-        self._token = 0  # its pool's instance token, in a process the link told it (link.py)
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
         """The stdlib's condition, made by whoever needs it first (the module header)."""
-        cond = self.__dict__.get("_cond")
+        fields = self.__dict__
+        cond = fields.get("_cond")
         if cond is None:  # two threads may make one each: setdefault keeps the first
-            cond = self.__dict__.setdefault("_cond", threading.Condition())
+            # the lists first: whoever finds the condition finds them (atomic under the GIL)
+            fields.setdefault("_waiters", [])
+            fields.setdefault("_done_callbacks", [])
+            cond = fields.setdefault("_cond", threading.Condition())
         return cond  # type: ignore[no-any-return]
 
     def done(self) -> bool:
