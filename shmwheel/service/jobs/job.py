@@ -50,18 +50,13 @@ class Job(concurrent.futures.Future[Any]):
     attempts started so far. Awaitable in an event loop. Picklable: another process of
     the same user that unpickles it follows the same job (docs/api.md, "Jobs")."""
 
-    # Defaults every job starts with, as class attributes: a job's own dict holds only what
-    # it set (a busy pool makes and drops tens of thousands a second).
-    _state = PENDING
-    _result: Any = None
-    _exception: BaseException | None = None
-    attempts = 0  # the attempts started so far
-    where = QUEUED
-    worker = -1  # the worker running the current attempt (RUNNING)
-    began_us = -1  # when its worker began the current attempt, as the pool saw it
-    timer = -1  # the back-off timer's wheel handle (BACKOFF)
-    on_start: Any = None  # called with the job as each attempt is sent (remote.py)
-    _token = 0  # its pool's instance token, in a process the link told it (link.py)
+    # A busy pool makes and drops tens of thousands of jobs a second: their fields are
+    # slots (set once in __init__, no dict to grow as an attempt is dispatched); the
+    # stdlib's condition and its two lists live in the instance dict, made on first use.
+    __slots__ = (
+        "_state", "_result", "_exception", "id", "name", "attempts", "time_limit", "retry",
+        "_pool", "_fn", "_blob", "where", "worker", "began_us", "timer", "on_start", "_token",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -73,15 +68,24 @@ class Job(concurrent.futures.Future[Any]):
         time_limit: float | None,
         retry: Retry | None,
     ) -> None:
-        # concurrent.futures.Future.__init__'s fields are the class defaults above, and its
-        # condition, waiters and callbacks are made on first use (``_condition``)
+        # concurrent.futures.Future.__init__'s fields, but no condition yet (module header)
+        self._state = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
         self.id = id
         self.name = name  # the function's qualified name, for messages and logs
+        self.attempts = 0  # the attempts started so far
         self.time_limit = time_limit
         self.retry = retry
         self._pool = pool
         self._fn = fn  # the function pickled (by reference), the same bytes for each job of it
         self._blob = blob  # its arguments pickled (worker.NO_ARGS: none)
+        self.where = QUEUED
+        self.worker = -1  # the worker running the current attempt (RUNNING)
+        self.began_us = -1  # when its worker began the current attempt, as the pool saw it
+        self.timer = -1  # the back-off timer's wheel handle (BACKOFF)
+        self.on_start: Any = None  # called with the job as each attempt is sent (remote.py)
+        self._token = 0  # its pool's instance token, in a process the link told it (link.py)
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
