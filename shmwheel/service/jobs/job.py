@@ -41,6 +41,7 @@ class JobOwner(Protocol):
 
 
 QUEUED, RUNNING, BACKOFF, DONE = "queued", "running", "backoff", "done"
+_MAKING = threading.Lock()  # held while a job's condition is made (once a job, if at all)
 
 
 class Job(concurrent.futures.Future[Any]):
@@ -52,10 +53,11 @@ class Job(concurrent.futures.Future[Any]):
 
     # A busy pool makes and drops tens of thousands of jobs a second: their fields are
     # slots (set once in __init__, no dict to grow as an attempt is dispatched); the
-    # stdlib's condition and its two lists live in the instance dict, made on first use.
+    # stdlib's condition is None until first use, its two lists unset until then.
     __slots__ = (
         "_state", "_result", "_exception", "id", "name", "attempts", "time_limit", "retry",
         "_pool", "_fn", "_blob", "where", "worker", "began_us", "timer", "on_start", "_token",
+        "_cond", "_waiters", "_done_callbacks",
     )  # fmt: skip
 
     def __init__(
@@ -86,18 +88,21 @@ class Job(concurrent.futures.Future[Any]):
         self.timer = -1  # the back-off timer's wheel handle (BACKOFF)
         self.on_start: Any = None  # called with the job as each attempt is sent (remote.py)
         self._token = 0  # its pool's instance token, in a process the link told it (link.py)
+        self._cond: threading.Condition | None = None
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
-        """The stdlib's condition, made by whoever needs it first (the module header)."""
-        fields = self.__dict__
-        cond = fields.get("_cond")
-        if cond is None:  # two threads may make one each: setdefault keeps the first
-            # the lists first: whoever finds the condition finds them (atomic under the GIL)
-            fields.setdefault("_waiters", [])
-            fields.setdefault("_done_callbacks", [])
-            cond = fields.setdefault("_cond", threading.Condition())
-        return cond  # type: ignore[no-any-return]
+        """The stdlib's condition, made by whoever needs it first (the module header),
+        with the waiters' and callbacks' lists before it: whoever finds it finds them."""
+        cond = self._cond
+        if cond is None:
+            with _MAKING:
+                cond = self._cond
+                if cond is None:
+                    self._waiters: list[Any] = []
+                    self._done_callbacks: list[Any] = []
+                    cond = self._cond = threading.Condition()
+        return cond
 
     def done(self) -> bool:
         return self._state in (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)
@@ -128,7 +133,7 @@ class Job(concurrent.futures.Future[Any]):
     def _wake(self) -> None:
         """After the outcome is written: tell the waiters and run the done-callbacks, if
         any made the condition (the module header)."""
-        cond = self.__dict__.get("_cond")
+        cond = self._cond
         if cond is None:
             return  # nobody has waited or added a callback: none will miss the outcome
         error = self._exception
