@@ -44,7 +44,7 @@ def test_frames_split_anywhere_are_read_whole_and_in_order(seed):
         objs: list[object] = [b"x" * n for n in sizes]
         stream = _frames(objs, rng)
         reader = WorkerProc.__new__(WorkerProc)  # its frame reader alone: no process
-        reader.buf, reader.need = bytearray(), 4
+        reader.buf, reader.have, reader.need = reader.empty_reader()
         r, w = os.pipe()
         os.set_blocking(r, False)
         reader.results_fd = r
@@ -60,7 +60,7 @@ def test_frames_split_anywhere_are_read_whole_and_in_order(seed):
             os.close(r)
             os.close(w)
         assert got == objs
-        assert not reader.buf
+        assert reader.have == 0 and len(reader.buf) == len(WorkerProc.empty_reader()[0])  # shrunk
 
 
 @pytest.fixture(scope="module")

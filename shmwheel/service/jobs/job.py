@@ -9,13 +9,14 @@ stays PENDING until the outcome is set, so the stdlib's waiters (``wait``,
 ``as_completed``) see a job finish exactly once.
 
 The ``concurrent.futures`` fields are the stdlib's, with one difference: the condition
-that guards them is made on first use (``_condition``), by the first waiter, done-callback
-or cancel, and never for a job whose outcome is set before anyone waits (most of a busy
-pool's). The rule that keeps this safe: the outcome is written (``_result`` or
-``_exception``, then ``_state``) before ``_wake`` looks for the condition, and every
-waiter makes the condition before it reads ``_state``; so a waiter either sees the
-outcome or is woken under the condition. ``_state`` FINISHED is final, so ``done()`` and
-``result()`` of a finished job read it without the condition.
+that guards them (and its lists of waiters and done-callbacks) is made on first use
+(``_condition``), by the first waiter, done-callback or cancel, and never for a job whose
+outcome is set before anyone waits (most of a busy pool's); every stdlib path takes the
+condition before it touches either list. The rule that keeps this safe: the outcome is
+written (``_result`` or ``_exception``, then ``_state``) before ``_wake`` looks for the
+condition, and every waiter makes the condition before it reads ``_state``; so a waiter
+either sees the outcome or is woken under the condition. ``_state`` FINISHED is final, so
+``done()`` and ``result()`` of a finished job read it without the condition.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ class Job(concurrent.futures.Future[Any]):
     attempts started so far. Awaitable in an event loop. Picklable: another process of
     the same user that unpickles it follows the same job (docs/api.md, "Jobs")."""
 
+    # A busy pool makes and drops tens of thousands of jobs a second: their fields are
+    # slots (set once in __init__, no dict to grow as an attempt is dispatched); the
+    # stdlib's condition and its two lists live in the instance dict, made on first use.
+    __slots__ = (
+        "_state", "_result", "_exception", "id", "name", "attempts", "time_limit", "retry",
+        "_pool", "_fn", "_blob", "where", "worker", "began_us", "timer", "on_start", "_token",
+    )  # fmt: skip
+
     def __init__(
         self,
         pool: JobOwner,
@@ -63,11 +72,9 @@ class Job(concurrent.futures.Future[Any]):
         self._state = PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
         self.id = id
         self.name = name  # the function's qualified name, for messages and logs
-        self.attempts = 0
+        self.attempts = 0  # the attempts started so far
         self.time_limit = time_limit
         self.retry = retry
         self._pool = pool
@@ -83,9 +90,13 @@ class Job(concurrent.futures.Future[Any]):
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
         """The stdlib's condition, made by whoever needs it first (the module header)."""
-        cond = self.__dict__.get("_cond")
+        fields = self.__dict__
+        cond = fields.get("_cond")
         if cond is None:  # two threads may make one each: setdefault keeps the first
-            cond = self.__dict__.setdefault("_cond", threading.Condition())
+            # the lists first: whoever finds the condition finds them (atomic under the GIL)
+            fields.setdefault("_waiters", [])
+            fields.setdefault("_done_callbacks", [])
+            cond = fields.setdefault("_cond", threading.Condition())
         return cond  # type: ignore[no-any-return]
 
     def done(self) -> bool:

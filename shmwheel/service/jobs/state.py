@@ -128,11 +128,12 @@ class PoolState:
         return out
 
     @staticmethod
-    def settle(finished: Settled) -> None:
+    def settle(finished: Settled, woken: list[Job] | None = None) -> None:
         """Set the futures of what ``decide`` finished (the lock released): every outcome
         written first, then the waiters woken, so that a caller woken for one job finds
-        the others of the batch done without waiting again."""
-        woken = []
+        the others of the batch done without waiting again. `woken`: jobs whose outcome
+        is already written (manager.py's succeeded attempts), to wake with the rest."""
+        woken = [] if woken is None else woken
         for job, how, value in finished:
             if job.done():  # decided once, under the lock; never set twice
                 continue
