@@ -301,10 +301,7 @@ class SegmentWriter:
             log.critical(
                 "journal %s: after a failed sync, %d of %d bytes of %s no longer read back "
                 "as records: the disk lost them",
-                self.opts.directory,
-                n - good,
-                n,
-                os.path.basename(self.path),
+                *(self.opts.directory, n - good, n, os.path.basename(self.path)),
             )
         self._tail[0:0] = data[:good]
         self._size = self._durable
