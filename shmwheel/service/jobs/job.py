@@ -21,7 +21,6 @@ either sees the outcome or is woken under the condition. ``_state`` FINISHED is 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Generator
@@ -168,6 +167,8 @@ class Job(concurrent.futures.Future[Any]):
         self.set_running_or_notify_cancel()
 
     def __await__(self) -> Generator[Any, None, Any]:
+        import asyncio  # here: a pool whose jobs are never awaited need not import it
+
         return asyncio.wrap_future(self).__await__()
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -41,10 +41,9 @@ import pickle
 import time
 from collections.abc import Callable
 from types import FunctionType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ShmwheelError, TaskError
-from ...journal.directory import JournalOptions
 from . import ledger as LG
 from . import worker as W
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
@@ -54,6 +53,9 @@ from .remote import DEFAULT_TTL_S
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
 from .workers import Forks
+
+if TYPE_CHECKING:  # pragma: no cover  (an Executor's pool never imports the journal: numpy)
+    from ...journal.directory import JournalOptions
 
 log = logging.getLogger("shmwheel.jobs")
 
