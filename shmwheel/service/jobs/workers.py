@@ -8,6 +8,7 @@ is the pool's (pool.py).
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import pickle
 import signal
@@ -33,6 +34,9 @@ READ_BYTES = 1 << 16  # the result buffer's size (grown for a larger frame while
 _HEAD, _BIG = struct.Struct("!i"), struct.Struct("!Q")
 
 
+log = logging.getLogger("shmwheel.jobs")
+
+
 class WorkerProc:
     """One job worker: its process, the pool's ends of its pipes, and what it was sent.
 
@@ -40,6 +44,8 @@ class WorkerProc:
     (the pool's manager thread changes it, under the pool's lock). ``slot`` is shared with
     the worker (worker.py: RUNNING, STOP). ``avg_s`` is a running average of one job's
     time, which sizes how far ahead it is sent work (``window``)."""
+
+    frame_bound = 1 << 62  # the largest frame it may send: its max_bytes (start) + a length
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -93,6 +99,7 @@ class WorkerProc:
             self._ended = self.sentinel
         self.started_s = time.monotonic()
         self.buf, self.have, self.need = self.empty_reader()
+        self.frame_bound = max_bytes + 12
 
     def running(self) -> int:
         """The id of the job it runs now (its RUNNING word), -1 between jobs."""
@@ -133,6 +140,8 @@ class WorkerProc:
 
     def _read_once(self) -> tuple[list[tuple[int, int, Any]] | None, bool]:
         """One read, and its whole frames; whether the read filled the buffer."""
+        if self.need < 0:  # it broke the protocol (below): as at the pipe's end
+            return None, False
         buf, have = self.buf, self.have
         with memoryview(buf) as view:
             try:
@@ -168,6 +177,11 @@ class WorkerProc:
         if off and left:
             buf[:left] = buf[off:end]  # the next frame's start, to the front
         self.have, self.need = left, need
+        if need > self.frame_bound:  # a worker that breaks the protocol is not trusted:
+            log.error("job worker %d sent a frame of %d bytes: killed", self.index, need)
+            self.kill()  # the frames before it count; nothing after it is read
+            self.have, self.need = 0, -1
+            return frames, False
         if need > len(buf):  # a frame larger than the buffer: room for it whole
             buf.extend(bytes(need - len(buf)))
         elif not left and len(buf) > READ_BYTES:
