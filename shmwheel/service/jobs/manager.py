@@ -3,7 +3,7 @@ thread that sends to, reads from, starts and reaps job workers, fires the pool's
 and serves the job link. Runs in the process that owns the pool.
 
 What it shares with callers is the pool's (its lock, queue, timers, counts); it decides
-nothing about a job's outcome itself: ``JobPool._decide`` does, under the lock.
+nothing about a job's outcome itself: ``PoolState.decide`` (state.py) does, under the lock.
 """
 
 from __future__ import annotations
@@ -239,9 +239,6 @@ class Manager:
             # the first began by the last read (or its dispatch); the rest, as late as t
             began, rest = int(w.last_s * 1e6), int(t * 1e6)
             w.last_s = t
-            # without a ledger a succeeded attempt of a running job is settled here, as
-            # decide() and settle() would (the common case, inline: a busy pool's cost)
-            quick, succeeded = st.ledger is None, 0
             for job_id, kind, value in frames:
                 job = w.inflight.popleft()
                 job.began_us, began = began, rest
@@ -255,14 +252,10 @@ class Manager:
                 if w.hard_timer >= 0 and w.kill_reason and w.kill_reason[0] == job_id:
                     st.timers.cancel(w.hard_timer)
                     w.hard_timer, w.kill_reason = -1, None
-                if quick and kind == W.OK and job.where == RUNNING:
-                    job.where = DONE
-                    job._outcome(value, None)
-                    succeeded += 1
+                if kind == W.OK and st.succeeded(job, value):
                     woken.append(job)
                 else:
                     finished.extend(st.decide(job, kind, value))
-            st.counts["succeeded"] += succeeded
             st.changed.notify_all()
         st.settle(finished, woken)
 

@@ -29,8 +29,8 @@ then the one it was running if the worker's RUNNING word names it (it gets the o
 
 Where it lives. ``JobPool`` (here) is the callers' face: submit, cancel, shutdown,
 stats. ``Manager`` (manager.py) is the thread that does all the I/O. ``PoolState``
-(state.py) is what they share, under one lock, with ``decide``, the one place an
-attempt's outcome changes its job.
+(state.py) is what they share, under one lock, with ``decide`` (and ``succeeded``, its
+common case), the one place an attempt's outcome changes its job.
 """
 
 from __future__ import annotations

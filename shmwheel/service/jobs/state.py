@@ -1,7 +1,8 @@
 """What a job pool's callers and its manager thread share, and the one place that decides
 what an attempt's outcome does to its job (the state machine of job.py's header, as code:
-``decide``). Everything here changes under ``lock``; futures are set after it is released
-(``settle``), since a done-callback may submit again.
+``decide``, and ``succeeded``, its common case made cheap). Everything here changes under
+``lock``; waiters are woken and done-callbacks run only after it is released (``settle``),
+since a done-callback may submit again.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ...errors import JobTimeout
 from . import ledger as L
 from . import worker as W
 from .failures import KILLED, attempt_error
-from .job import BACKOFF, DONE, QUEUED, Job
+from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .timers import Timers
 
 log = logging.getLogger("shmwheel.jobs")
@@ -104,6 +105,18 @@ class PoolState:
             lg.record(L.DONE, job.id, "error", L.now_us())
         log.error("%s failed: %s%s", job.label(), summary, f"\n{text}" if text else "")
         return [(job, "error", error)]
+
+    def succeeded(self, job: Job, value: Any) -> bool:
+        """``decide`` for its common case, without its lists: an attempt of a running job
+        returned `value` in a pool that keeps no ledger. The outcome is written now (the
+        caller wakes the job through ``settle``'s `woken` once the lock is released);
+        False, with nothing changed, when ``decide`` must judge it."""
+        if self.ledger is not None or job.where != RUNNING:
+            return False
+        job.where = DONE
+        job._outcome(value, None)
+        self.counts["succeeded"] += 1
+        return True
 
     def later(self, job: Job, pause_s: float, due_ms: int = 0) -> int:
         """`job` waits `pause_s` (or until monotonic `due_ms`: a wheel timer at the next
