@@ -4,7 +4,8 @@ then the tools (metrics, cli; bench, pipeline, examples). No module imports a hi
 and no modules import each other in a circle, however deep their packages (service/jobs
 too). Every import counts: at module level, inside a function, under TYPE_CHECKING. Inside
 service/ and journal/, each room imports only the rooms its rule allows; no package folder
-holds more than 15 modules and no package file is over 500 lines."""
+holds more than 15 modules and no package file is over 500 lines; one module reads a
+file's owner."""
 
 from __future__ import annotations
 
@@ -169,3 +170,15 @@ def test_no_package_file_is_over_500_lines():
             if n > 500:
                 long[str(path.relative_to(ROOT.parent))] = n
     assert long == {}
+
+
+def test_one_module_reads_a_files_owner():
+    """Only segment/trust.py reads ``st_uid``: whether a path, a directory or a segment
+    belongs to this user is decided there and nowhere else (the CLI, salvage, the census,
+    shm, the journal directory's claim and the JVM archive all call it)."""
+    readers = sorted(
+        str(path.relative_to(ROOT.parent))
+        for path in ROOT.rglob("*")
+        if path.suffix in (".py", ".c", ".h") and "st_uid" in path.read_text()
+    )
+    assert readers == ["shmwheel/segment/trust.py"]

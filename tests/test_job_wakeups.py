@@ -44,7 +44,7 @@ def test_frames_split_anywhere_are_read_whole_and_in_order(seed):
         objs: list[object] = [b"x" * n for n in sizes]
         stream = _frames(objs, rng)
         reader = WorkerProc.__new__(WorkerProc)  # its frame reader alone: no process
-        reader.buf, reader.need = bytearray(), 4
+        reader.buf, reader.have, reader.need = reader.empty_reader()
         r, w = os.pipe()
         os.set_blocking(r, False)
         reader.results_fd = r
@@ -60,7 +60,34 @@ def test_frames_split_anywhere_are_read_whole_and_in_order(seed):
             os.close(r)
             os.close(w)
         assert got == objs
-        assert not reader.buf
+        assert reader.have == 0 and len(reader.buf) == len(WorkerProc.empty_reader()[0])  # shrunk
+
+
+def test_a_frame_over_the_bound_kills_its_worker_and_nothing_after_it_is_read():
+    """A worker that claims a frame longer than its bound (max_bytes) breaks the protocol:
+    the frames before it count, it is killed, and the reader neither reserves room for
+    the claim nor reads on (as at the pipe's end)."""
+    killed: list[bool] = []
+    reader = WorkerProc.__new__(WorkerProc)
+    reader.buf, reader.have, reader.need = reader.empty_reader()
+    reader.index, reader.dead, reader.frame_bound = 0, False, 1024 + 12
+    reader.proc = type("Proc", (), {"kill": lambda self: killed.append(True)})()
+    good = pickle.dumps((1, 0, None))
+    stream = (
+        struct.pack("!i", len(good)) + good + struct.pack("!i", -1) + struct.pack("!Q", 1 << 40)
+    )
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    reader.results_fd = r
+    try:
+        os.write(w, stream + good)
+        assert reader.read_frames() == [(1, 0, None)]
+        assert killed == [True]
+        assert reader.read_frames() is None
+        assert len(reader.buf) == len(WorkerProc.empty_reader()[0])
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,10 @@ import time
 import zlib
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgpack
+import numpy as np
 import pytest
 from helpers import TASKS, read_log, wait_for
 
@@ -24,7 +26,8 @@ from shmwheel.journal import check, reader, scan
 from shmwheel.journal import format as F
 from shmwheel.journal.directory import claim
 from shmwheel.journal.recover import recovery
-from shmwheel.journal.write.writer import JournalOptions, SegmentWriter
+from shmwheel.journal.write.writer import JournalOptions, SegmentWriter, _max_gen
+from shmwheel.segment import contract as C
 
 SAMPLES = {  # one record of every kind, as format.body takes them
     F.SCHEDULED: (0x1_0000_0005, 123456789, 5000, 1, 4242, F.FLAG_KEY, 0, 1, b"\x92\xa1k\x01"),
@@ -196,6 +199,26 @@ def test_the_clock_pair_is_read_as_one_instant(monkeypatch):
     monkeypatch.setattr(F.time, "time_ns", lambda: next(wall))
     # tries: [0, 5 ms] preempted, [5.010, 5.012 ms] tight, [6, 9 ms] preempted
     assert F.clock_pair_us() == (5_011, (10**15 + 5_011_000) // 1000)
+
+
+def test_a_new_segments_next_gen_is_the_highest_slot_generation():
+    """next_gen, taken at every new segment, is the highest generation of any slot (a
+    recovery issues ids above it), whatever a state word's lower fields hold: a reset
+    sequence, a RESETTING word's origin and ring, the state."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    gens = rng.integers(0, C.GS_GEN_MASK, n)
+    words = C.gs_make(gens, C.ST_PENDING, rng.integers(0, C.GS_AUX_MASK + 1, n))
+    words[::7] = [C.gs_make_hold(int(g), C.ST_PENDING, 5) for g in gens[::7]]
+    top = int(gens.max()) + 1
+    words[3] = C.gs_make(top, 0)  # the highest generation, every lower field 0 ...
+    words[4] = C.gs_make(top - 1, 0xFF, C.GS_AUX_MASK)  # ... above one just below, all set
+    nodes = np.zeros((n, C.NODE_WORDS), np.int64)
+    nodes[:, C.F_GS] = words
+    mem = SimpleNamespace(nodes=lambda: nodes)
+    assert _max_gen(mem) == top == int(C.gs_gen(words).max())  # type: ignore[arg-type]
+    nodes[3, C.F_GS] = C.gs_make(C.GS_GEN_MASK, C.ST_CANCELLED)  # the largest there is
+    assert _max_gen(mem) == C.GS_GEN_MASK  # type: ignore[arg-type]
 
 
 def test_segments_rotate_and_sort_by_creation(tmp_path):

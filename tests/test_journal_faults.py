@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -126,6 +127,97 @@ def test_a_rotation_that_cannot_create_a_file_goes_on_in_the_old_one(tmp_path):
     ids, segs = read_ids(tmp_path)
     assert ids == list(range(8001)) and len(segs) == 2
     assert_chain(segs)
+
+
+class _HeldSync(D.Disk):
+    """A disk whose next fdatasync, once armed, waits inside the call until released."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__(role)
+        self.armed = False
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def fdatasync(self, fd: int, path: str) -> None:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            assert self.release.wait(30)
+        super().fdatasync(fd, path)
+
+
+def _hold_a_sync(
+    tmp_path: Path, records: int, **opts: int
+) -> tuple[SegmentWriter, _HeldSync, threading.Thread]:
+    """A coordinator's writer (its own sync thread idle) with `records` CANCELLED records
+    written, and a sync of them begun on another thread (returned), held inside the
+    fdatasync."""
+    disk = _HeldSync("coordinator")
+    w = SegmentWriter(
+        JournalOptions(str(tmp_path), "interval", fsync_ms=3_600_000, **opts),
+        "coordinator",
+        "svc",
+        ["t"],
+        1,
+        fault_words=np.zeros(3, np.int64),
+        disk=disk,
+    )
+    for i in range(records):
+        w.append(F.body(F.CANCELLED, i, 2))
+    w.flush()
+    disk.armed = True
+    syncer = threading.Thread(target=w.sync, daemon=True)
+    syncer.start()
+    assert disk.entered.wait(30)
+    return w, disk, syncer
+
+
+def _finish(disk: _HeldSync, syncer: threading.Thread) -> None:
+    disk.release.set()
+    syncer.join(30)
+    assert not syncer.is_alive()
+
+
+def test_a_flush_does_not_wait_for_a_sync_under_way(tmp_path):
+    """The sync's fdatasync runs without the writer's lock, so the write before a batch is
+    applied (flush) does not wait for the disk; the sync, released, vouches only for the
+    bytes written before it began."""
+    w, disk, syncer = _hold_a_sync(tmp_path, 1)
+    synced_at, flushed = w._size, threading.Event()
+
+    def batch() -> None:
+        w.append(F.body(F.CANCELLED, 1, 2))
+        w.flush()
+        flushed.set()
+
+    threading.Thread(target=batch, daemon=True).start()
+    try:
+        assert flushed.wait(10), "the flush waited for the sync"
+    finally:
+        _finish(disk, syncer)
+    assert w._durable == synced_at < w._size and w._dirty
+    w.sync()
+    assert w._durable == w._size and not w._dirty
+    w.close()
+    assert read_ids(tmp_path)[0] == [0, 1]
+
+
+def test_a_sync_overtaken_by_a_rotation_vouches_for_nothing_in_the_new_segment(tmp_path):
+    """A sync of segment 1 still in its fdatasync when the writer moves to segment 2 (which
+    it syncs itself: END, header) says nothing of segment 2's bytes written since."""
+    w, disk, syncer = _hold_a_sync(tmp_path, 4000, segment_bytes=1 << 16)  # ~60 kB of seg. 1
+    first, i = w.seq, 4000
+    while w.seq == first:
+        for _ in range(100):
+            w.append(F.body(F.CANCELLED, i, 2))
+            i += 1
+        w.flush()
+    header = w._durable  # segment 2's magic and header, synced by the rotation
+    w.append(F.body(F.CANCELLED, i, 2))
+    w.flush()
+    _finish(disk, syncer)
+    assert w._durable == header < w._size and w._dirty
+    w.close()
+    assert read_ids(tmp_path)[0] == list(range(i + 1))
 
 
 def test_a_writer_without_fault_words_raises_journal_error(tmp_path):

@@ -43,8 +43,7 @@ from .report import (
 from .service import common as common
 from .service.ops import level_label
 from .service.producers import producer_counts
-from .table.registry import GROUPS, workloads
-from .table.service import DEFAULT_LEVELS, FULL_LEVEL, REDIS_KEYS
+from .table.registry import DEFAULT_LEVELS, FULL_LEVEL, GROUPS, REDIS_KEYS, workloads
 from .workload import Workload
 
 

@@ -17,10 +17,37 @@ the format (format), the one decoder (reader), a directory's options and lock
 and what is pending). They import neither room.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ..errors import JournalInUse
-from .directory import JournalOptions
 from .format import FIELDS, KIND_NAMES, OUTCOMES, as_dict, segment_files
-from .reader import Reject, Segment, parse_segment, read, read_segment, records
+
+# The reader and a directory's options import numpy: loaded on first use, so that what
+# needs only the format (a job pool's ledger) does not pay for it. Type checkers see the
+# real imports below.
+_WHERE = {
+    "JournalOptions": ".directory",
+    **dict.fromkeys(("Reject", "Segment", "parse_segment", "read", "read_segment", "records"),
+                    ".reader"),
+}  # fmt: skip
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .directory import JournalOptions
+    from .reader import Reject, Segment, parse_segment, read, read_segment, records
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'shmwheel.journal' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
 
 __all__ = [
     "FIELDS",

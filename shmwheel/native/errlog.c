@@ -51,6 +51,7 @@
 
 #include "errlog.h"
 #include "pybuf.h"
+#include "pymethods.h"
 
 
 static u64 err_check(i64 k, const i64 *rec, i64 text_words) {
@@ -214,14 +215,14 @@ static PyObject *py_errlog_find(PyObject *m, PyObject *args) {
 }
 
 static PyMethodDef errlog_methods[] = {
-    {"errlog_write", py_errlog_write, METH_VARARGS,
-     "errlog_write(region, executor, handle, run, task, flags, type, message, traceback) "
-     "-> record number: an executor records a failed task (errlog.c); the texts are bytes "
-     "within contract.h's ER_* limits."},
-    {"errlog_find", py_errlog_find, METH_VARARGS,
-     "errlog_find(region, handle) -> (verdict, executor, record, ...): the newest whole "
-     "record of a timer in every log, checked (the ERRLOG_* verdicts, errlog.h)."},
-    {NULL, NULL, 0, NULL},
+    METHOD_VARARGS("errlog_write", py_errlog_write,
+        "errlog_write(region, executor, handle, run, task, flags, type, message, traceback) "
+        "-> record number: an executor records a failed task (errlog.c); the texts are bytes "
+        "within contract.h's ER_* limits."),
+    METHOD_VARARGS("errlog_find", py_errlog_find,
+        "errlog_find(region, handle) -> (verdict, executor, record, ...): the newest whole "
+        "record of a timer in every log, checked (the ERRLOG_* verdicts, errlog.h)."),
+    METHODS_END,
 };
 
 /* errlog_write / errlog_find (called from executor.c's shmwheel_add_executor_type); the

@@ -32,6 +32,7 @@
 #include "slot_record.h"
 #include "slots.h"
 #include "pytype.h"
+#include "pymethods.h"
 
 #define BATCH 256
 
@@ -312,11 +313,11 @@ static void ex_dealloc(Executor *e) {
 }
 
 static PyMethodDef ex_methods[] = {
-    {"run", (PyCFunction)ex_run, METH_NOARGS,
-     "run() -> records handled from the dispatch ring (0 when empty; -1 if on_full gave "
-     "up). Tasks run in this thread; outcomes are published one by one."},
-    {"close", (PyCFunction)ex_close, METH_NOARGS, "Release the segment views."},
-    {NULL, NULL, 0, NULL},
+    METHOD_NOARGS("run", ex_run,
+        "run() -> records handled from the dispatch ring (0 when empty; -1 if on_full gave "
+        "up). Tasks run in this thread; outcomes are published one by one."),
+    METHOD_NOARGS("close", ex_close, "Release the segment views."),
+    METHODS_END,
 };
 
 static PyTypeObject ExecutorType = NATIVE_TYPE(
@@ -335,10 +336,10 @@ static PyObject *fire_context(PyObject *m, PyObject *unused) {
 }
 
 static PyMethodDef ctx_methods[] = {
-    {"fire_context", (PyCFunction)fire_context, METH_NOARGS,
-     "fire_context() -> (id, key, deadline_ms, fired_ms, attempt) of the running task, or "
-     "None outside one."},
-    {NULL, NULL, 0, NULL},
+    METHOD_NOARGS("fire_context", fire_context,
+        "fire_context() -> (id, key, deadline_ms, fired_ms, attempt) of the running task, or "
+        "None outside one."),
+    METHODS_END,
 };
 
 int shmwheel_add_errlog(PyObject *m);   /* errlog.c: the failed tasks' records */

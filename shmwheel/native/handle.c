@@ -7,6 +7,7 @@
 
 #include <structmember.h>
 #include "pytype.h"
+#include "pymethods.h"
 
 /* ---- Handle --------------------------------------------------------------------- */
 static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -70,44 +71,30 @@ static PyObject *handle_lease_beat(Handle *h, PyObject *const *args, Py_ssize_t 
     return producer_reset((Producer *)h->client, stack, 2, NULL);
 }
 
-static void handle_dealloc(Handle *h) {
-    PyObject_GC_UnTrack(h);
-    Py_CLEAR(h->client);
-    Py_CLEAR(h->future);
-    Py_CLEAR(h->ttl);
-    Py_TYPE(h)->tp_free((PyObject *)h);
-}
-
 /* Not the type: this static type's instances hold no reference to it, and a Python
  * subclass's instances are counted once, by the interpreter's subtype_traverse
  * (tests/test_native_gc.py). */
-static int handle_traverse(Handle *h, visitproc visit, void *arg) {
-    Py_VISIT(h->client);
-    Py_VISIT(h->future);
-    Py_VISIT(h->ttl);
-    return 0;
-}
+#define HANDLE_REFS(X) X(client) X(future) X(ttl)
+GC_REFS(Handle, handle, HANDLE_REFS)
 
-static int handle_clear(Handle *h) {
-    Py_CLEAR(h->client);
-    Py_CLEAR(h->future);
-    Py_CLEAR(h->ttl);
-    return 0;
+static void handle_dealloc(Handle *h) {
+    PyObject_GC_UnTrack(h);
+    handle_clear(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
 static PyMethodDef handle_methods[] = {
-    {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
-     "cancel() -> bool\n\nTrue iff the timer will never run (see Client.cancel)."},
-    {"reset", (PyCFunction)(void (*)(void))handle_reset, METH_FASTCALL | METH_KEYWORDS,
-     "reset(delay_ms=None, *, deadline_ms=None, at=None) -> bool\n\nMove this timer's "
-     "deadline (see Client.reset); deadline_ms follows it."},
-    {"_lease_beat", (PyCFunction)(void (*)(void))handle_lease_beat,
-     METH_FASTCALL | METH_KEYWORDS,
-     "beat(ttl_ms=None) -> bool\n\nRenew the lease: its deadline becomes ttl_ms (None: the "
-     "lease's ttl) from now. True iff renewed; False once it expired (its timer fired) or "
-     "was released. ShmwheelError if the client is closed or the service stopping, as "
-     "reset()."},
-    {NULL, NULL, 0, NULL},
+    METHOD_NOARGS("cancel", handle_cancel,
+        "cancel() -> bool\n\nTrue iff the timer will never run (see Client.cancel)."),
+    METHOD_FAST_KW("reset", handle_reset,
+        "reset(delay_ms=None, *, deadline_ms=None, at=None) -> bool\n\nMove this timer's "
+        "deadline (see Client.reset); deadline_ms follows it."),
+    METHOD_FAST_KW("_lease_beat", handle_lease_beat,
+        "beat(ttl_ms=None) -> bool\n\nRenew the lease: its deadline becomes ttl_ms (None: the "
+        "lease's ttl) from now. True iff renewed; False once it expired (its timer fired) or "
+        "was released. ShmwheelError if the client is closed or the service stopping, as "
+        "reset()."),
+    METHODS_END,
 };
 
 static PyMemberDef handle_members[] = {

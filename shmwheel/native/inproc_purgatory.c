@@ -23,6 +23,7 @@
 
 #include <structmember.h>
 #include "pytype.h"
+#include "pymethods.h"
 
 typedef struct {
     PyObject_HEAD
@@ -315,23 +316,21 @@ static void w_dealloc(Watchers *w) {
 }
 
 static PyMethodDef w_methods[] = {
-    {"try_complete_else_watch", (PyCFunction)(void (*)(void))w_try_complete_else_watch,
-     METH_FASTCALL, tcew_doc},
-    {"check_and_complete", (PyCFunction)w_check_and_complete, METH_O, cac_doc},
-    {"cancel_for_key", (PyCFunction)w_cancel_for_key, METH_O,
-     "cancel_for_key(key) -> list\n\nStop watching `key`: cancel the timeout of each operation "
-     "watching it and return them (they are not completed; other keys may still watch them)."},
-    {"purge_completed", (PyCFunction)w_purge_completed, METH_NOARGS,
-     "purge_completed() -> int\n\nRemove completed operations from every watch list; returns "
-     "how many."},
-    {"watched", (PyCFunction)w_watched, METH_NOARGS,
-     "watched() -> int\n\nOperations in watch lists, counted once per key (Kafka's "
-     "PurgatorySize)."},
-    {"_estimate", (PyCFunction)w_estimate, METH_NOARGS,
-     "_estimate() -> int: Kafka's estimatedTotalOperations."},
-    {"_purge_due", (PyCFunction)(void (*)(void))w_purge_due, METH_FASTCALL,
-     "_purge_due(delayed, interval) -> bool: whether to purge now (the estimate is reset)."},
-    {NULL},
+    METHOD_FAST("try_complete_else_watch", w_try_complete_else_watch, tcew_doc),
+    METHOD_O("check_and_complete", w_check_and_complete, cac_doc),
+    METHOD_O("cancel_for_key", w_cancel_for_key,
+        "cancel_for_key(key) -> list\n\nStop watching `key`: cancel the timeout of each operation "
+        "watching it and return them (they are not completed; other keys may still watch them)."),
+    METHOD_NOARGS("purge_completed", w_purge_completed,
+        "purge_completed() -> int\n\nRemove completed operations from every watch list; returns "
+        "how many."),
+    METHOD_NOARGS("watched", w_watched,
+        "watched() -> int\n\nOperations in watch lists, counted once per key (Kafka's "
+        "PurgatorySize)."),
+    METHOD_NOARGS("_estimate", w_estimate, "_estimate() -> int: Kafka's estimatedTotalOperations."),
+    METHOD_FAST("_purge_due", w_purge_due,
+        "_purge_due(delayed, interval) -> bool: whether to purge now (the estimate is reset)."),
+    METHODS_END,
 };
 
 static PyMemberDef w_members[] = {

@@ -10,6 +10,7 @@
 
 #include <structmember.h>
 #include "pytype.h"
+#include "pymethods.h"
 
 /* ---- delay_ms: an int, not a bool, that fits in int64 ------------------------------ */
 
@@ -131,19 +132,19 @@ static PyObject *get_expiration(Task *self, void *c) {
 }
 
 static PyMethodDef task_methods[] = {
-    {"cancel", (PyCFunction)task_cancel, METH_NOARGS, cancel_doc},
-    {"_cancel", (PyCFunction)task_cancel_won, METH_NOARGS,
-     "_cancel() -> bool: cancel; True iff the task was pending (so it will never run)."},
-    {"_unlink", (PyCFunction)task_unlink, METH_O,
-     "_unlink(entry) -> bool: if `entry` is the current binding's, take the task out of its "
-     "wheel, keeping the binding (Kafka's TimerTaskEntry.remove)."},
-    {"_bind_entry", (PyCFunction)(void (*)(void))task_bind_entry, METH_FASTCALL,
-     "_bind_entry(entry, expiration_ms): a new binding (Kafka's setTimerTaskEntry): the old "
-     "one is unlinked and now counts as cancelled."},
-    {"_adopt_entry", (PyCFunction)task_adopt_entry, METH_O,
-     "_adopt_entry(entry) -> the current binding's entry: `entry` if it had none; None if "
-     "the task is not bound."},
-    {NULL},
+    METHOD_NOARGS("cancel", task_cancel, cancel_doc),
+    METHOD_NOARGS("_cancel", task_cancel_won,
+        "_cancel() -> bool: cancel; True iff the task was pending (so it will never run)."),
+    METHOD_O("_unlink", task_unlink,
+        "_unlink(entry) -> bool: if `entry` is the current binding's, take the task out of its "
+        "wheel, keeping the binding (Kafka's TimerTaskEntry.remove)."),
+    METHOD_FAST("_bind_entry", task_bind_entry,
+        "_bind_entry(entry, expiration_ms): a new binding (Kafka's setTimerTaskEntry): the old "
+        "one is unlinked and now counts as cancelled."),
+    METHOD_O("_adopt_entry", task_adopt_entry,
+        "_adopt_entry(entry) -> the current binding's entry: `entry` if it had none; None if "
+        "the task is not bound."),
+    METHODS_END,
 };
 
 static PyGetSetDef task_getset[] = {
@@ -236,13 +237,13 @@ static PyObject *op_pending_swap(Task *self, PyObject *v) {
 }
 
 static PyMethodDef op_methods[] = {
-    {"force_complete", (PyCFunction)op_force_complete, METH_NOARGS, force_complete_doc},
-    {"_pending_swap", (PyCFunction)op_pending_swap, METH_O,
-     "_pending_swap(v) -> old: set tryCompletePending to v, return what it was."},
-    {"safe_try_complete", (PyCFunction)op_safe_try_complete, METH_NOARGS,
-     "safe_try_complete() -> bool\n\ntry_complete under the operation's lock, unless already "
-     "completed (Kafka since KAFKA-8334)."},
-    {NULL},
+    METHOD_NOARGS("force_complete", op_force_complete, force_complete_doc),
+    METHOD_O("_pending_swap", op_pending_swap,
+        "_pending_swap(v) -> old: set tryCompletePending to v, return what it was."),
+    METHOD_NOARGS("safe_try_complete", op_safe_try_complete,
+        "safe_try_complete() -> bool\n\ntry_complete under the operation's lock, unless already "
+        "completed (Kafka since KAFKA-8334)."),
+    METHODS_END,
 };
 
 static PyObject *op_get_lock(Task *self, void *c) {

@@ -17,6 +17,7 @@
 
 #include "pybuf.h"
 #include "pytype.h"
+#include "pymethods.h"
 
 #define CHUNK 1024 /* slots fired per wheel_advance call */
 #define NO_WAIT INT64_MIN /* wait_target when no thread sleeps on the wheel: no add wakes */
@@ -363,22 +364,22 @@ static void tw_dealloc(TaskWheel *w) {
 }
 
 static PyMethodDef tw_methods[] = {
-    {"add", (PyCFunction)tw_add, METH_O, add_doc},
-    {"_link", (PyCFunction)(void (*)(void))tw_link, METH_FASTCALL,
-     "_link(task, expiration_ms) -> bool: link at that expiration (TimingWheel.add); False "
-     "if already expired (then the task is not linked)."},
-    {"_advance", (PyCFunction)tw_advance, METH_O, advance_doc},
-    {"_cascade", (PyCFunction)tw_cascade, METH_O,
-     "_cascade(budget) -> int: one bounded pre-cascade step (wheel_cascade_step)."},
-    {"_next_wakeup", (PyCFunction)tw_next_wakeup, METH_NOARGS,
-     "_next_wakeup() -> int | None: when the wheel next has work; None when empty."},
-    {"_arm", (PyCFunction)tw_arm, METH_NOARGS,
-     "_arm() -> int | None: _next_wakeup(), and an add expiring before it now calls _wake()."},
-    {"_disarm", (PyCFunction)tw_disarm, METH_NOARGS, "_disarm(): undo one _arm()."},
-    {"_close", (PyCFunction)tw_close, METH_NOARGS, "_close(): add now calls _refuse()."},
-    {"_snapshot", (PyCFunction)tw_snapshot, METH_NOARGS,
-     "_snapshot() -> bytes: a copy of the wheel array (for WheelCore.attach(...).verify())."},
-    {NULL},
+    METHOD_O("add", tw_add, add_doc),
+    METHOD_FAST("_link", tw_link,
+        "_link(task, expiration_ms) -> bool: link at that expiration (TimingWheel.add); False "
+        "if already expired (then the task is not linked)."),
+    METHOD_O("_advance", tw_advance, advance_doc),
+    METHOD_O("_cascade", tw_cascade,
+        "_cascade(budget) -> int: one bounded pre-cascade step (wheel_cascade_step)."),
+    METHOD_NOARGS("_next_wakeup", tw_next_wakeup,
+        "_next_wakeup() -> int | None: when the wheel next has work; None when empty."),
+    METHOD_NOARGS("_arm", tw_arm,
+        "_arm() -> int | None: _next_wakeup(), and an add expiring before it now calls _wake()."),
+    METHOD_NOARGS("_disarm", tw_disarm, "_disarm(): undo one _arm()."),
+    METHOD_NOARGS("_close", tw_close, "_close(): add now calls _refuse()."),
+    METHOD_NOARGS("_snapshot", tw_snapshot,
+        "_snapshot() -> bytes: a copy of the wheel array (for WheelCore.attach(...).verify())."),
+    METHODS_END,
 };
 
 static PyGetSetDef tw_getset[] = {

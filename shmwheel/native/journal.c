@@ -16,6 +16,7 @@
 
 #include "journal.h"
 #include "pytype.h"
+#include "pymethods.h"
 
 /* ---- JournalBuffer ------------------------------------------------------------------ */
 typedef struct {
@@ -86,12 +87,12 @@ static PyObject *jbo_append(JournalBuffer *b, PyObject *arg) {
 }
 
 static PyMethodDef jbo_methods[] = {
-    {"append", (PyCFunction)jbo_append, METH_O,
-     "append(body): frame one msgpack-encoded record body (length, CRC-32C) and add it."},
-    {"clear", (PyCFunction)jbo_clear, METH_NOARGS, "Forget the records (after writing them)."},
-    {"check", (PyCFunction)jbo_check, METH_NOARGS,
-     "Raise MemoryError if records were dropped for want of memory since the last clear()."},
-    {NULL, NULL, 0, NULL},
+    METHOD_O("append", jbo_append,
+        "append(body): frame one msgpack-encoded record body (length, CRC-32C) and add it."),
+    METHOD_NOARGS("clear", jbo_clear, "Forget the records (after writing them)."),
+    METHOD_NOARGS("check", jbo_check,
+        "Raise MemoryError if records were dropped for want of memory since the last clear()."),
+    METHODS_END,
 };
 
 static PySequenceMethods jbo_seq = {.sq_length = (lenfunc)jbo_len};
@@ -250,20 +251,20 @@ static PyObject *py_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 static PyMethodDef journal_functions[] = {
-    {"journal_scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
-     "journal_scan(data, start, out, version) -> (rows, next offset, end reason): the "
-     "frames of a segment of that format version as rows of SCAN_WORDS int64 (journal.h, "
-     "JOURNAL_SCAN)."},
-    {"journal_crc32", (PyCFunction)py_crc32, METH_O,
-     "journal_crc32(data) -> the CRC-32 format versions 1 and 2 framed records with "
-     "(= zlib.crc32)."},
-    {"journal_crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL,
-     "journal_crc32c(data, portable=False) -> the CRC-32C (Castagnoli) version 3 frames "
-     "records with; `portable`: computed by the table form, not the CPU's instruction."},
-    {"journal_crc32c_hardware", (PyCFunction)py_crc32c_hardware, METH_NOARGS,
-     "journal_crc32c_hardware() -> True iff journal_crc32c uses the CPU's crc32 "
-     "instruction (SSE4.2)."},
-    {NULL, NULL, 0, NULL},
+    METHOD_FAST("journal_scan", py_scan,
+        "journal_scan(data, start, out, version) -> (rows, next offset, end reason): the "
+        "frames of a segment of that format version as rows of SCAN_WORDS int64 (journal.h, "
+        "JOURNAL_SCAN)."),
+    METHOD_O("journal_crc32", py_crc32,
+        "journal_crc32(data) -> the CRC-32 format versions 1 and 2 framed records with "
+        "(= zlib.crc32)."),
+    METHOD_FAST("journal_crc32c", py_crc32c,
+        "journal_crc32c(data, portable=False) -> the CRC-32C (Castagnoli) version 3 frames "
+        "records with; `portable`: computed by the table form, not the CPU's instruction."),
+    METHOD_NOARGS("journal_crc32c_hardware", py_crc32c_hardware,
+        "journal_crc32c_hardware() -> True iff journal_crc32c uses the CPU's crc32 "
+        "instruction (SSE4.2)."),
+    METHODS_END,
 };
 
 int shmwheel_add_journal_type(PyObject *m) {

@@ -18,6 +18,7 @@
 #include <Python.h>
 
 #include "producer.h"
+#include "pymethods.h"
 
 #define MAX_DEPTH 1024
 
@@ -131,9 +132,9 @@ static PyObject *py_payload_problem(PyObject *module, PyObject *blob) {
 }
 
 PyMethodDef shmwheel_payload_methods[] = {
-    {"payload_problem", (PyCFunction)py_payload_problem, METH_O,
-     "payload_problem(blob) -> str | None\n\nWhy a msgpack blob would not decode where it "
-     "is delivered (msgpack.unpackb's defaults: strict_map_key), e.g. 'a dict key that is "
-     "an int'; None if it would."},
-    {NULL, NULL, 0, NULL},
+    METHOD_O("payload_problem", py_payload_problem,
+        "payload_problem(blob) -> str | None\n\nWhy a msgpack blob would not decode where it "
+        "is delivered (msgpack.unpackb's defaults: strict_map_key), e.g. 'a dict key that is "
+        "an int'; None if it would."),
+    METHODS_END,
 };

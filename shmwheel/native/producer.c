@@ -33,6 +33,7 @@
 #include "producer.h"
 #include "wheel.h"
 #include "pytype.h"
+#include "pymethods.h"
 
 #define URGENT_MS PRODUCER_URGENT_MS
 
@@ -335,60 +336,39 @@ static PyObject *prod_bind(Producer *p, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static void prod_dealloc(Producer *p) {
-    PyObject_GC_UnTrack(p);
-    holds_release(&p->holds);
-    Py_CLEAR(p->task_ids);
-    Py_CLEAR(p->encode);
-    Py_CLEAR(p->handle_type);
-    Py_CLEAR(p->tables);
-    Py_CLEAR(p->thread_lock);
-    Py_CLEAR(p->op_type);
-    Py_TYPE(p)->tp_free((PyObject *)p);
-}
 
 /* Not the type: this static type's instances hold no reference to it, and a Python
  * subclass's instances are counted once, by the interpreter's subtype_traverse
  * (tests/test_native_gc.py). */
-static int prod_traverse(Producer *p, visitproc visit, void *arg) {
-    Py_VISIT(p->task_ids);
-    Py_VISIT(p->encode);
-    Py_VISIT(p->handle_type);
-    Py_VISIT(p->tables);
-    Py_VISIT(p->thread_lock);
-    Py_VISIT(p->op_type);
-    return 0;
-}
+#define PROD_REFS(X) X(task_ids) X(encode) X(handle_type) X(tables) X(thread_lock) X(op_type)
+GC_REFS(Producer, prod, PROD_REFS)
 
-static int prod_clear(Producer *p) {
-    Py_CLEAR(p->task_ids);
-    Py_CLEAR(p->encode);
-    Py_CLEAR(p->handle_type);
-    Py_CLEAR(p->tables);
-    Py_CLEAR(p->thread_lock);
-    Py_CLEAR(p->op_type);
-    return 0;
+static void prod_dealloc(Producer *p) {
+    PyObject_GC_UnTrack(p);
+    holds_release(&p->holds);
+    prod_clear(p);
+    Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
 static PyMethodDef prod_methods[] = {
-    {"schedule", (PyCFunction)(void (*)(void))prod_schedule, METH_FASTCALL | METH_KEYWORDS,
-     "schedule(task, payload=None, *, delay_ms=None, deadline_ms=None, key=None, "
-     "every_ms=None) -> TimerHandle\n\nRun task(payload) in an executor at or after the "
-     "deadline (exactly one of delay_ms, deadline_ms: absolute monotonic ms); with "
-     "every_ms again every period until cancelled. Raises ValueError / TypeError for a bad "
-     "argument and Full when the service or the ring has no room."},
-    {"cancel", (PyCFunction)producer_cancel, METH_O,
-     "cancel(handle) -> bool\n\nTrue iff the timer will never run (a compare-and-swap on "
-     "its slot: a racing fire and this cancel have exactly one winner). For a repeating "
-     "timer with a run in flight: False, and it will not run again. `handle` is a "
-     "TimerHandle or Operation of this service (ValueError for one of another service, "
-     "or of an earlier run of this name: nothing is cancelled), or an int id."},
-    {"_cancel_many", (PyCFunction)(void (*)(void))prod_cancel_many, METH_FASTCALL, NULL},
+    METHOD_FAST_KW("schedule", prod_schedule,
+        "schedule(task, payload=None, *, delay_ms=None, deadline_ms=None, key=None, "
+        "every_ms=None) -> TimerHandle\n\nRun task(payload) in an executor at or after the "
+        "deadline (exactly one of delay_ms, deadline_ms: absolute monotonic ms); with "
+        "every_ms again every period until cancelled. Raises ValueError / TypeError for a bad "
+        "argument and Full when the service or the ring has no room."),
+    METHOD_O("cancel", producer_cancel,
+        "cancel(handle) -> bool\n\nTrue iff the timer will never run (a compare-and-swap on "
+        "its slot: a racing fire and this cancel have exactly one winner). For a repeating "
+        "timer with a run in flight: False, and it will not run again. `handle` is a "
+        "TimerHandle or Operation of this service (ValueError for one of another service, "
+        "or of an earlier run of this name: nothing is cancelled), or an int id."),
+    METHOD_FAST("_cancel_many", prod_cancel_many, NULL),
     PRODUCER_OPS_METHODS
     PRODUCER_RESET_METHODS
-    {"_bind", (PyCFunction)prod_bind, METH_VARARGS, NULL},
+    METHOD_VARARGS("_bind", prod_bind, NULL),
     PRODUCER_SLOW_METHODS
-    {NULL, NULL, 0, NULL},
+    METHODS_END,
 };
 
 static PyMemberDef prod_members[] = {

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "pybuf.h"
+#include "pymethods.h"
 #include "ring.h"
 #include "slot_record.h"
 #include "slots.h"
@@ -146,15 +147,15 @@ PyObject *producer_push_one(Producer *p, PyObject *args);
 PyObject *producer_release(Producer *p, PyObject *unused);
 
 #define PRODUCER_SLOW_METHODS                                                             \
-    {"_restock_locked", (PyCFunction)producer_restock_locked, METH_NOARGS, NULL},          \
-    {"_take", (PyCFunction)producer_take, METH_NOARGS, NULL},                              \
-    {"_give_back", (PyCFunction)producer_give_back, METH_O, NULL},                         \
-    {"_submit", (PyCFunction)producer_submit_one, METH_VARARGS, NULL},                     \
-    {"_write_many", (PyCFunction)(void (*)(void))producer_write_many, METH_FASTCALL, NULL}, \
-    {"_publish", (PyCFunction)(void (*)(void))producer_publish, METH_FASTCALL, NULL},      \
-    {"_unsubmit", (PyCFunction)producer_unsubmit, METH_O, NULL},                           \
-    {"_push", (PyCFunction)producer_push_one, METH_VARARGS, NULL},                         \
-    {"_release", (PyCFunction)producer_release, METH_NOARGS, NULL},
+    METHOD_NOARGS("_restock_locked", producer_restock_locked, NULL),                      \
+    METHOD_NOARGS("_take", producer_take, NULL),                                          \
+    METHOD_O("_give_back", producer_give_back, NULL),                                     \
+    METHOD_VARARGS("_submit", producer_submit_one, NULL),                                 \
+    METHOD_FAST("_write_many", producer_write_many, NULL),                                \
+    METHOD_FAST("_publish", producer_publish, NULL),                                      \
+    METHOD_O("_unsubmit", producer_unsubmit, NULL),                                       \
+    METHOD_VARARGS("_push", producer_push_one, NULL),                                     \
+    METHOD_NOARGS("_release", producer_release, NULL),
 
 /* reset.c: Producer.reset and ._reset_to */
 int producer_reset_init(void);
@@ -173,9 +174,8 @@ int producer_handle_id(Producer *p, PyObject *o, i64 *h, const char *what);
     "winner). A repeating timer's next run moves; a run in flight is not reset (False). "    \
     "TypeError for an operation."
 #define PRODUCER_RESET_METHODS                                                            \
-    {"reset", (PyCFunction)(void (*)(void))producer_reset, METH_FASTCALL | METH_KEYWORDS,  \
-     RESET_DOC},                                                                           \
-    {"_reset_to", (PyCFunction)producer_reset_to, METH_VARARGS, NULL},
+    METHOD_FAST_KW("reset", producer_reset, RESET_DOC),                                   \
+    METHOD_VARARGS("_reset_to", producer_reset_to, NULL),
 
 /* watch.c: Producer.watch, .check_and_complete and ._bind_ops, and the module's key_id */
 int producer_ops_init(void);
@@ -187,11 +187,10 @@ PyObject *producer_bind_ops(Producer *p, PyObject *const *args, Py_ssize_t nargs
 PyObject *shmwheel_key_id(PyObject *module, PyObject *key);
 
 #define PRODUCER_OPS_METHODS                                                              \
-    {"watch", (PyCFunction)(void (*)(void))producer_watch, METH_FASTCALL | METH_KEYWORDS, \
-     WATCH_DOC},                                                                           \
-    {"check_and_complete", (PyCFunction)(void (*)(void))producer_check_and_complete,       \
-     METH_FASTCALL | METH_KEYWORDS, CHECK_AND_COMPLETE_DOC},                               \
-    {"_bind_ops", (PyCFunction)(void (*)(void))producer_bind_ops, METH_FASTCALL, NULL},
+    METHOD_FAST_KW("watch", producer_watch, WATCH_DOC),                                   \
+    METHOD_FAST_KW("check_and_complete", producer_check_and_complete,                     \
+        CHECK_AND_COMPLETE_DOC),                                                          \
+    METHOD_FAST("_bind_ops", producer_bind_ops, NULL),
 
 #define WATCH_DOC                                                                          \
     "watch(keys, timeout_ms, *, on_complete=None, on_expire=None, payload=None, "          \

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "producer.h"
+#include "pymethods.h"
 
 static PyObject *hook_names[HOOK_COUNT];   /* interned at module init */
 
@@ -74,12 +75,12 @@ static PyObject *py_due_ms_many(PyObject *m, PyObject *const *args, Py_ssize_t n
 }
 
 static PyMethodDef hook_functions[] = {
-    {"due_ms", (PyCFunction)(void (*)(void))py_due_ms, METH_FASTCALL,
-     "due_ms(now_ns, delay_ms) -> the deadline (ms) of a checked delay from now_ns: the "
-     "rule every path of a client uses (producer.h, producer_due_ms)."},
-    {"due_ms_many", (PyCFunction)(void (*)(void))py_due_ms_many, METH_FASTCALL,
-     "due_ms_many(now_ns, delays, out): due_ms of each float64 delay into int64 out."},
-    {NULL, NULL, 0, NULL},
+    METHOD_FAST("due_ms", py_due_ms,
+        "due_ms(now_ns, delay_ms) -> the deadline (ms) of a checked delay from now_ns: the "
+        "rule every path of a client uses (producer.h, producer_due_ms)."),
+    METHOD_FAST("due_ms_many", py_due_ms_many,
+        "due_ms_many(now_ns, delays, out): due_ms of each float64 delay into int64 out."),
+    METHODS_END,
 };
 
 int producer_hooks_init(PyObject *m) {

@@ -4,6 +4,7 @@
  * lock held; the outcomes' (outcome_watch, outcome_state, waiter_release) take no lock. */
 #include "producer.h"
 #include "tables.h"
+#include "pymethods.h"
 
 #include <string.h>
 
@@ -202,13 +203,13 @@ static PyObject *py_outq_ring(PyObject *m, PyObject *arg) {
 }
 
 PyMethodDef shmwheel_purgatory_methods[] = {
-    {"outq_ring", (PyCFunction)py_outq_ring, METH_O,
-     "outq_ring(ring words): ring the bell of an outcome ring (wakes its listener)."},
-    {"key_id", (PyCFunction)shmwheel_key_id, METH_O,
-     "key_id(key) -> the 64-bit id of a str, bytes or int key in the watch lists (a hash "
-     "of its msgpack encoding; TypeError / ValueError for what cannot be a key)."},
-    {"outq_wait", (PyCFunction)(void (*)(void))py_outq_wait, METH_FASTCALL,
-     "outq_wait(ring words, timeout_s) -> True if outcomes were waiting, else after "
-     "sleeping until a freer rang the bell or the timeout passed (GIL released)."},
-    {NULL, NULL, 0, NULL},
+    METHOD_O("outq_ring", py_outq_ring,
+        "outq_ring(ring words): ring the bell of an outcome ring (wakes its listener)."),
+    METHOD_O("key_id", shmwheel_key_id,
+        "key_id(key) -> the 64-bit id of a str, bytes or int key in the watch lists (a hash "
+        "of its msgpack encoding; TypeError / ValueError for what cannot be a key)."),
+    METHOD_FAST("outq_wait", py_outq_wait,
+        "outq_wait(ring words, timeout_s) -> True if outcomes were waiting, else after "
+        "sleeping until a freer rang the bell or the timeout passed (GIL released)."),
+    METHODS_END,
 };

@@ -8,6 +8,7 @@
 #include "ring.h"
 
 #include "tables.h"
+#include "pymethods.h"
 
 static int ring_from(PyObject *o, i64 record, I64Buf *b, Ring *r) {
     if (i64buf_get(o, b, 1) < 0) return -1;
@@ -128,22 +129,22 @@ static PyObject *py_word_and(PyObject *m, PyObject *const *args, Py_ssize_t narg
 }
 
 PyMethodDef shmwheel_slot_methods[] = {
-    {"dispatch_take", (PyCFunction)(void (*)(void))py_dispatch_take, METH_FASTCALL,
-     "dispatch_take(ring, from_seq, out) -> records the reaper claimed from a stuck "
-     "executor's dispatch ring (from from_seq on, stopping at the first claimed already); "
-     "their handles are in out[:n]."},
-    {"ring_push", (PyCFunction)(void (*)(void))py_ring_push, METH_FASTCALL,
-     "ring_push(ring, record, recs, n) -> records published (as many of n as fit)."},
-    {"ring_peek", (PyCFunction)(void (*)(void))py_ring_peek, METH_FASTCALL,
-     "ring_peek(ring, record, out, limit) -> (first seq, count); count -1: corrupt head."},
-    {"ring_consume", (PyCFunction)(void (*)(void))py_ring_consume, METH_FASTCALL,
-     "ring_consume(ring, record, n): done with n records; with a corrupt head, skip to it."},
-    {"ring_pending", (PyCFunction)(void (*)(void))py_ring_pending, METH_FASTCALL,
-     "ring_pending(ring, record) -> records published, not consumed; -1 if corrupt."},
-    {"word_or", (PyCFunction)(void (*)(void))py_word_or, METH_FASTCALL,
-     "word_or(words, index, bits) -> the word before words[index] |= bits, atomically."},
-    {"word_and", (PyCFunction)(void (*)(void))py_word_and, METH_FASTCALL,
-     "word_and(words, index, mask) -> the word before words[index] &= mask, atomically."},
-    {NULL, NULL, 0, NULL},
+    METHOD_FAST("dispatch_take", py_dispatch_take,
+        "dispatch_take(ring, from_seq, out) -> records the reaper claimed from a stuck "
+        "executor's dispatch ring (from from_seq on, stopping at the first claimed already); "
+        "their handles are in out[:n]."),
+    METHOD_FAST("ring_push", py_ring_push,
+        "ring_push(ring, record, recs, n) -> records published (as many of n as fit)."),
+    METHOD_FAST("ring_peek", py_ring_peek,
+        "ring_peek(ring, record, out, limit) -> (first seq, count); count -1: corrupt head."),
+    METHOD_FAST("ring_consume", py_ring_consume,
+        "ring_consume(ring, record, n): done with n records; with a corrupt head, skip to it."),
+    METHOD_FAST("ring_pending", py_ring_pending,
+        "ring_pending(ring, record) -> records published, not consumed; -1 if corrupt."),
+    METHOD_FAST("word_or", py_word_or,
+        "word_or(words, index, bits) -> the word before words[index] |= bits, atomically."),
+    METHOD_FAST("word_and", py_word_and,
+        "word_and(words, index, mask) -> the word before words[index] &= mask, atomically."),
+    METHODS_END,
 };
 

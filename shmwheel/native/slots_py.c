@@ -16,6 +16,7 @@
 
 #include "tables.h"
 #include "pytype.h"
+#include "pymethods.h"
 
 static int tables_init(Tables *self, PyObject *args, PyObject *kw) {
     PyObject *wheel, *side, *arena, *adata;
@@ -369,68 +370,69 @@ static PyObject *tables_next_wakeup(Tables *self, PyObject *unused) {
 }
 
 static PyMethodDef tables_methods[] = {
-    {"close", (PyCFunction)tables_close, METH_NOARGS, "Release the views (before unmapping)."},
-    {"reserve", (PyCFunction)(void (*)(void))tables_reserve, METH_FASTCALL,
-     "reserve(ring, out) -> count of FREE slots made RESERVED for `ring` (handles in out)."},
-    {"arena_alloc", (PyCFunction)(void (*)(void))tables_arena_alloc, METH_FASTCALL,
-     "arena_alloc(cls, slot) -> a block of class cls owned by slot, or -1."},
-    {"free_payload", (PyCFunction)(void (*)(void))tables_free_payload, METH_FASTCALL,
-     "free_payload(slot): return the slot's arena block (an aborted schedule)."},
-    {"retire", (PyCFunction)(void (*)(void))tables_retire, METH_FASTCALL,
-     "retire(slot): free a RESERVED slot and its payload (a schedule given up)."},
-    {"link_records", (PyCFunction)(void (*)(void))tables_link_records, METH_FASTCALL,
-     "link_records(recs, n, ring, res): apply n producer records (see slots.h)."},
-    {"settle", (PyCFunction)(void (*)(void))tables_settle, METH_FASTCALL,
-     "settle(results, n, now_ms, res): apply n executor outcomes; now_ms: the caller's "
-     "monotonic clock, for repeating timers' next deadlines (see slots.h)."},
-    {"reclaim", (PyCFunction)(void (*)(void))tables_reclaim, METH_FASTCALL,
-     "reclaim(ring, pid) -> slots freed of a dead or closed client (and its cached blocks); "
-     "pid, its process, is the producer of what it journals."},
-    {"_reset_hold", (PyCFunction)(void (*)(void))tables_reset_hold, METH_FASTCALL,
-     "_reset_hold(h, deadline, ring) -> (code, held): a reset's first half (tests)."},
-    {"_reset_put_back", (PyCFunction)(void (*)(void))tables_reset_put_back, METH_FASTCALL,
-     "_reset_put_back(h, ring, held) -> code: a reset's second half (tests)."},
-    {"format", (PyCFunction)tables_format, METH_O,
-     "format(gen): every slot FREE at generation gen (a recovery, before any process)."},
-    {"install", (PyCFunction)(void (*)(void))tables_install, METH_FASTCALL,
-     "install(handles, deadlines, metas, words): pending timers into their slots (FORMAT, "
-     "ARM); then rebuild(). ValueError at a slot out of range or taken."},
-    {"rebuild", (PyCFunction)tables_rebuild, METH_NOARGS,
-     "rebuild() -> entries relinked: crash repair from the slot states."},
-    {"advance", (PyCFunction)(void (*)(void))tables_advance, METH_FASTCALL,
-     "advance(now, out) -> count of handles fired (PENDING -> FIRING won) into out."},
-    {"set_journal", (PyCFunction)tables_set_journal, METH_O,
-     "set_journal(buffer or None): record the lifecycle events this attachment decides "
-     "in a JournalBuffer (the coordinator's and the reaper's)."},
-    {"journal_records", (PyCFunction)(void (*)(void))tables_journal_records, METH_FASTCALL,
-     "journal_records(recs, n, producer) -> records written ahead of link_records for n "
-     "producer records (slots.h)."},
-    {"journal_fired", (PyCFunction)tables_journal_fired, METH_O,
-     "journal_fired(handles) -> FIRED records written for these FIRING handles (under the lock)."},
-    {"journal_settled", (PyCFunction)(void (*)(void))tables_journal_settled, METH_FASTCALL,
-     "journal_settled(results, n) -> OUTCOME records of results a previous reaper settled "
-     "but did not record (slots.h)."},
-    {"journal_pending", (PyCFunction)(void (*)(void))tables_journal_pending, METH_FASTCALL,
-     "journal_pending(handles, flags) -> SCHEDULED records (with flags added) for the "
-     "PENDING slots among handles."},
-    {"set_anchors", (PyCFunction)(void (*)(void))tables_set_anchors, METH_FASTCALL,
-     "set_anchors(anchors, live): the journal retention's tables (slots.h)."},
-    {"set_segment", (PyCFunction)tables_set_segment, METH_O,
-     "set_segment(seq): the coordinator segment this attachment's SCHEDULED records go to."},
-    {"journal_carry", (PyCFunction)tables_journal_carry, METH_O,
-     "journal_carry(from) -> records re-written into the current segment for the live "
-     "slots anchored in segment `from` (slots.h)."},
-    {"cascade_step", (PyCFunction)(void (*)(void))tables_cascade_step, METH_FASTCALL,
-     "cascade_step(budget) -> entries moved one level down."},
-    {"take_retired", (PyCFunction)tables_take_retired, METH_NOARGS,
-     "take_retired() -> cancelled slots retired by advance, cascade_step or rebuild since "
-     "the last call (for the caller's counter row)."},
-    {"take_expired", (PyCFunction)tables_take_expired, METH_NOARGS,
-     "take_expired() -> operations advance took at their timeout since the last call."},
-    {"next_wakeup", (PyCFunction)tables_next_wakeup, METH_NOARGS,
-     "next_wakeup() -> when the wheel next has work (NEVER when empty)."},
+    METHOD_NOARGS("close", tables_close, "Release the views (before unmapping)."),
+    METHOD_FAST("reserve", tables_reserve,
+        "reserve(ring, out) -> count of FREE slots made RESERVED for `ring` (handles in out)."),
+    METHOD_FAST("arena_alloc", tables_arena_alloc,
+        "arena_alloc(cls, slot) -> a block of class cls owned by slot, or -1."),
+    METHOD_FAST("free_payload", tables_free_payload,
+        "free_payload(slot): return the slot's arena block (an aborted schedule)."),
+    METHOD_FAST("retire", tables_retire,
+        "retire(slot): free a RESERVED slot and its payload (a schedule given up)."),
+    METHOD_FAST("link_records", tables_link_records,
+        "link_records(recs, n, ring, res): apply n producer records (see slots.h)."),
+    METHOD_FAST("settle", tables_settle,
+        "settle(results, n, now_ms, res): apply n executor outcomes; now_ms: the caller's "
+        "monotonic clock, for repeating timers' next deadlines (see slots.h)."),
+    METHOD_FAST("reclaim", tables_reclaim,
+        "reclaim(ring, pid) -> slots freed of a dead or closed client (and its cached blocks); "
+        "pid, its process, is the producer of what it journals."),
+    METHOD_FAST("_reset_hold", tables_reset_hold,
+        "_reset_hold(h, deadline, ring) -> (code, held): a reset's first half (tests)."),
+    METHOD_FAST("_reset_put_back", tables_reset_put_back,
+        "_reset_put_back(h, ring, held) -> code: a reset's second half (tests)."),
+    METHOD_O("format", tables_format,
+        "format(gen): every slot FREE at generation gen (a recovery, before any process)."),
+    METHOD_FAST("install", tables_install,
+        "install(handles, deadlines, metas, words): pending timers into their slots (FORMAT, "
+        "ARM); then rebuild(). ValueError at a slot out of range or taken."),
+    METHOD_NOARGS("rebuild", tables_rebuild,
+        "rebuild() -> entries relinked: crash repair from the slot states."),
+    METHOD_FAST("advance", tables_advance,
+        "advance(now, out) -> count of handles fired (PENDING -> FIRING won) into out."),
+    METHOD_O("set_journal", tables_set_journal,
+        "set_journal(buffer or None): record the lifecycle events this attachment decides "
+        "in a JournalBuffer (the coordinator's and the reaper's)."),
+    METHOD_FAST("journal_records", tables_journal_records,
+        "journal_records(recs, n, producer) -> records written ahead of link_records for n "
+        "producer records (slots.h)."),
+    METHOD_O("journal_fired", tables_journal_fired,
+        "journal_fired(handles) -> FIRED records written for these FIRING handles (under the "
+        "lock)."),
+    METHOD_FAST("journal_settled", tables_journal_settled,
+        "journal_settled(results, n) -> OUTCOME records of results a previous reaper settled "
+        "but did not record (slots.h)."),
+    METHOD_FAST("journal_pending", tables_journal_pending,
+        "journal_pending(handles, flags) -> SCHEDULED records (with flags added) for the "
+        "PENDING slots among handles."),
+    METHOD_FAST("set_anchors", tables_set_anchors,
+        "set_anchors(anchors, live): the journal retention's tables (slots.h)."),
+    METHOD_O("set_segment", tables_set_segment,
+        "set_segment(seq): the coordinator segment this attachment's SCHEDULED records go to."),
+    METHOD_O("journal_carry", tables_journal_carry,
+        "journal_carry(from) -> records re-written into the current segment for the live "
+        "slots anchored in segment `from` (slots.h)."),
+    METHOD_FAST("cascade_step", tables_cascade_step,
+        "cascade_step(budget) -> entries moved one level down."),
+    METHOD_NOARGS("take_retired", tables_take_retired,
+        "take_retired() -> cancelled slots retired by advance, cascade_step or rebuild since "
+        "the last call (for the caller's counter row)."),
+    METHOD_NOARGS("take_expired", tables_take_expired,
+        "take_expired() -> operations advance took at their timeout since the last call."),
+    METHOD_NOARGS("next_wakeup", tables_next_wakeup,
+        "next_wakeup() -> when the wheel next has work (NEVER when empty)."),
     TABLES_PURGATORY_METHODS
-    {NULL, NULL, 0, NULL},
+    METHODS_END,
 };
 
 PyTypeObject TablesType = NATIVE_TYPE(

@@ -6,6 +6,7 @@
 
 #include "atomics.h"
 #include "pybuf.h"
+#include "pymethods.h"
 
 /* SLOT_STATES as ((name, value, meaning), ...) */
 static PyObject *states_table(void) {
@@ -85,14 +86,14 @@ static PyObject *py_rule_allows(PyObject *m, PyObject *args) {
 }
 
 PyMethodDef shmwheel_state_methods[] = {
-    {"trace_start", py_trace_start, METH_O,
-     "trace_start(capacity): record every slot transition (tests only)"},
-    {"trace_stop", py_trace_stop, METH_NOARGS, "trace_stop(): no more recording"},
-    {"trace_take", py_trace_take, METH_O,
-     "trace_take(wheel) -> [(slot, seen, want, transition)] since the last take"},
-    {"rule_allows", py_rule_allows, METH_VARARGS,
-     "rule_allows(transition, seen, want) -> bool: the table allows that move"},
-    {NULL, NULL, 0, NULL},
+    METHOD_O("trace_start", py_trace_start,
+        "trace_start(capacity): record every slot transition (tests only)"),
+    METHOD_NOARGS("trace_stop", py_trace_stop, "trace_stop(): no more recording"),
+    METHOD_O("trace_take", py_trace_take,
+        "trace_take(wheel) -> [(slot, seen, want, transition)] since the last take"),
+    METHOD_VARARGS("rule_allows", py_rule_allows,
+        "rule_allows(transition, seen, want) -> bool: the table allows that move"),
+    METHODS_END,
 };
 
 int shmwheel_add_state_tables(PyObject *m) {

@@ -8,6 +8,7 @@
 #include <Python.h>
 
 #include "pybuf.h"
+#include "pymethods.h"
 #include "slots.h"
 
 typedef struct {
@@ -40,32 +41,32 @@ PyObject *tables_outcome_state(Tables *self, PyObject *const *args, Py_ssize_t n
 PyObject *tables_waiter_release(Tables *self, PyObject *const *args, Py_ssize_t nargs);
 
 #define TABLES_PURGATORY_METHODS                                                          \
-    {"set_purgatory", (PyCFunction)(void (*)(void))tables_set_purgatory, METH_FASTCALL,   \
-     "set_purgatory(watch, waiters, outq, outq_cap, nrings): the purgatory's and the "    \
-     "outcomes' regions."},                                                                \
-    {"watch_format", (PyCFunction)(void (*)(void))tables_watch_format, METH_FASTCALL,     \
-     "watch_format(nbuckets, capacity): empty watch lists (a new segment)."},             \
-    {"watch_add", (PyCFunction)(void (*)(void))tables_watch_add, METH_FASTCALL,           \
-     "watch_add(handle, keys) -> len(keys), or -1 when the table is full (lock held; an " \
-     "installed operation: its side record names its block)."},                          \
-    {"watch_signal", (PyCFunction)(void (*)(void))tables_watch_signal, METH_FASTCALL,     \
-     "watch_signal(key, amount) -> operations completed (lock held)."},                   \
-    {"op_store", (PyCFunction)(void (*)(void))tables_op_store, METH_FASTCALL,             \
-     "op_store(handle, data, key ids) -> class << 32 | block; -1 watch lists full, -2 "   \
-     "arena full (lock held)."},                                                           \
-    {"watch_purge", (PyCFunction)tables_watch_purge, METH_O,                               \
-     "watch_purge(budget) -> dead entries freed in budget chains (lock held)."},          \
-    {"waiters_format", (PyCFunction)tables_waiters_format, METH_O,                         \
-     "waiters_format(nbuckets): an empty waiter table (a new segment)."},                 \
-    {"outcome_watch", (PyCFunction)(void (*)(void))tables_outcome_watch, METH_FASTCALL,   \
-     "outcome_watch(handle, ring) -> (state word, outcome, entry): the outcome "          \
-     "(OUT_MAKE) if the handle's use ended and it is still known, else 0; ring >= 0 "     \
-     "claims a waiter entry, returned while the use is not over (-1: nothing to wait "    \
-     "for; -2: the handle's buckets are full). No lock."},                                \
-    {"outcome_state", (PyCFunction)(void (*)(void))tables_outcome_state, METH_FASTCALL,   \
-     "outcome_state(handle, entry) -> (state word, outcome) of a handle waited for in "   \
-     "entry (or -1). No lock."},                                                           \
-    {"waiter_release", (PyCFunction)(void (*)(void))tables_waiter_release, METH_FASTCALL, \
-     "waiter_release(handle, entry): empty this client's entry for handle. No lock."},
+    METHOD_FAST("set_purgatory", tables_set_purgatory,                                    \
+        "set_purgatory(watch, waiters, outq, outq_cap, nrings): the purgatory's and the " \
+        "outcomes' regions."),                                                            \
+    METHOD_FAST("watch_format", tables_watch_format,                                      \
+        "watch_format(nbuckets, capacity): empty watch lists (a new segment)."),          \
+    METHOD_FAST("watch_add", tables_watch_add,                                            \
+        "watch_add(handle, keys) -> len(keys), or -1 when the table is full (lock held; " \
+        "an installed operation: its side record names its block)."),                     \
+    METHOD_FAST("watch_signal", tables_watch_signal,                                      \
+        "watch_signal(key, amount) -> operations completed (lock held)."),                \
+    METHOD_FAST("op_store", tables_op_store,                                              \
+        "op_store(handle, data, key ids) -> class << 32 | block; -1 watch lists full, "   \
+        "-2 arena full (lock held)."),                                                    \
+    METHOD_O("watch_purge", tables_watch_purge,                                           \
+        "watch_purge(budget) -> dead entries freed in budget chains (lock held)."),       \
+    METHOD_O("waiters_format", tables_waiters_format,                                     \
+        "waiters_format(nbuckets): an empty waiter table (a new segment)."),              \
+    METHOD_FAST("outcome_watch", tables_outcome_watch,                                    \
+        "outcome_watch(handle, ring) -> (state word, outcome, entry): the outcome "       \
+        "(OUT_MAKE) if the handle's use ended and it is still known, else 0; ring >= 0 "  \
+        "claims a waiter entry, returned while the use is not over (-1: nothing to wait " \
+        "for; -2: the handle's buckets are full). No lock."),                             \
+    METHOD_FAST("outcome_state", tables_outcome_state,                                    \
+        "outcome_state(handle, entry) -> (state word, outcome) of a handle waited for "   \
+        "in entry (or -1). No lock."),                                                    \
+    METHOD_FAST("waiter_release", tables_waiter_release,                                  \
+        "waiter_release(handle, entry): empty this client's entry for handle. No lock."),
 
 #endif

@@ -11,6 +11,7 @@
 #include "inproc.h"
 #include "pybuf.h"
 #include "pytype.h"
+#include "pymethods.h"
 
 typedef struct {
     PyObject_HEAD
@@ -101,13 +102,13 @@ static void bw_dealloc(BoundWheel *self) {
 }
 
 static PyMethodDef bw_methods[] = {
-    {"insert", (PyCFunction)bw_insert, METH_O, insert_doc},
-    {"cancel", (PyCFunction)bw_cancel, METH_O, cancel_doc},
-    {"_hold", (PyCFunction)bw_hold, METH_O,
-     "_hold(mem): borrow `mem` (a formatted int64 wheel array; insert and cancel need it "
-     "writable) until the next _hold or the end of the object; the previous one is "
-     "released."},
-    {NULL},
+    METHOD_O("insert", bw_insert, insert_doc),
+    METHOD_O("cancel", bw_cancel, cancel_doc),
+    METHOD_O("_hold", bw_hold,
+        "_hold(mem): borrow `mem` (a formatted int64 wheel array; insert and cancel need it "
+        "writable) until the next _hold or the end of the object; the previous one is "
+        "released."),
+    METHODS_END,
 };
 
 PyTypeObject BoundWheelType = NATIVE_TYPE(

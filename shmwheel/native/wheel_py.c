@@ -15,6 +15,7 @@
 
 #include "pybuf.h"
 #include "wheel.h"
+#include "pymethods.h"
 
 /* batches at least this long release the GIL while they run (below it the release costs
  * more than it lets other threads gain) */
@@ -384,19 +385,16 @@ static PyObject *py_wheel_advance(PyObject *self, PyObject *const *args, Py_ssiz
     return PyLong_FromLongLong(n);
 }
 
-#define FAST(name, doc) \
-    {#name, (PyCFunction)(void (*)(void))py_##name, METH_FASTCALL, doc}
-
 PyMethodDef shmwheel_wheel_methods[] = {
-    FAST(wheel_reset, reset_doc),
-    FAST(wheel_add_free_slots, add_free_doc),
-    FAST(wheel_insert, insert_doc),
-    FAST(wheel_insert_many, insert_many_doc),
-    FAST(wheel_cancel, cancel_doc),
-    FAST(wheel_cancel_many, cancel_many_doc),
-    FAST(wheel_release, release_doc),
-    FAST(wheel_next_wakeup, next_wakeup_doc),
-    FAST(wheel_cascade_step, cascade_doc),
-    FAST(wheel_advance, advance_doc),
-    {NULL, NULL, 0, NULL},
+    METHOD_FAST("wheel_reset", py_wheel_reset, reset_doc),
+    METHOD_FAST("wheel_add_free_slots", py_wheel_add_free_slots, add_free_doc),
+    METHOD_FAST("wheel_insert", py_wheel_insert, insert_doc),
+    METHOD_FAST("wheel_insert_many", py_wheel_insert_many, insert_many_doc),
+    METHOD_FAST("wheel_cancel", py_wheel_cancel, cancel_doc),
+    METHOD_FAST("wheel_cancel_many", py_wheel_cancel_many, cancel_many_doc),
+    METHOD_FAST("wheel_release", py_wheel_release, release_doc),
+    METHOD_FAST("wheel_next_wakeup", py_wheel_next_wakeup, next_wakeup_doc),
+    METHOD_FAST("wheel_cascade_step", py_wheel_cascade_step, cascade_doc),
+    METHOD_FAST("wheel_advance", py_wheel_advance, advance_doc),
+    METHODS_END,
 };

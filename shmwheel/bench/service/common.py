@@ -3,7 +3,7 @@ no-op task, and the helpers that start, warm and time a service.
 
 The workloads live by capability: ``ops`` (W1 schedule, W2 cancel, W7 scale),
 ``footprint`` (W3 memory, W8 start-up), ``timing`` (W4 lateness, W6
-fire) and ``producers`` (W5); ``table.service`` lists them. Like
+fire) and ``producers`` (W5); ``table.registry`` lists them. Like
 ``inprocess.core``, every function takes a size and returns ``{figure: value}`` for one
 repetition. Each starts its own ``TimerService`` (default executors, so the pool is sized
 from nproc), measures it, stops it in a ``finally`` (which ends every service process and

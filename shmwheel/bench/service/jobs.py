@@ -5,8 +5,11 @@ pebble's ``ProcessPool`` (when installed), each with 2 workers in one run.
   one (``ProcessPoolExecutor`` has none), all submitted, then every result taken; jobs/s.
 * Stop latency: a job that sleeps 60 s with a 0.2 s time limit, submitted to an idle
   pool; how long past its limit the caller's wait ends (ms), the median of STOPS.
-* Lanes: a service with 1 executor and 2 job workers, both busy on jobs that sleep; T
-  timers due in 1-10 ms run meanwhile; their lateness (p50, p99, ms) from the service.
+* Lanes: a service with 1 executor and 2 job workers. LANE_TIMERS no-op timers, due
+  uniformly over LANE_SPAN_MS from LANE_MARGIN_MS after they are scheduled in one batch
+  (W4's density: about 4 a ms), run twice: first with the job workers idle (the control),
+  then with both busy on jobs that sleep; each round's lateness (p50, p99, ms) from the
+  difference of the service's lateness histogram across it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ import time
 import numpy as np
 
 from ...examples import jobs
+from ...service.caller.client import Client
 from ...service.jobs.executor import Executor
+from ...service.stats import lateness_summary
+from ...service.supervisor.supervisor import TimerService
 from ..measure import Figures, ops_per_s
 from .common import _service
 
@@ -28,6 +34,7 @@ LIMIT_S = 10.0
 HANG_LIMIT_S = 0.2
 STOPS = 3
 LANE_TIMERS = 2000
+LANE_SPAN_MS, LANE_MARGIN_MS = 500.0, 100.0
 SW = "shmwheel Executor"
 PPE = "ProcessPoolExecutor"
 PEBBLE = "pebble ProcessPool"
@@ -37,6 +44,7 @@ LANE_P50, LANE_P99 = (
     "timers' lateness p50, job workers busy (ms)",
     ("timers' lateness p99, job workers busy (ms)"),
 )
+LANE_IDLE_P99 = "timers' lateness p99, job workers idle (ms)"
 R_PPE, R_PEBBLE = f"ratio: {SW} / {PPE}", f"ratio: {SW} / {PEBBLE}"
 
 
@@ -86,7 +94,7 @@ def svc_jobs(n: int) -> Figures:
             pool.stop()
             pool.join()
         fig[R_PEBBLE] = fig[SW] / fig[PEBBLE]
-    fig[LANE_P50], fig[LANE_P99] = _lanes()
+    fig.update(_lanes())
     return fig
 
 
@@ -115,25 +123,36 @@ def _overrun_once(submit: object) -> float:
     return (time.perf_counter() - t - HANG_LIMIT_S) * 1000.0
 
 
-def _lanes() -> tuple[float, float]:
-    """Timers' lateness p50 / p99 (ms) while both job workers sleep."""
+def _lanes() -> Figures:
+    """Timers' lateness p50 / p99 (ms) while both job workers sleep, and p99 while they are
+    idle, in one service (see the module docstring)."""
+    offsets = np.random.default_rng(12).uniform(0.0, LANE_SPAN_MS, LANE_TIMERS)
     with _service(executors=1, job_workers=WORKERS) as svc, svc.client() as c:
+        idle = _lane_round(svc, c, offsets)
         ex = svc.executor()
         busy = [ex.submit(jobs.hang, 60.0) for _ in range(WORKERS)]
         end = time.monotonic() + 10
         while not all(j.running() for j in busy) and time.monotonic() < end:
             time.sleep(0.001)
-        delays = np.random.default_rng(12).uniform(1.0, 10.0, LANE_TIMERS)
-        before = svc.stats()["completed"]
-        for d in delays:
-            c.schedule("noop", delay_ms=float(d))
-        # every timer's run counted (an outcome nobody asked for before it ended is not kept)
-        end = time.monotonic() + 30
-        while svc.stats()["completed"] < before + LANE_TIMERS:
-            if time.monotonic() > end:
-                raise RuntimeError(f"W13's {LANE_TIMERS} timers did not all run within 30 s")
-            time.sleep(0.005)
-        late = svc.stats()["lateness_ms"]
+        late = _lane_round(svc, c, offsets)
         for j in busy:
             j.stop()
-        return float(late["p50"]), float(late["p99"])
+    return {LANE_P50: late["p50"], LANE_P99: late["p99"], LANE_IDLE_P99: idle["p99"]}
+
+
+def _lane_round(svc: TimerService, c: Client, offsets: np.ndarray) -> dict[str, float]:
+    """`offsets` (ms) as no-op timers, LANE_MARGIN_MS from now, scheduled in one batch; once
+    every one has run, the lateness of this round alone (the histogram's difference)."""
+    before = svc.stats()
+    c.schedule_many("noop", offsets + LANE_MARGIN_MS)
+    time.sleep((LANE_MARGIN_MS + LANE_SPAN_MS) / 1000)  # no polling while they run
+    end = time.monotonic() + 30
+    while True:
+        st = svc.stats()
+        if st["completed"] >= before["completed"] + len(offsets):
+            break
+        if time.monotonic() > end:  # every timer's run counted: each one's outcome is unasked
+            raise RuntimeError(f"W13's {len(offsets)} timers did not all run within 30 s")
+        time.sleep(0.005)
+    hist = np.subtract(st["lateness_histogram"], before["lateness_histogram"])
+    return lateness_summary(hist)

@@ -1,5 +1,4 @@
-"""The bench's table of workloads: which function measures each, against which peers, and
-the goals it is checked against. Each module's ``ROWS`` is its part of the table, one row
-a workload (id, name, measuring function, spec); ``registry`` puts them in table order:
-``service`` (W1-W8), ``journal_purgatory`` (W9, W10), ``heartbeat`` (W11, W12), ``jobs``
-(W13), then ``inprocess``."""
+"""The bench's table of workloads: ``workloads.toml`` holds each workload's text (title,
+the figures it compares with its peers', notes, goals with the issue that set each),
+``registry`` the code (which function measures each, what it takes from the command
+line) and builds the table in order; ``fill`` fills in the names the text uses."""

@@ -105,6 +105,7 @@ class SegmentWriter:
         self._durable = 0
         self._tail = bytearray()
         self._dirty = False  # written and not yet synced
+        self._file_gen = 0  # +1 at a new segment, a truncation, bytes back to the tail (sync)
         self._seq = 0
         self._seq_source = seq_source
         self._on_open = on_open
@@ -160,6 +161,7 @@ class SegmentWriter:
         )
         self.path, self.seq, self._fd = path, self._seq, fd
         self._size = self._durable = 0
+        self._file_gen += 1
         self._tail[0:0] = F.MAGIC + F.frame(header)
         if self._on_open is not None:
             self._on_open(self._seq, self.path)
@@ -174,6 +176,7 @@ class SegmentWriter:
         new = self._fd < 0
         if new:
             self._fd = self.disk.create(self.path)
+        self._file_gen += 1
         self.disk.truncate(self._fd, self._size, self.path)
         self.disk.write_all(self._fd, self._tail, self.path)
         if self.opts.fsync != "none":
@@ -298,21 +301,37 @@ class SegmentWriter:
             log.critical(
                 "journal %s: after a failed sync, %d of %d bytes of %s no longer read back "
                 "as records: the disk lost them",
-                self.opts.directory,
-                n - good,
-                n,
-                os.path.basename(self.path),
+                *(self.opts.directory, n - good, n, os.path.basename(self.path)),
             )
         self._tail[0:0] = data[:good]
         self._size = self._durable
+        self._file_gen += 1
 
     def sync(self) -> None:
-        """fdatasync what was written since the last (or, through a fault, try a repair)."""
+        """fdatasync what was written before the call (a fault: try a repair) without the lock,
+        so a flush need not wait; a file changed meanwhile (``_file_gen``) its changer synced."""
         with self._lock:
             if self.fault is not None:
                 self._retry()
-            elif self._fd >= 0 and self._dirty and self.opts.fsync != "none":
-                self._sync_locked()
+                return
+            if self._fd < 0 or not self._dirty or self.opts.fsync == "none":
+                return
+            fd, path, size, gen = self._fd, self.path, self._size, self._file_gen
+        err: OSError | None = None
+        try:
+            self.disk.fdatasync(fd, path)  # a rotation may close fd meanwhile: see gen
+        except OSError as e:
+            err = e
+        with self._lock:
+            if gen != self._file_gen or self.fault is not None:
+                return
+            if err is not None:
+                self._unsynced_to_tail()
+                self._failed(err)
+                return
+            self._durable = max(self._durable, size)
+            self._dirty = self._size > self._durable
+            self._count(C.C_JOURNAL_SYNCS, 1)
 
     def _sync_loop(self) -> None:
         while not self._stop.wait(self.opts.fsync_ms / 1000):
@@ -442,6 +461,12 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
+def _max_gen(mem: ServiceMemory) -> int:
+    """The highest generation of any slot: the largest state word's (never negative, its top
+    bits are its generation: contract.h). One pass, no temporary arrays of the capacity."""
+    return int(C.gs_gen(int(mem.nodes()[:, C.F_GS].max())))
+
+
 def service_writer(
     mem: ServiceMemory,
     role: str,
@@ -467,7 +492,7 @@ def service_writer(
         fault_words=mem.header[first : first + L.JFAULT_WORDS],
         # every slot's generation only grows: above them all is above every id issued so
         # far, so a recovery never issues an id again whose records were all retired
-        gen_source=lambda: int(C.gs_gen(mem.nodes()[:, C.F_GS]).max()) + 1,
+        gen_source=lambda: _max_gen(mem) + 1,
         disk=Disk(role, mem.header[L.W_JINJECT : L.W_JINJECT + 1]),
     )
     mem.bind_tables().set_journal(w.buffer)

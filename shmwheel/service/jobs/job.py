@@ -9,18 +9,18 @@ stays PENDING until the outcome is set, so the stdlib's waiters (``wait``,
 ``as_completed``) see a job finish exactly once.
 
 The ``concurrent.futures`` fields are the stdlib's, with one difference: the condition
-that guards them is made on first use (``_condition``), by the first waiter, done-callback
-or cancel, and never for a job whose outcome is set before anyone waits (most of a busy
-pool's). The rule that keeps this safe: the outcome is written (``_result`` or
-``_exception``, then ``_state``) before ``_wake`` looks for the condition, and every
-waiter makes the condition before it reads ``_state``; so a waiter either sees the
-outcome or is woken under the condition. ``_state`` FINISHED is final, so ``done()`` and
-``result()`` of a finished job read it without the condition.
+that guards them (and its lists of waiters and done-callbacks) is made on first use
+(``_condition``), by the first waiter, done-callback or cancel, and never for a job whose
+outcome is set before anyone waits (most of a busy pool's); every stdlib path takes the
+condition before it touches either list. The rule that keeps this safe: the outcome is
+written (``_result`` or ``_exception``, then ``_state``) before ``_wake`` looks for the
+condition, and every waiter makes the condition before it reads ``_state``; so a waiter
+either sees the outcome or is woken under the condition. ``_state`` FINISHED is final, so
+``done()`` and ``result()`` of a finished job read it without the condition.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Generator
@@ -40,6 +40,7 @@ class JobOwner(Protocol):
 
 
 QUEUED, RUNNING, BACKOFF, DONE = "queued", "running", "backoff", "done"
+_MAKING = threading.Lock()  # held while a job's condition is made (once a job, if at all)
 
 
 class Job(concurrent.futures.Future[Any]):
@@ -48,6 +49,15 @@ class Job(concurrent.futures.Future[Any]):
     limit) or ``CancelledError`` (cancelled or stopped). ``attempts`` counts the
     attempts started so far. Awaitable in an event loop. Picklable: another process of
     the same user that unpickles it follows the same job (docs/api.md, "Jobs")."""
+
+    # A busy pool makes and drops tens of thousands of jobs a second: their fields are
+    # slots (set once in __init__, no dict to grow as an attempt is dispatched); the
+    # stdlib's condition is None until first use, its two lists unset until then.
+    __slots__ = (
+        "_state", "_result", "_exception", "id", "name", "attempts", "time_limit", "retry",
+        "_pool", "_fn", "_blob", "where", "worker", "began_us", "timer", "on_start", "_token",
+        "_cond", "_waiters", "_done_callbacks",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -63,11 +73,9 @@ class Job(concurrent.futures.Future[Any]):
         self._state = PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
         self.id = id
         self.name = name  # the function's qualified name, for messages and logs
-        self.attempts = 0
+        self.attempts = 0  # the attempts started so far
         self.time_limit = time_limit
         self.retry = retry
         self._pool = pool
@@ -79,14 +87,21 @@ class Job(concurrent.futures.Future[Any]):
         self.timer = -1  # the back-off timer's wheel handle (BACKOFF)
         self.on_start: Any = None  # called with the job as each attempt is sent (remote.py)
         self._token = 0  # its pool's instance token, in a process the link told it (link.py)
+        self._cond: threading.Condition | None = None
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
-        """The stdlib's condition, made by whoever needs it first (the module header)."""
-        cond = self.__dict__.get("_cond")
-        if cond is None:  # two threads may make one each: setdefault keeps the first
-            cond = self.__dict__.setdefault("_cond", threading.Condition())
-        return cond  # type: ignore[no-any-return]
+        """The stdlib's condition, made by whoever needs it first (the module header),
+        with the waiters' and callbacks' lists before it: whoever finds it finds them."""
+        cond = self._cond
+        if cond is None:
+            with _MAKING:
+                cond = self._cond
+                if cond is None:
+                    self._waiters: list[Any] = []
+                    self._done_callbacks: list[Any] = []
+                    cond = self._cond = threading.Condition()
+        return cond
 
     def done(self) -> bool:
         return self._state in (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)
@@ -117,7 +132,7 @@ class Job(concurrent.futures.Future[Any]):
     def _wake(self) -> None:
         """After the outcome is written: tell the waiters and run the done-callbacks, if
         any made the condition (the module header)."""
-        cond = self.__dict__.get("_cond")
+        cond = self._cond
         if cond is None:
             return  # nobody has waited or added a callback: none will miss the outcome
         error = self._exception
@@ -152,6 +167,8 @@ class Job(concurrent.futures.Future[Any]):
         self.set_running_or_notify_cancel()
 
     def __await__(self) -> Generator[Any, None, Any]:
+        import asyncio  # here: a pool whose jobs are never awaited need not import it
+
         return asyncio.wrap_future(self).__await__()
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -3,7 +3,7 @@ thread that sends to, reads from, starts and reaps job workers, fires the pool's
 and serves the job link. Runs in the process that owns the pool.
 
 What it shares with callers is the pool's (its lock, queue, timers, counts); it decides
-nothing about a job's outcome itself: ``JobPool._decide`` does, under the lock.
+nothing about a job's outcome itself: ``PoolState.decide`` (state.py) does, under the lock.
 """
 
 from __future__ import annotations
@@ -196,17 +196,16 @@ class Manager:
                 if w.inflight and now - w.last_s > WINDOW_TARGET_S:
                     continue  # its job runs long: what waits may go to another worker
                 room = window - len(w.inflight)
-                batch = []
-                while room > 0 and self.state.queue:
-                    job = self.state.queue.popleft()
+                if not w.inflight:
+                    w.last_s = time.monotonic()
+                batch, index, queue, take = [], w.index, self.state.queue, w.inflight.append
+                while room > 0 and queue:
+                    job = queue.popleft()
                     if job.where != QUEUED:
                         continue  # cancelled where it stood
-                    job.where, job.worker = RUNNING, w.index
+                    job.where, job.worker, job.began_us = RUNNING, index, -1
                     job.attempts += 1
-                    job.began_us = -1
-                    if not w.inflight:
-                        w.last_s = time.monotonic()
-                    w.inflight.append(job)
+                    take(job)
                     if ledger is not None:
                         ledger.record(LG.STARTED, job.id, job.attempts, LG.now_us())
                     batch.append((job.id, float(job.time_limit or 0.0), job._fn, job._blob))
@@ -231,16 +230,18 @@ class Manager:
 
     def _on_frames(self, w: WorkerProc, frames: list[tuple[int, int, Any]]) -> None:
         finished: list[tuple[Job, str, Any]] = []
+        woken: list[Job] = []
+        st = self.state
         t = time.monotonic()
-        with self.state.lock:
+        with st.lock:
             per = (t - w.last_s) / len(frames)
             w.avg_s = 0.8 * w.avg_s + 0.2 * per
             # the first began by the last read (or its dispatch); the rest, as late as t
-            began = [int(w.last_s * 1e6)] + [int(t * 1e6)] * (len(frames) - 1)
+            began, rest = int(w.last_s * 1e6), int(t * 1e6)
             w.last_s = t
-            for (job_id, kind, value), job_began in zip(frames, began, strict=True):
+            for job_id, kind, value in frames:
                 job = w.inflight.popleft()
-                job.began_us = job_began
+                job.began_us, began = began, rest
                 if job.id != job_id:  # a worker that breaks the protocol is not trusted
                     log.error(
                         "job worker %d answered job %d for %d: killed", w.index, job_id, job.id
@@ -249,11 +250,14 @@ class Manager:
                     w.proc.kill()
                     break
                 if w.hard_timer >= 0 and w.kill_reason and w.kill_reason[0] == job_id:
-                    self.state.timers.cancel(w.hard_timer)
+                    st.timers.cancel(w.hard_timer)
                     w.hard_timer, w.kill_reason = -1, None
-                finished.extend(self.state.decide(job, kind, value))
-            self.state.changed.notify_all()
-        self.state.settle(finished)
+                if kind == W.OK and st.succeeded(job, value):
+                    woken.append(job)
+                else:
+                    finished.extend(st.decide(job, kind, value))
+            st.changed.notify_all()
+        st.settle(finished, woken)
 
     def _read_wake(self, w: WorkerProc) -> None:
         if signal.SIGALRM in w.read_wake():

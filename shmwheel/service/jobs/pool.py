@@ -29,8 +29,8 @@ then the one it was running if the worker's RUNNING word names it (it gets the o
 
 Where it lives. ``JobPool`` (here) is the callers' face: submit, cancel, shutdown,
 stats. ``Manager`` (manager.py) is the thread that does all the I/O. ``PoolState``
-(state.py) is what they share, under one lock, with ``decide``, the one place an
-attempt's outcome changes its job.
+(state.py) is what they share, under one lock, with ``decide`` (and ``succeeded``, its
+common case), the one place an attempt's outcome changes its job.
 """
 
 from __future__ import annotations
@@ -41,10 +41,9 @@ import pickle
 import time
 from collections.abc import Callable
 from types import FunctionType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ShmwheelError, TaskError
-from ...journal.directory import JournalOptions
 from . import ledger as LG
 from . import worker as W
 from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
@@ -54,6 +53,9 @@ from .remote import DEFAULT_TTL_S
 from .retry import Retry, check_job, check_pool
 from .state import PoolState
 from .workers import Forks
+
+if TYPE_CHECKING:  # pragma: no cover  (an Executor's pool never imports the journal: numpy)
+    from ...journal.directory import JournalOptions
 
 log = logging.getLogger("shmwheel.jobs")
 

@@ -1,7 +1,8 @@
 """What a job pool's callers and its manager thread share, and the one place that decides
 what an attempt's outcome does to its job (the state machine of job.py's header, as code:
-``decide``). Everything here changes under ``lock``; futures are set after it is released
-(``settle``), since a done-callback may submit again.
+``decide``, and ``succeeded``, its common case made cheap). Everything here changes under
+``lock``; waiters are woken and done-callbacks run only after it is released (``settle``),
+since a done-callback may submit again.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ...errors import JobTimeout
 from . import ledger as L
 from . import worker as W
 from .failures import KILLED, attempt_error
-from .job import BACKOFF, DONE, QUEUED, Job
+from .job import BACKOFF, DONE, QUEUED, RUNNING, Job
 from .timers import Timers
 
 log = logging.getLogger("shmwheel.jobs")
@@ -105,6 +106,18 @@ class PoolState:
         log.error("%s failed: %s%s", job.label(), summary, f"\n{text}" if text else "")
         return [(job, "error", error)]
 
+    def succeeded(self, job: Job, value: Any) -> bool:
+        """``decide`` for its common case, without its lists: an attempt of a running job
+        returned `value` in a pool that keeps no ledger. The outcome is written now (the
+        caller wakes the job through ``settle``'s `woken` once the lock is released);
+        False, with nothing changed, when ``decide`` must judge it."""
+        if self.ledger is not None or job.where != RUNNING:
+            return False
+        job.where = DONE
+        job._outcome(value, None)
+        self.counts["succeeded"] += 1
+        return True
+
     def later(self, job: Job, pause_s: float, due_ms: int = 0) -> int:
         """`job` waits `pause_s` (or until monotonic `due_ms`: a wheel timer at the next
         whole ms, never early), then is queued; returns the ms it is due."""
@@ -128,11 +141,12 @@ class PoolState:
         return out
 
     @staticmethod
-    def settle(finished: Settled) -> None:
+    def settle(finished: Settled, woken: list[Job] | None = None) -> None:
         """Set the futures of what ``decide`` finished (the lock released): every outcome
         written first, then the waiters woken, so that a caller woken for one job finds
-        the others of the batch done without waiting again."""
-        woken = []
+        the others of the batch done without waiting again. `woken`: jobs whose outcome
+        is already written (manager.py's succeeded attempts), to wake with the rest."""
+        woken = [] if woken is None else woken
         for job, how, value in finished:
             if job.done():  # decided once, under the lock; never set twice
                 continue

@@ -291,6 +291,9 @@ def recv_frame(fd: int) -> bytes:
 
 def send_frame(fd: int, data: bytes) -> None:
     n = len(data)
+    if n < 4092:  # one write, whole: a pipe writes up to PIPE_BUF (4096) bytes at once
+        os.write(fd, n.to_bytes(4, "big") + data)
+        return
     head = n.to_bytes(4, "big") if n < BIG else b"\xff\xff\xff\xff" + n.to_bytes(8, "big")
     view = memoryview(head + data if n < 65536 else head)
     while view:
@@ -310,7 +313,8 @@ def serve(tasks: int, results: int, wake: int, slot: Slot, max_bytes: int) -> No
     signal.signal(signal.SIGUSR1, _on_stop)
     os.set_blocking(wake, False)
     signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
-    slot[RUNNING] = -1
+    words = slot.words  # the slot's words, written directly: once per job each
+    words[RUNNING] = -1
     loads, dumps = _loads, pickle.dumps
     fns: dict[bytes, Any] = {}  # pickled function -> the function, as imported here
     while True:
@@ -319,8 +323,8 @@ def serve(tasks: int, results: int, wake: int, slot: Slot, max_bytes: int) -> No
         except EOFError:
             return
         for job_id, limit, fn_blob, blob in batch:
-            slot[RUNNING] = job_id
-            if slot[STOP] == job_id:
+            words[RUNNING] = job_id
+            if words[STOP] == job_id:
                 kind, value = STOPPED, None
             else:
                 try:
@@ -351,4 +355,4 @@ def serve(tasks: int, results: int, wake: int, slot: Slot, max_bytes: int) -> No
                 send_frame(results, frame)
             except BrokenPipeError:
                 return  # the pool is gone
-            slot[RUNNING] = -1
+            words[RUNNING] = -1

@@ -8,6 +8,7 @@ is the pool's (pool.py).
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import pickle
 import signal
@@ -29,8 +30,11 @@ Forks = Callable[[list[str], tuple[int, ...]], RoleProcess]
 
 MAX_WINDOW = 64  # jobs sent ahead to one worker, at the most
 WINDOW_TARGET_S = 0.002  # a worker is sent about this much work ahead
-READ_BYTES = 1 << 20
+READ_BYTES = 1 << 16  # the result buffer's size (grown for a larger frame while it comes)
 _HEAD, _BIG = struct.Struct("!i"), struct.Struct("!Q")
+
+
+log = logging.getLogger("shmwheel.jobs")
 
 
 class WorkerProc:
@@ -41,6 +45,8 @@ class WorkerProc:
     the worker (worker.py: RUNNING, STOP). ``avg_s`` is a running average of one job's
     time, which sizes how far ahead it is sent work (``window``)."""
 
+    frame_bound = 1 << 62  # the largest frame it may send: its max_bytes (start) + a length
+
     def __init__(self, index: int) -> None:
         self.index = index
         self.proc: Any = None  # its RoleProcess
@@ -50,8 +56,7 @@ class WorkerProc:
         self._ended = -1  # the sentinel when it had been reaped before its pidfd was opened
         self.slot: W.Slot | None = None
         self.inflight: collections.deque[Job] = collections.deque()
-        self.buf = bytearray()  # the start of a frame not yet whole
-        self.need = 4  # how long ``buf`` must grow before that frame is whole
+        self.buf, self.have, self.need = self.empty_reader()  # its result pipe's reader
         self.avg_s = WINDOW_TARGET_S
         self.last_s = 0.0  # when the last frame came (or the first job was sent)
         self.kill_reason: tuple[int, str] | None = None  # (job id, "timeout" | "stop" | ...)
@@ -93,7 +98,8 @@ class WorkerProc:
             os.close(end)
             self._ended = self.sentinel
         self.started_s = time.monotonic()
-        self.buf = bytearray()
+        self.buf, self.have, self.need = self.empty_reader()
+        self.frame_bound = max_bytes + 12
 
     def running(self) -> int:
         """The id of the job it runs now (its RUNNING word), -1 between jobs."""
@@ -117,42 +123,70 @@ class WorkerProc:
         except OSError:
             pass  # the worker is dead: its sentinel says so, and its jobs go back
 
+    @staticmethod
+    def empty_reader() -> tuple[bytearray, int, int]:
+        """``read_frames``' state: the buffer it reads into, of which the first ``have``
+        bytes are the start of a frame not yet whole, which is whole at ``need`` bytes."""
+        return bytearray(READ_BYTES), 0, 4
+
     def read_frames(self) -> list[tuple[int, int, Any]] | None:
         """The whole frames its result pipe holds now ([] if none); None at the pipe's
-        end (the worker is gone)."""
-        try:
-            data = os.read(self.results_fd, READ_BYTES)
-        except BlockingIOError:
-            return []
-        except OSError:
-            data = b""
-        if not data:
-            return None
-        buf = self.buf
-        if buf:  # a frame's start came before: read on until it is whole
-            buf += data
-            if len(buf) < self.need:
-                return []
-            data = bytes(buf)
-        frames, self.need = [], 4  # 4: a frame's length not yet whole
-        off, end, head = 0, len(data), _HEAD.unpack_from
-        loads = pickle.loads
-        while end - off >= 4:  # multiprocessing.Connection's framing: "!i" length, or -1 + "!Q"
-            (n,) = head(data, off)
-            start = off + 4
-            if n == -1:
-                if end - off < 12:
-                    self.need = 12
+        end (the worker is gone). Read into a buffer kept from one read to the next (a
+        fresh one per read would cost a large allocation each time)."""
+        while True:
+            frames, full = self._read_once()
+            if frames or not full:  # a read that filled the buffer without a frame: on
+                return frames
+
+    def _read_once(self) -> tuple[list[tuple[int, int, Any]] | None, bool]:
+        """One read, and its whole frames; whether the read filled the buffer."""
+        if self.need < 0:  # it broke the protocol (below): as at the pipe's end
+            return None, False
+        buf, have = self.buf, self.have
+        with memoryview(buf) as view:
+            try:
+                got = os.readv(self.results_fd, [view[have:]])
+            except BlockingIOError:
+                return [], False
+            except OSError:
+                got = 0
+            if not got:
+                return None, False
+            end = have + got
+            full = end == len(buf)
+            if end < self.need:  # a frame's start came before: read on until it is whole
+                self.have = end
+                return [], full
+            frames, need = [], 4  # 4: a frame's length not yet whole
+            off, head, loads = 0, _HEAD.unpack_from, pickle.loads
+            while end - off >= 4:  # multiprocessing.Connection's framing: "!i", or -1 + "!Q"
+                (n,) = head(buf, off)
+                start = off + 4
+                if n == -1:
+                    if end - off < 12:
+                        need = 12
+                        break
+                    (n,) = _BIG.unpack_from(buf, start)
+                    start += 8
+                if end - start < n:
+                    need = start - off + n
                     break
-                (n,) = _BIG.unpack_from(data, start)
-                start += 8
-            if end - start < n:
-                self.need = start - off + n
-                break
-            frames.append(loads(data[start : start + n]))
-            off = start + n
-        self.buf = bytearray(data[off:]) if off < end else bytearray()
-        return frames
+                frames.append(loads(view[start : start + n]))
+                off = start + n
+        left = end - off
+        if off and left:
+            buf[:left] = buf[off:end]  # the next frame's start, to the front
+        self.have, self.need = left, need
+        if need > self.frame_bound:  # a worker that breaks the protocol is not trusted:
+            log.error("job worker %d sent a frame of %d bytes: killed", self.index, need)
+            self.kill()  # the frames before it count; nothing after it is read
+            self.have, self.need = 0, -1
+            return frames, False
+        if need > len(buf):  # a frame larger than the buffer: room for it whole
+            buf.extend(bytes(need - len(buf)))
+        elif not left and len(buf) > READ_BYTES:
+            del buf[READ_BYTES:]
+        return frames, full
 
     def read_wake(self) -> bytes:
         try:
