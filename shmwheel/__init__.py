@@ -21,6 +21,7 @@ processes) is private: its names may change between releases.
 
 from typing import TYPE_CHECKING, Any
 
+from . import _lazy
 from .errors import (
     Full,
     JobTimeout,
@@ -80,14 +81,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'shmwheel' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value  # the next access is a plain lookup
-    return value
+    return _lazy.load(name, __name__, _WHERE, globals())
 
 
 def __dir__() -> list[str]:

@@ -37,7 +37,7 @@ from typing import Any
 
 import psutil
 
-from shmwheel.segment.contract import now_ms  # the service's clock (one definition)
+from shmwheel.segment.clock import now_ms  # the service's clock (one definition)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from shmwheel.segment import layout as L
-from shmwheel.segment.contract import now_ms
+from shmwheel.segment.clock import now_ms
 from shmwheel.service.caller.client import Client
 
 RECORD_TASK = (("record", "shmwheel.examples.tasks:append_line"),)

@@ -17,7 +17,7 @@ import numpy as np
 from helpers import racer_client, share, shared_array
 
 import shmwheel
-from shmwheel.segment.contract import now_ms
+from shmwheel.segment.clock import now_ms
 
 COUNTS_ENV = "SHMWHEEL_RACE_COUNTS"  # int32[n]: how many times timer i ran
 SEEN_ENV = "SHMWHEEL_RACE_SEEN"  # int64[n]: the timer id that run of i had

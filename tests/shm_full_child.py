@@ -34,9 +34,9 @@ FILLER = os.path.join(SHM, "filler")
 WAIT_S = 60.0  # all the outcomes are waited for at most this long, together
 
 
-
 def _ignore(_outcome: object) -> None:
     """A done-callback that only asks for the outcome to be kept."""
+
 
 def left() -> dict[str, Any]:
     """What is in /dev/shm and which processes this one still has."""

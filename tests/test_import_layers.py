@@ -16,7 +16,7 @@ from import_graph import cycles
 
 ROOT = Path(__file__).resolve().parent.parent / "shmwheel"
 RANK = {
-    "errors": 0, "_native": 0, "wheel": 1, "kafka": 2, "segment": 3, "journal": 4,
+    "errors": 0, "_native": 0, "_lazy": 0, "wheel": 1, "kafka": 2, "segment": 3, "journal": 4,
     "service": 5, "": 6, "metrics": 7, "cli": 7, "bench": 8, "pipeline": 8, "examples": 8,
     "__main__": 9,
 }  # fmt: skip

@@ -60,6 +60,31 @@ def test_a_program_read_from_stdin_runs_jobs(tmp_path):
     assert out[:3] == ["result 49", "local True", "again 9"], out
 
 
+def test_an_executor_loads_numpy_only_with_its_first_timer(tmp_path):
+    """The program that starts an Executor does not import numpy (nor asyncio) until its
+    pool needs its wheel: the first back-off or hard stop; then the wheel works."""
+    program = textwrap.dedent(f"""
+        import sys
+        import shmwheel
+        from shmwheel.examples.jobs import square
+
+        print("import", "numpy" in sys.modules, "asyncio" in sys.modules)
+        with shmwheel.Executor(2, time_limit=30) as ex:
+            print("jobs", ex.submit(square, 7).result(timeout=60), "numpy" in sys.modules)
+            import job_fns  # (the tests' helpers import numpy: the wheel's module tells)
+
+            wheel = "shmwheel.wheel.core"
+            print("wheel", wheel in sys.modules)
+            retry = shmwheel.Retry(2, backoff=0.01)
+            job = ex.submit(job_fns.attempt_log, {str(tmp_path / "log")!r}, 1, retry=retry)
+            print("retried", job.result(timeout=60), job.attempts, wheel in sys.modules)
+    """)
+    out = run_python(["-"], stdin=program, cwd=tmp_path).split("\n")
+    assert out[:4] == ["import False False", "jobs 49 False", "wheel False", "retried 2 2 True"], (
+        out
+    )
+
+
 def test_a_script_without_a_main_guard_runs_jobs_and_its_top_level_runs_once(tmp_path):
     marks = tmp_path / "marks"
     script = tmp_path / "unguarded.py"

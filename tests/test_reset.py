@@ -22,7 +22,7 @@ from shmwheel.journal import format as F
 from shmwheel.journal.write import disk
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
-from shmwheel.segment.contract import now_ms
+from shmwheel.segment.clock import now_ms
 from shmwheel.segment.verify import verify
 from shmwheel.service.caller.client import Client
 

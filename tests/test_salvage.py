@@ -12,7 +12,7 @@ from shmwheel.journal.recover import salvage as S
 from shmwheel.segment import contract as C
 from shmwheel.segment import layout as L
 from shmwheel.segment import shm
-from shmwheel.segment.contract import now_ms
+from shmwheel.segment.clock import now_ms
 
 
 def test_a_cancel_that_lost_to_the_run_in_flight_leaves_a_one_shot_owed(tmp_path):

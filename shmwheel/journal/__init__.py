@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import _lazy
 from ..errors import JournalInUse
 from .format import FIELDS, KIND_NAMES, OUTCOMES, as_dict, segment_files
 
@@ -39,14 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'shmwheel.journal' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value  # the next access is a plain lookup
-    return value
+    return _lazy.load(name, __name__, _WHERE, globals())
 
 
 __all__ = [

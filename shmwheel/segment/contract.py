@@ -10,7 +10,6 @@ each word means; slots.h for the state machine.
 
 from __future__ import annotations
 
-import time
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -54,13 +53,6 @@ from ..wheel.constants import (
     ST_RESETTING,
 )
 from . import states as _states
-
-
-def now_ms() -> int:
-    """Monotonic milliseconds: the clock of every deadline in the segment, the same in
-    every process of the machine (``time.monotonic_ns() // 1_000_000``)."""
-    return time.monotonic_ns() // 1_000_000
-
 
 STATE_NAMES = _states.NAMES  # value -> name, from contract.h's SLOT_STATES
 ARENA_CLASS_BYTES = tuple(64 << (2 * c) for c in range(ARENA_CLASSES))

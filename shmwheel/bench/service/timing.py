@@ -20,7 +20,7 @@ from concurrent.futures import wait as wait_futures
 
 import numpy as np
 
-from ...segment.contract import now_ms
+from ...segment.clock import now_ms
 from ..baselines import HeapTimer, RedisDelayQueue, event_loop, sched_scheduler, zero_sleep_ms
 from ..measure import Figures, ops_per_s
 from . import common as common

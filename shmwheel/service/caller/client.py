@@ -27,7 +27,7 @@ from ...errors import ShmwheelError
 from ...segment import contract as C
 from ...segment import layout as L
 from ...segment import payload as P
-from ...segment.contract import now_ms
+from ...segment.clock import now_ms
 from .. import calendar as _calendar
 from ..jobs.job import Job
 from ..jobs.link import JobLink

@@ -25,7 +25,7 @@ from ...errors import Full
 from ...segment import contract as C
 from ...segment import layout as L
 from ...segment import payload as P
-from ...segment.contract import now_ms
+from ...segment.clock import now_ms
 from . import times as T
 from .client_base import ClientBase
 from .handles import _FutureLike

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import ShmwheelError
-from ...segment.contract import now_ms
+from ...segment.clock import now_ms
 from ..forkserver import ForkServer, ForkServerError, RoleProcess, fork_role, zygote_env
 from ..tasks import service_path
 from . import ledger as LG

@@ -25,7 +25,7 @@ from ... import _native as N
 from ...errors import ShmwheelError
 from ...journal.directory import JournalOptions
 from ...journal.write import spill
-from ...segment import census, contract, shm
+from ...segment import census, clock, shm
 from ...segment import layout as L
 from ...segment import sizes as Z
 from ..caller.client import Client, connect
@@ -152,7 +152,7 @@ class TimerService:
             from ...journal.recover.salvage import salvage_stale  # a dead journaled service's
 
             census.sweep_stale(salvage_stale)  # memory goes to its journal first
-            self.mem = census.create(self.name, self.config, self._owner_pid, contract.now_ms())
+            self.mem = census.create(self.name, self.config, self._owner_pid, clock.now_ms())
         except BaseException:
             self._close_zygote(1.0)
             self._release_journal()
