@@ -8,6 +8,8 @@ import asyncio
 import concurrent.futures as cf
 import logging
 import pickle
+import sys
+import threading
 import time
 
 import job_fns
@@ -180,6 +182,48 @@ def test_shutdown_cancels_what_has_not_started_and_refuses_new_jobs(tmp_path):
     finally:
         flag.write_text("go")
         ex.shutdown(wait=True)
+
+
+def test_jobs_submitted_from_threads_during_shutdown_are_each_settled_or_refused():
+    """Threads that submit while the pool shuts down get a job that runs or is cancelled,
+    or a refusal; no job they were given is left waiting once the shutdown has returned.
+    The GIL switches every 10 us here, so that submitters are stopped anywhere in a submit
+    while the shutdown runs."""
+    stranded = 0
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for _ in range(30):
+            stranded += _submit_through_a_shutdown()
+    finally:
+        sys.setswitchinterval(interval)
+    assert stranded == 0
+
+
+def _submit_through_a_shutdown() -> int:
+    """Jobs left waiting after an Executor shut down while 4 threads submitted."""
+    ex = Executor(1)
+    got: list[cf.Future[object]] = []
+    started = threading.Barrier(5)
+
+    def submitter() -> None:
+        started.wait(10)
+        try:
+            while True:
+                got.append(ex.submit(job_fns.noop))
+        except RuntimeError:
+            pass
+
+    threads = [threading.Thread(target=submitter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    started.wait(10)
+    time.sleep(0.002)
+    ex.shutdown(wait=True, cancel_futures=True)
+    for t in threads:
+        t.join(10)
+    _, waiting = cf.wait(got, timeout=5)
+    return len(waiting)
 
 
 def test_bad_arguments_are_refused_at_the_call(ex):
