@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 from shmwheel import TimerService
+from shmwheel.bench.service.footprint import LIGHT_TASKS, replacement_ms
 
 
 def _noop(i: int) -> int:
@@ -28,22 +27,12 @@ def _noop(i: int) -> int:
 def main() -> None:
     out: dict[str, object] = {}
     t0 = time.perf_counter()
-    svc = TimerService(tasks={"noop": "builtins:id"})
+    svc = TimerService(tasks=LIGHT_TASKS)
     svc.start()
     out["start"] = (time.perf_counter() - t0) * 1000
     try:
         out["threads"] = {r: len(os.listdir(f"/proc/{p.pid}/task")) for r, p in svc.procs.items()}
-        times = []
-        with svc.client() as c:
-            c.schedule("noop", delay_ms=0).result(timeout=30)
-            for _ in range(5):
-                old = [p.pid for r, p in svc.procs.items() if r.startswith("exec")]
-                t = time.perf_counter()
-                for pid in old:
-                    os.kill(pid, signal.SIGKILL)
-                c.schedule("noop", delay_ms=0).result(timeout=30)
-                times.append((time.perf_counter() - t) * 1000)
-        out["replace"] = statistics.median(times)
+        out["replace"] = replacement_ms(svc)  # W8's own measurement
     finally:
         t = time.perf_counter()
         svc.stop()

@@ -134,6 +134,14 @@ def module_service(svc: Any) -> Iterator[Any]:
             KEPT.discard(svc.name)
 
 
+def stop_all(*services: Any) -> None:
+    """Stop each service a test started (None: it was never started); a stop of a stopped
+    service does nothing."""
+    for svc in services:
+        if svc is not None:
+            svc.stop()
+
+
 def fake_service(name: str, owner_pid: int, journal: Path | None = None) -> Path:
     """A formatted service segment with no processes (small), owned by `owner_pid`."""
     from shmwheel import TimerService

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 from descendant_tasks import TASKS, assert_each_ran_once_none_early, runs
-from helpers import alive, wait_for
+from helpers import alive, stop_all, wait_for
 
 from shmwheel import TimerService, connect
 
@@ -75,9 +75,7 @@ def test_children_and_forks_of_tasks_do_not_hold_the_service(tmp_path, monkeypat
         svc2.stop()
         assert_each_ran_once_none_early(marks, ids)
     finally:
-        for s in (svc, svc2):
-            if s is not None:
-                s.stop()
+        stop_all(svc, svc2)
         kill_all(child_pids(marks))
 
 

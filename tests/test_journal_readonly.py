@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from descendant_tasks import TASKS, assert_each_ran_once_none_early, runs
-from helpers import assert_chain, read_ids, wait_for
+from helpers import assert_chain, read_ids, stop_all, wait_for
 
 from shmwheel import JournalError, RecoveryError, TimerService
 from shmwheel.journal import format as F
@@ -116,9 +116,7 @@ def test_a_stop_while_the_disk_is_read_only_loses_nothing_and_runs_nothing_twice
             svc2.stop()
             assert_each_ran_once_none_early(marks, accepted)
         finally:
-            for s in (svc, svc2):
-                if s is not None:
-                    s.stop()
+            stop_all(svc, svc2)
             for h in spill.pending(str(jdir)):
                 os.unlink(h)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from descendant_tasks import assert_each_ran_once_none_early, runs
-from helpers import wait_for
+from helpers import stop_all, wait_for
 
 from shmwheel import TimerService
 
@@ -88,9 +88,7 @@ def test_timers_behind_a_hung_task_run_on_the_other_executor(tmp_path, monkeypat
             assert_each_ran_once_none_early(marks, [hang, *ids])
     finally:
         (marks / "release").touch()
-        for s in (svc, svc2):
-            if s is not None:
-                s.stop()
+        stop_all(svc, svc2)
 
 
 def test_a_stuck_executor_sigkilled_after_the_takeover(tmp_path, monkeypatch):
@@ -134,6 +132,4 @@ def test_stuck_executors_wake_during_the_takeover(tmp_path, monkeypatch, round_)
         svc2.stop()
         assert_each_ran_once_none_early(marks, ids)
     finally:
-        for s in (svc, svc2):
-            if s is not None:
-                s.stop()
+        stop_all(svc, svc2)

@@ -27,7 +27,7 @@ from ...service.jobs.executor import Executor
 from ...service.stats import lateness_summary
 from ...service.supervisor.supervisor import TimerService
 from ..measure import Figures, ops_per_s
-from .common import _service
+from .common import _service, _wait_completed
 
 WORKERS = 2
 LIMIT_S = 10.0
@@ -146,13 +146,9 @@ def _lane_round(svc: TimerService, c: Client, offsets: np.ndarray) -> dict[str, 
     before = svc.stats()
     c.schedule_many("noop", offsets + LANE_MARGIN_MS)
     time.sleep((LANE_MARGIN_MS + LANE_SPAN_MS) / 1000)  # no polling while they run
-    end = time.monotonic() + 30
-    while True:
-        st = svc.stats()
-        if st["completed"] >= before["completed"] + len(offsets):
-            break
-        if time.monotonic() > end:  # every timer's run counted: each one's outcome is unasked
-            raise RuntimeError(f"W13's {len(offsets)} timers did not all run within 30 s")
-        time.sleep(0.005)
+    want = before["completed"] + len(offsets)
+    st, _ = _wait_completed(svc, want, time.monotonic() + 30, 0.005)
+    if st["completed"] < want:  # every timer's run counted: each one's outcome is unasked
+        raise RuntimeError(f"W13's {len(offsets)} timers did not all run within 30 s")
     hist = np.subtract(st["lateness_histogram"], before["lateness_histogram"])
     return lateness_summary(hist)
